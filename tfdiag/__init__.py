@@ -1,0 +1,3 @@
+"""tfdiag: diagnostics and profiling for distributed TensorFlow training."""
+
+__version__ = "0.1.0"

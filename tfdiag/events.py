@@ -1,0 +1,187 @@
+"""Record kinds of the tfdiag log: the contract between collectors and analysis.
+
+Every record a collector writes is one row of one *kind*. A kind is a fixed list of
+typed columns; the store writes each kind as Arrow record batches, and the loader
+returns one pandas DataFrame per kind. Times are int64 nanoseconds since the Unix
+epoch on the clock of the host that measured them (``time.time_ns()`` or
+``tf.timestamp()``); durations are int64 nanoseconds. Tasks are named ``job:index``.
+
+Bump ``SCHEMA_VERSION`` when a column is removed or changes meaning; adding a kind or
+appending a column keeps the version (old readers ignore what they do not know).
+The same table, with the meaning of every column, is in ``docs/log-format.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+
+_ARROW_TYPES = {
+    "int64": pa.int64(),
+    "float64": pa.float64(),
+    "string": pa.string(),
+    "bool": pa.bool_(),
+}
+
+
+@dataclass(frozen=True)
+class RecordKind:
+    """One kind of record: a name and its typed columns, in order."""
+
+    name: str
+    columns: tuple[tuple[str, str], ...]
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.columns)
+
+    def arrow_schema(self) -> pa.Schema:
+        fields = [pa.field(name, _ARROW_TYPES[type_]) for name, type_ in self.columns]
+        return pa.schema(fields, metadata={"kind": self.name, "schema_version": str(SCHEMA_VERSION)})
+
+
+STEP = RecordKind(
+    "step",
+    (
+        ("task", "string"),  # the worker that ran the step
+        ("step", "int64"),
+        ("begin_ns", "int64"),  # on the clock of `clock_task`
+        ("end_ns", "int64"),
+        ("input_wait_ns", "int64"),  # time spent waiting for the next input element
+        ("examples", "int64"),
+        ("clock_task", "string"),  # whose clock begin/end are on
+    ),
+)
+
+CLOSURE = RecordKind(
+    "closure",
+    (
+        ("worker", "string"),  # the worker that ran it ("" if it never ran)
+        ("closure_id", "int64"),
+        ("dispatch_ns", "int64"),  # coordinator clock: schedule() called
+        ("result_ns", "int64"),  # coordinator clock: result seen
+        ("ok", "bool"),
+        ("error", "string"),
+    ),
+)
+
+RPC = RecordKind(
+    "rpc",
+    (
+        ("src", "string"),
+        ("dst", "string"),
+        ("send_ns", "int64"),  # src clock
+        ("remote_ns", "int64"),  # dst clock, read on dst's device
+        ("recv_ns", "int64"),  # src clock
+    ),
+)
+
+ALLREDUCE = RecordKind(
+    "allreduce",
+    (
+        ("task", "string"),
+        ("time_ns", "int64"),
+        ("duration_ns", "int64"),
+        ("bytes", "int64"),
+    ),
+)
+
+TRANSFER = RecordKind(
+    "transfer",
+    (
+        ("src", "string"),
+        ("dst", "string"),
+        ("time_ns", "int64"),
+        ("bytes", "int64"),
+        ("duration_ns", "int64"),
+        ("tensor", "string"),
+    ),
+)
+
+SYSTEM = RecordKind(
+    "system",
+    (
+        ("host", "string"),
+        ("task", "string"),
+        ("time_ns", "int64"),
+        ("cpu_pct", "float64"),
+        ("mem_used_frac", "float64"),
+        ("net_sent_bytes", "int64"),  # cumulative counters, as psutil reports them
+        ("net_recv_bytes", "int64"),
+        ("disk_read_bytes", "int64"),
+        ("disk_write_bytes", "int64"),
+    ),
+)
+
+GPU = RecordKind(
+    "gpu",
+    (
+        ("host", "string"),
+        ("index", "int64"),
+        ("time_ns", "int64"),
+        ("util_pct", "float64"),
+        ("mem_used_bytes", "int64"),
+        ("mem_total_bytes", "int64"),
+        ("power_w", "float64"),
+        ("sm_clock_mhz", "float64"),
+    ),
+)
+
+SHARD = RecordKind(
+    "shard",
+    (
+        ("task", "string"),
+        ("time_ns", "int64"),
+        ("examples", "int64"),  # cumulative examples consumed by `task` from `file`
+        ("file", "string"),  # "" for the whole dataset
+        ("policy", "string"),  # auto-shard policy: AUTO, FILE, DATA, OFF, HINT or ""
+    ),
+)
+
+PLACEMENT = RecordKind(
+    "placement",
+    (
+        ("variable", "string"),
+        ("task", "string"),  # the task that holds it, e.g. ps:0
+        ("bytes", "int64"),
+        ("shape", "string"),
+    ),
+)
+
+FAULT = RecordKind(
+    "fault",
+    (
+        ("task", "string"),
+        ("time_ns", "int64"),
+        ("kind", "string"),  # failure, retry, recovery, restart
+        ("message", "string"),
+    ),
+)
+
+NOTE = RecordKind(
+    "note",
+    (
+        ("task", "string"),
+        ("time_ns", "int64"),
+        ("level", "string"),  # info or warning
+        ("message", "string"),
+    ),
+)
+
+KINDS: dict[str, RecordKind] = {
+    kind.name: kind
+    for kind in (STEP, CLOSURE, RPC, ALLREDUCE, TRANSFER, SYSTEM, GPU, SHARD, PLACEMENT, FAULT, NOTE)
+}
+
+
+def task_name(job: str, index: int) -> str:
+    """The canonical task name: ``task_name("worker", 1) == "worker:1"``."""
+    return f"{job}:{index}"
+
+
+def task_file_stem(task: str) -> str:
+    """The file name stem of a task's log: ``task_file_stem("worker:1") == "worker-1"``."""
+    return task.replace(":", "-")
