@@ -51,7 +51,7 @@ class TaskWriter:
         self._thread.start()
         atexit.register(self.close)
 
-    def append(self, kind: str, **values) -> None:
+    def append(self, kind: str, /, **values) -> None:
         """Buffers one record of ``kind`` (a name in ``tfdiag.events.KINDS``)."""
         if self._failed:
             self.dropped_records += 1

@@ -1,0 +1,36 @@
+# Quickstart: `make demo` runs the main job, `make test` runs the tests.
+# Both create a virtual environment in .venv (unless one is active) and install tfdiag into it.
+
+VENV ?= .venv
+ifdef VIRTUAL_ENV
+BIN := $(VIRTUAL_ENV)/bin
+STAMP := $(VIRTUAL_ENV)/.tfdiag-installed
+else
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.tfdiag-installed
+endif
+PYTHON := $(BIN)/python
+
+.PHONY: install demo test test-fast benchmarks clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+ifndef VIRTUAL_ENV
+	test -x $(PYTHON) || python3 -m venv $(VENV)
+endif
+	$(PYTHON) -m pip install --quiet --upgrade pip
+	$(PYTHON) -m pip install --quiet -e '.[test]'
+	touch $@
+
+demo: install
+	$(BIN)/tfdiag demo
+
+test: install
+	$(PYTHON) -m pytest -q -p no:cacheprovider
+
+test-fast: install
+	$(PYTHON) -m pytest -q -p no:cacheprovider -m "not cluster"
+
+clean:
+	rm -rf $(VENV) build *.egg-info demo-logs
