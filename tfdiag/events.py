@@ -53,6 +53,7 @@ STEP = RecordKind(
         ("input_wait_ns", "int64"),  # time spent waiting for the next input element
         ("examples", "int64"),
         ("clock_task", "string"),  # whose clock begin/end are on
+        ("device_ns", "int64"),  # device (GPU) compute time of the step where known, else null
     ),
 )
 
@@ -76,6 +77,7 @@ RPC = RecordKind(
         ("send_ns", "int64"),  # src clock
         ("remote_ns", "int64"),  # dst clock, read on dst's device
         ("recv_ns", "int64"),  # src clock
+        ("payload_bytes", "int64"),  # 0 for a latency probe; N when the probe also moved N bytes
     ),
 )
 

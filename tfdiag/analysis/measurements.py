@@ -1,4 +1,4 @@
-"""The measured run: loaded records, clocks aligned, steps and workers summarised once."""
+"""The measured run: loaded records, clocks aligned, every signal summarised once."""
 
 from __future__ import annotations
 
@@ -8,7 +8,12 @@ import pandas as pd
 
 from tfdiag.analysis.align import clock_offsets
 from tfdiag.analysis.breakdown import step_table, worker_table
+from tfdiag.analysis.devices import gpu_table, host_table
+from tfdiag.analysis.faults import fault_table
+from tfdiag.analysis.links import link_table
 from tfdiag.analysis.load import LoadedRun
+from tfdiag.analysis.placement import ps_load_table
+from tfdiag.analysis.shards import shard_table
 from tfdiag.analysis.whatif import is_synchronous
 
 
@@ -23,15 +28,41 @@ class Measurements:
     offsets: dict[str, int]
     steps: pd.DataFrame  # breakdown.step_table
     workers: pd.DataFrame  # breakdown.worker_table
+    links: pd.DataFrame  # links.link_table
+    shards: pd.DataFrame  # shards.shard_table
+    gpus: pd.DataFrame  # devices.gpu_table
+    hosts: pd.DataFrame  # devices.host_table
+    faults: pd.DataFrame  # faults.fault_table
+    ps_load: pd.DataFrame  # placement.ps_load_table
+
+    @property
+    def ps_tasks(self) -> list[str]:
+        cluster = (self.run.manifest or {}).get("cluster") or {}
+        return [f"ps:{i}" for i in range(len(cluster.get("ps", [])))]
 
 
 def measure(run: LoadedRun) -> Measurements:
-    """Aligns clocks and computes the step and worker tables of a loaded run."""
+    """Aligns clocks and computes every table of a loaded run."""
     strategy = (run.manifest or {}).get("strategy")
     reference = _reference_task(run)
-    offsets = clock_offsets(run.frame("rpc"), reference)
+    links = link_table(run.frame("rpc"))
+    offsets = clock_offsets(links, reference)
     steps = step_table(run.frame("step"), offsets)
-    return Measurements(run, strategy, is_synchronous(strategy), reference, offsets, steps, worker_table(steps))
+    return Measurements(
+        run=run,
+        strategy=strategy,
+        synchronous=is_synchronous(strategy),
+        reference_task=reference,
+        offsets=offsets,
+        steps=steps,
+        workers=worker_table(steps),
+        links=links,
+        shards=shard_table(run.frame("shard")),
+        gpus=gpu_table(run.frame("gpu")),
+        hosts=host_table(run.frame("system")),
+        faults=fault_table(run.frame("fault")),
+        ps_load=ps_load_table(run.frame("placement"), run.frame("transfer")),
+    )
 
 
 def _reference_task(run: LoadedRun) -> str | None:

@@ -15,7 +15,8 @@ from tfdiag.events import SCHEMA_VERSION
 class Report:
     """One analysed run. Renderers (``tfdiag.report``) and the TensorBoard plugin read it.
 
-    The list fields are already in their JSON form (DESIGN.md, "Public surface");
+    The list fields are already in their JSON form (DESIGN.md, "Public surface"; ``ps``,
+    load per parameter server, and ``hosts``, CPU/memory/network per sampler, extend it);
     ``findings`` are ranked, largest predicted speed-up first. ``steps`` (the aligned
     ``breakdown.step_table``) feeds figures and traces and is not part of the JSON.
     """
@@ -28,6 +29,8 @@ class Report:
     gpus: list[dict[str, Any]]
     faults: list[dict[str, Any]]
     findings: list[Finding]
+    ps: list[dict[str, Any]] = field(default_factory=list)
+    hosts: list[dict[str, Any]] = field(default_factory=list)
     steps: pd.DataFrame = field(repr=False, default_factory=pd.DataFrame)
 
     @property
@@ -44,5 +47,7 @@ class Report:
             "shards": self.shards,
             "gpus": self.gpus,
             "faults": self.faults,
+            "ps": self.ps,
+            "hosts": self.hosts,
             "findings": [finding.to_dict() for finding in self.findings],
         }

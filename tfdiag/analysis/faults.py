@@ -1,0 +1,32 @@
+"""Faults: failures, retries and recoveries per task, with the time each failure cost."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+FAILURE_KINDS = ("failure",)
+RECOVERY_KINDS = ("recovery", "restart")
+
+
+def fault_table(fault: pd.DataFrame, offsets: dict[str, int] | None = None) -> pd.DataFrame:
+    """One row per fault record, with ``recovered_after_s`` on failures.
+
+    Columns: ``task``, ``kind``, ``time_ns``, ``message``, ``recovered_after_s`` — for a
+    failure, the time until the next recovery or restart of the same task (NaN if it
+    never recovered); NaN for other kinds. Fault times are on the recording task's clock
+    (the coordinator's, usually), which is the reference clock.
+    """
+    columns = ["task", "kind", "time_ns", "message", "recovered_after_s"]
+    if fault.empty:
+        return pd.DataFrame(columns=columns)
+    table = fault[["task", "kind", "time_ns", "message"]].astype({"task": str, "kind": str, "message": str})
+    table = table.sort_values("time_ns").reset_index(drop=True)
+    recovered = []
+    for row in table.itertuples():
+        if row.kind not in FAILURE_KINDS:
+            recovered.append(float("nan"))
+            continue
+        later = table[(table["task"] == row.task) & table["kind"].isin(RECOVERY_KINDS) & (table["time_ns"] >= row.time_ns)]
+        recovered.append((later["time_ns"].iloc[0] - row.time_ns) / 1e9 if not later.empty else float("nan"))
+    table["recovered_after_s"] = recovered
+    return table[columns]

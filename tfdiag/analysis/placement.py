@@ -1,0 +1,34 @@
+"""Parameter-server load: variables and bytes held by each ps task."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+
+def ps_load_table(placement: pd.DataFrame, transfer: pd.DataFrame) -> pd.DataFrame:
+    """One row per ps task: ``task``, ``variables``, ``bytes``, ``bytes_share``, ``largest``
+    (name of its largest variable), ``largest_bytes``, and ``transfer_bytes`` (bytes moved
+    to or from it in traced steps, from ``transfer`` records; 0 without them).
+    """
+    columns = ["task", "variables", "bytes", "bytes_share", "largest", "largest_bytes", "transfer_bytes"]
+    held = placement[placement["task"].astype(str).str.startswith("ps:")] if not placement.empty else placement
+    if held.empty:
+        return pd.DataFrame(columns=columns)
+    # A variable is recorded once per collector that saw it; count it once.
+    held = held.drop_duplicates(subset=["variable", "task"])
+    moved = {}
+    if not transfer.empty:
+        for column in ("src", "dst"):
+            for task, total in transfer.groupby(column, observed=True)["bytes"].sum().items():
+                moved[str(task)] = moved.get(str(task), 0) + int(total)
+    rows = []
+    for task, variables in held.groupby("task", observed=True):
+        largest = variables.loc[variables["bytes"].idxmax()]
+        rows.append({
+            "task": str(task), "variables": len(variables), "bytes": int(variables["bytes"].sum()),
+            "largest": str(largest["variable"]), "largest_bytes": int(largest["bytes"]),
+            "transfer_bytes": moved.get(str(task), 0),
+        })
+    table = pd.DataFrame(rows, columns=columns)
+    table["bytes_share"] = table["bytes"] / max(int(table["bytes"].sum()), 1)
+    return table.sort_values("task").reset_index(drop=True)

@@ -1,0 +1,134 @@
+"""The JSON sections of a Report, built from the measured tables (times in ms and s)."""
+
+from __future__ import annotations
+
+import math
+
+from tfdiag.analysis.breakdown import run_throughput
+from tfdiag.analysis.findings import Finding
+from tfdiag.analysis.measurements import Measurements
+
+
+def _number(value, digits: int = 3):
+    """A JSON-safe rounded float: None for NaN or missing."""
+    if value is None:
+        return None
+    value = float(value)
+    return None if math.isnan(value) or math.isinf(value) else round(value, digits)
+
+
+def run_section(measured: Measurements) -> dict:
+    run = measured.run
+    manifest = run.manifest or {}
+    cluster = manifest.get("cluster") or {}
+    cluster_tasks = [f"{job}:{index}" for job, addresses in cluster.items() for index in range(len(addresses))]
+    tasks = sorted(set(run.sources) | set(measured.workers["task"]) | set(cluster_tasks))
+    warnings = list(run.warnings)
+    if not manifest:
+        warnings.append(f"{run.path}: no manifest.json (the chief never started, or it is still starting)")
+    return {
+        "path": str(run.path),
+        "strategy": manifest.get("strategy"),
+        "tasks": tasks,
+        "start_time_ns": manifest.get("start_time_ns"),
+        "tensorflow_version": manifest.get("tensorflow_version"),
+        "tfdiag_version": manifest.get("tfdiag_version"),
+        "skipped_records": run.skipped_records,
+        "warnings": warnings,
+    }
+
+
+def summary_section(measured: Measurements, findings: list[Finding]) -> dict:
+    step_ms, examples_per_s = run_throughput(measured.steps)
+    return {
+        "primary_bottleneck": findings[0].kind if findings else None,
+        "step_time_ms": _number(step_ms),
+        "examples_per_s": _number(examples_per_s, 2),
+        "steps": int(len(measured.steps)),
+        "findings": len(findings),
+    }
+
+
+def workers_section(measured: Measurements) -> list[dict]:
+    return [
+        {
+            "task": row.task,
+            "steps": int(row.steps),
+            "step_time_ms": {"p50": _number(row.p50_ns / 1e6), "p95": _number(row.p95_ns / 1e6),
+                             "mean": _number(row.mean_ns / 1e6)},
+            "input_wait_frac": _number(row.input_wait_frac, 4),
+            "examples": int(row.examples),
+        }
+        for row in measured.workers.itertuples()
+    ]
+
+
+def rpc_section(measured: Measurements) -> list[dict]:
+    return [
+        {
+            "src": row.src,
+            "dst": row.dst,
+            "samples": int(row.samples),
+            "rtt_ms": {"p50": _number(row.rtt_p50_ns / 1e6), "p95": _number(row.rtt_p95_ns / 1e6),
+                       "p99": _number(row.rtt_p99_ns / 1e6)},
+            "clock_offset_ms": _number(row.offset_ns / 1e6),
+            "clock_offset_uncertainty_ms": _number(row.offset_uncertainty_ns / 1e6),
+            "bandwidth_mb_s": _number(row.bandwidth_bps / 1e6, 1),
+        }
+        for row in measured.links.itertuples()
+    ]
+
+
+def shards_section(measured: Measurements) -> list[dict]:
+    return [
+        {"task": row.task, "examples": int(row.examples), "files": row.files, "policy": row.policy}
+        for row in measured.shards.itertuples()
+    ]
+
+
+def gpus_section(measured: Measurements) -> list[dict]:
+    return [
+        {
+            "host": row.host,
+            "index": int(row.index),
+            "samples": int(row.samples),
+            "util_pct": {"mean": _number(row.util_mean, 1), "p50": _number(row.util_p50, 1)},
+            "mem_used_frac": _number(row.mem_used_frac),
+            "mem_used_frac_peak": _number(row.mem_used_frac_peak),
+            "power_w": _number(row.power_w_mean, 1),
+        }
+        for row in measured.gpus.itertuples()
+    ]
+
+
+def faults_section(measured: Measurements) -> list[dict]:
+    start_ns = (measured.run.manifest or {}).get("start_time_ns")
+    return [
+        {
+            "task": row.task,
+            "kind": row.kind,
+            "time": _number((row.time_ns - start_ns) / 1e9) if start_ns else None,
+            "time_ns": int(row.time_ns),
+            "message": row.message,
+            "recovered_after_s": _number(row.recovered_after_s),
+        }
+        for row in measured.faults.itertuples()
+    ]
+
+
+def ps_section(measured: Measurements) -> list[dict]:
+    return [
+        {"task": row.task, "variables": int(row.variables), "bytes": int(row.bytes),
+         "bytes_share": _number(row.bytes_share), "largest": row.largest, "largest_bytes": int(row.largest_bytes),
+         "transfer_bytes": int(row.transfer_bytes)}
+        for row in measured.ps_load.itertuples()
+    ]
+
+
+def hosts_section(measured: Measurements) -> list[dict]:
+    return [
+        {"host": row.host, "task": row.task, "cpu_pct": {"mean": _number(row.cpu_mean, 1), "peak": _number(row.cpu_peak, 1)},
+         "mem_used_frac_peak": _number(row.mem_used_frac_peak), "net_mb_s": _number(row.net_bytes_per_s / 1e6, 2),
+         "disk_mb_s": _number(row.disk_bytes_per_s / 1e6, 2)}
+        for row in measured.hosts.itertuples()
+    ]
