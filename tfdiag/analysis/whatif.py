@@ -35,3 +35,46 @@ def predicted_speedup(workers: pd.DataFrame, new_duration_ns: pd.Series, synchro
     if synchronous:
         return float(old_period.max() / new_period.max())
     return float((1.0 / new_period).sum() / (1.0 / old_period).sum())
+
+
+# Sequential round trips a worker makes to each ps per step: one to read the variables,
+# one to apply the gradients (reads of several variables on one ps travel together).
+PS_ROUND_TRIPS_PER_STEP = 2
+
+
+def ps_communication_ns(
+    bytes_per_ps: dict[str, float], rtt_ns: dict[str, float], bandwidth_bps: dict[str, float], workers: int = 1
+) -> float:
+    """Time a worker spends per step talking to the parameter servers.
+
+    Each step reads every variable and sends back a gradient of the same size. A ps
+    serves all ``workers``, so its link carries ``2 * workers * bytes_i`` per round of
+    steps: ps ``i`` costs ``PS_ROUND_TRIPS_PER_STEP * rtt_i + 2 * workers * bytes_i /
+    bandwidth_i``. The ps tasks serve in parallel, so a step pays for the slowest. (This
+    is why ParameterServerStrategy needs about as many ps as workers to match a ring
+    all-reduce, whose per-worker traffic does not grow with the number of workers.)
+
+    >>> ps_communication_ns({"ps:0": 1e6, "ps:1": 0.0}, {"ps:0": 1e5, "ps:1": 1e5}, {"ps:0": 1e9, "ps:1": 1e9})
+    2200000.0
+    """
+    costs = [
+        PS_ROUND_TRIPS_PER_STEP * rtt_ns.get(ps, 0.0) + 2 * workers * size / bandwidth_bps[ps] * 1e9
+        for ps, size in bytes_per_ps.items()
+    ]
+    return max(costs, default=0.0)
+
+
+def allreduce_ns(total_bytes: float, workers: int, rtt_ns: float, bandwidth_bps: float) -> float:
+    """Ring all-reduce time of ``total_bytes`` of gradients over ``workers`` workers.
+
+    Each worker sends and receives ``2 (n - 1) / n`` of the data in ``2 (n - 1)`` steps,
+    each paying one latency (Patarasuk and Yuan, "Bandwidth optimal all-reduce
+    algorithms for clusters of workstations", 2009).
+
+    >>> allreduce_ns(4e6, 2, 1e5, 1e9)
+    4200000.0
+    """
+    if workers < 2:
+        return 0.0
+    share = 2 * (workers - 1) / workers
+    return share * total_bytes / bandwidth_bps * 1e9 + 2 * (workers - 1) * rtt_ns

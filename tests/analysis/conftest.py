@@ -1,0 +1,84 @@
+"""A builder of small runs with chosen signals, written through the real store writer."""
+
+from __future__ import annotations
+
+import pytest
+
+from tfdiag.store import TaskWriter, write_manifest
+
+START_NS = 1_700_000_000_000_000_000
+MS = 1_000_000
+
+
+class RunBuilder:
+    """Collects records for one run, then writes them as the chief would.
+
+    >>> run = RunBuilder(tmp_path).steps("worker:0", step_ms=20).write()  # doctest: +SKIP
+    """
+
+    def __init__(self, path, strategy="ParameterServerStrategy", workers=2, ps=2):
+        self.path = path
+        self.strategy = strategy
+        self.cluster = {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"] * workers, "ps": ["127.0.0.1:3"] * ps}
+        self.records: list[tuple[str, dict]] = []
+
+    def steps(self, task, count=100, step_ms=20.0, input_ms=0.0, idle_ms=1.0, closures=False):
+        begin = START_NS
+        for step in range(count):
+            end = begin + int(step_ms * MS)
+            self.records.append(("step", dict(task=task, step=step, begin_ns=begin, end_ns=end,
+                                              input_wait_ns=int(input_ms * MS), examples=32, clock_task=task)))
+            if closures:
+                self.records.append(("closure", dict(worker=task, closure_id=step, dispatch_ns=begin - MS,
+                                                     result_ns=end + MS, ok=True, error="")))
+            begin = end + int(idle_ms * MS)
+        return self
+
+    def rpc(self, src, dst, rtt_ms, count=40, payload_bytes=0, offset_ms=0.0):
+        for i in range(count):
+            send = START_NS + i * 50 * MS
+            rtt = int(rtt_ms * MS * (1 + 0.05 * (i % 5)))
+            self.records.append(("rpc", dict(src=src, dst=dst, send_ns=send, remote_ns=send + rtt // 2 + int(offset_ms * MS),
+                                             recv_ns=send + rtt, payload_bytes=payload_bytes)))
+        return self
+
+    def placement(self, variable, task, size):
+        self.records.append(("placement", dict(variable=variable, task=task, bytes=size, shape="")))
+        return self
+
+    def shard(self, task, examples, policy="DATA"):
+        self.records.append(("shard", dict(task=task, time_ns=START_NS, examples=examples, file="", policy=policy)))
+        return self
+
+    def gpu(self, host, index, util_pct, count=20):
+        for i in range(count):
+            self.records.append(("gpu", dict(host=host, index=index, time_ns=START_NS + i * 100 * MS, util_pct=util_pct,
+                                             mem_used_bytes=4 << 30, mem_total_bytes=16 << 30, power_w=150.0,
+                                             sm_clock_mhz=1500.0)))
+        return self
+
+    def fault(self, task, kind, at_ms, message="UnavailableError: Socket closed"):
+        self.records.append(("fault", dict(task=task, time_ns=START_NS + int(at_ms * MS), kind=kind, message=message)))
+        return self
+
+    def allreduce(self, task, duration_ms, count=50, size=4 << 20):
+        for i in range(count):
+            self.records.append(("allreduce", dict(task=task, time_ns=START_NS + i * 30 * MS,
+                                                   duration_ns=int(duration_ms * MS), bytes=size)))
+        return self
+
+    def write(self):
+        write_manifest(self.path, strategy=self.strategy, cluster=self.cluster, tensorflow_version="2.21.0",
+                       task="chief:0", start_time_ns=START_NS)
+        writer = TaskWriter(self.path, "chief:0", flush_interval_s=3600)
+        for kind, values in self.records:
+            writer.append(kind, **values)
+        writer.close()
+        return self.path
+
+
+@pytest.fixture
+def builder(tmp_path):
+    """``builder(strategy=..., workers=..., ps=...)`` returns a RunBuilder over a fresh directory."""
+    count = iter(range(1000))
+    return lambda **kwargs: RunBuilder(tmp_path / f"run{next(count)}", **kwargs)

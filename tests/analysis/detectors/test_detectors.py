@@ -1,0 +1,138 @@
+"""Every detector on a run that plants its cause, and on a clean run that must stay quiet."""
+
+import pytest
+
+from tfdiag.analysis import analyze
+
+
+def _clean(builder, **kwargs):
+    run = builder(**kwargs)
+    for worker in ("worker:0", "worker:1"):
+        run.steps(worker, step_ms=20, input_ms=1, closures=True)
+    return run
+
+
+def _kinds(report):
+    return [finding.kind for finding in report.findings]
+
+
+def test_clean_run_has_no_findings(builder):
+    run = _clean(builder).rpc("worker:0", "ps:0", 0.3).rpc("worker:0", "ps:1", 0.35)
+    run.placement("dense/kernel", "ps:0", 2 << 20).placement("dense_1/kernel", "ps:1", 2 << 20)
+    run.shard("worker:0", 3200).shard("worker:1", 3300)
+    report = analyze(run.write())
+    assert report.findings == []
+    assert report.summary["primary_bottleneck"] is None
+
+
+def test_input_bound(builder):
+    run = builder()
+    for worker in ("worker:0", "worker:1"):
+        run.steps(worker, step_ms=30, input_ms=20)
+    report = analyze(run.write())
+    finding = report.primary
+    assert finding.kind == "input_bound"
+    assert finding.tasks == ("worker:0", "worker:1")
+    # Prefetching overlaps 20 ms of input with 10 ms of compute: period 31 ms -> 21 ms.
+    assert finding.recommendation.predicted_speedup == pytest.approx(31 / 21, rel=0.01)
+    assert "prefetch" in finding.recommendation.change
+
+
+def test_straggler_in_async_training(builder):
+    run = builder()
+    run.steps("worker:0", step_ms=20).steps("worker:1", step_ms=60)
+    finding = analyze(run.write()).primary
+    assert finding.kind == "straggler" and finding.tasks == ("worker:1",)
+    assert finding.severity.value == "critical"
+    # Rates 1/21 + 1/61 become 2/21.
+    assert finding.recommendation.predicted_speedup == pytest.approx((2 / 21) / (1 / 21 + 1 / 61), rel=0.01)
+
+
+def test_straggler_in_sync_training_uses_the_slowest_worker(builder):
+    run = builder(strategy="MultiWorkerMirroredStrategy", ps=0)
+    run.steps("worker:0", step_ms=20).steps("worker:1", step_ms=30).steps("worker:2", step_ms=20)
+    run.cluster["worker"] = ["h"] * 3
+    finding = analyze(run.write()).primary
+    assert finding.kind == "straggler" and finding.tasks == ("worker:1",)
+    assert finding.recommendation.predicted_speedup == pytest.approx(31 / 21, rel=0.01)
+
+
+def test_shard_imbalance(builder):
+    run = _clean(builder).shard("worker:0", 1000).shard("worker:1", 3000)
+    finding = analyze(run.write()).primary
+    assert finding.kind == "shard_imbalance" and finding.tasks == ("worker:1",)
+    assert finding.recommendation.predicted_speedup == pytest.approx(3000 / 2000)
+
+
+def test_ps_hotspot_predicts_the_gain_of_partitioning(builder):
+    run = _clean(builder)
+    run.placement("embedding", "ps:0", 16_000_000).placement("bias", "ps:1", 1_000)
+    for ps in ("ps:0", "ps:1"):
+        run.rpc("worker:0", ps, 0.5).rpc("worker:0", ps, 0.5 + 1.0, payload_bytes=1_000_000)  # ~1 GB/s
+    finding = next(f for f in analyze(run.write()).findings if f.kind == "ps_hotspot")
+    assert finding.tasks == ("ps:0",)
+    assert finding.severity.value == "critical"
+    assert "MinSizePartitioner" in finding.recommendation.change
+    assert finding.recommendation.predicted_speedup > 1.0
+
+
+def test_slow_link_to_one_ps(builder):
+    run = _clean(builder)
+    for worker in ("worker:0", "worker:1"):
+        run.rpc(worker, "ps:0", 0.4).rpc(worker, "ps:1", 25.4)
+    finding = analyze(run.write()).primary
+    assert finding.kind == "slow_link" and finding.tasks == ("ps:1",)
+    assert finding.evidence["peer_rtt_ms_p50"] == pytest.approx(0.42, abs=0.05)
+    assert finding.recommendation.predicted_speedup > 1.0
+
+
+def test_communication_bound_ps_recommends_all_reduce(builder):
+    run = builder()
+    for worker in ("worker:0", "worker:1"):
+        run.steps(worker, step_ms=100)
+        for ps in ("ps:0", "ps:1"):
+            run.rpc(worker, ps, 0.5).rpc(worker, ps, 10.5, payload_bytes=1_000_000)  # 100 MB/s
+    run.placement("a", "ps:0", 3_000_000).placement("b", "ps:1", 3_000_000)
+    finding = next(f for f in analyze(run.write()).findings if f.kind == "communication_bound")
+    assert "MultiWorkerMirroredStrategy" in finding.recommendation.change
+    assert finding.recommendation.predicted_speedup > 1.05
+
+
+def test_communication_bound_all_reduce(builder):
+    run = builder(strategy="MultiWorkerMirroredStrategy", ps=0)
+    for worker in ("worker:0", "worker:1"):
+        run.steps(worker, step_ms=40).allreduce(worker, duration_ms=30)
+    finding = analyze(run.write()).primary
+    assert finding.kind == "communication_bound"
+    assert finding.recommendation.predicted_speedup == pytest.approx(40 / 25)
+
+
+def test_gpu_underutilized_and_compute_bound(builder):
+    idle = _clean(builder).gpu("host-a", 0, 25.0)
+    finding = analyze(idle.write()).primary
+    assert finding.kind == "gpu_underutilized" and finding.tasks == ("host-a/GPU:0",)
+    assert finding.recommendation.predicted_speedup == pytest.approx(2 / 1.25)
+    busy = _clean(builder).gpu("host-a", 0, 95.0)
+    finding = analyze(busy.write()).primary
+    assert finding.kind == "compute_bound" and finding.severity.value == "info"
+    assert "mixed_float16" in finding.recommendation.change
+
+
+def test_coordinator_bound(builder):
+    run = builder()
+    for worker in ("worker:0", "worker:1"):
+        run.steps(worker, step_ms=4, idle_ms=8, closures=True)
+    finding = analyze(run.write()).primary
+    assert finding.kind == "coordinator_bound"
+    assert finding.evidence["idle_frac"]["worker:0"] == pytest.approx(8 / 12, abs=0.01)
+    assert finding.recommendation.predicted_speedup > 2
+
+
+def test_task_failure_with_recovery_time(builder):
+    run = _clean(builder).fault("worker:1", "failure", 500).fault("worker:1", "recovery", 1500)
+    report = analyze(run.write())
+    finding = next(f for f in report.findings if f.kind == "task_failure")
+    assert finding.tasks == ("worker:1",) and finding.severity.value == "warning"
+    [failure] = [fault for fault in report.faults if fault["kind"] == "failure"]
+    assert failure["recovered_after_s"] == pytest.approx(1.0)
+    assert failure["time"] == pytest.approx(0.5)

@@ -1,0 +1,103 @@
+"""``communication_bound``: moving variables and gradients takes most of each step."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from tfdiag.analysis.findings import Finding, Recommendation, Severity
+from tfdiag.analysis.measurements import Measurements
+from tfdiag.analysis.ps_traffic import ps_traffic
+from tfdiag.analysis.whatif import allreduce_ns, predicted_speedup
+
+# Communication is the bottleneck when it is at least half of the step: then no compute
+# or input change can win more than it.
+WARNING_COMM_FRACTION = 0.5
+CRITICAL_COMM_FRACTION = 0.75
+# A strategy switch is only advised when the model predicts at least this gain.
+MIN_SWITCH_SPEEDUP = 1.05
+
+
+def detect(measured: Measurements) -> list[Finding]:
+    workers = measured.workers
+    if workers.empty:
+        return []
+    if measured.synchronous:
+        return _allreduce_bound(measured)
+    return _ps_bound(measured)
+
+
+def _ps_bound(measured: Measurements) -> list[Finding]:
+    traffic = ps_traffic(measured)
+    if traffic is None:
+        return []
+    workers = measured.workers
+    step_ns = float(workers["mean_ns"].median())
+    comm_ns = min(traffic.communication_ns(), step_ns)
+    fraction = comm_ns / step_ns
+    if fraction < WARNING_COMM_FRACTION:
+        return []
+    total_bytes = sum(traffic.bytes_per_ps.values())
+    rtt = sorted(traffic.rtt_ns.values())[len(traffic.rtt_ns) // 2]
+    bandwidth = sorted(traffic.bandwidth_bps.values())[len(traffic.bandwidth_bps) // 2]
+    # After the switch every worker holds the model and all-reduces gradients each step, in lockstep.
+    new_step = step_ns - comm_ns + allreduce_ns(total_bytes, len(workers), rtt, bandwidth)
+    speedup = predicted_speedup(workers, pd.Series(new_step, index=workers.index), synchronous=False)
+    if speedup < MIN_SWITCH_SPEEDUP:
+        return []
+    return [
+        Finding(
+            kind="communication_bound",
+            severity=Severity.CRITICAL if fraction >= CRITICAL_COMM_FRACTION else Severity.WARNING,
+            title=f"Parameter-server traffic takes {fraction:.0%} of each step",
+            summary=(
+                f"Each step reads and updates {total_bytes / 1e6:.1f} MB of variables on the parameter servers; "
+                f"at the measured bandwidth and latency that costs {comm_ns / 1e6:.1f} ms of a "
+                f"{step_ns / 1e6:.1f} ms step."
+            ),
+            tasks=tuple(workers["task"]),
+            evidence={
+                "communication_ms_per_step": round(comm_ns / 1e6, 2),
+                "step_ms_median": round(step_ns / 1e6, 2),
+                "variable_mb": round(total_bytes / 1e6, 2),
+                "bandwidth_mb_s": {ps: round(bw / 1e6, 1) for ps, bw in traffic.bandwidth_bps.items()},
+                "rtt_ms": {ps: round(value / 1e6, 2) for ps, value in traffic.rtt_ns.items()},
+            },
+            recommendation=Recommendation(
+                action="Keep the model on the workers and all-reduce gradients instead of round-tripping every variable.",
+                change="ParameterServerStrategy → MultiWorkerMirroredStrategy  # sample jobs: --tune strategy=mwms",
+                predicted_speedup=speedup,
+            ),
+        )
+    ]
+
+
+def _allreduce_bound(measured: Measurements) -> list[Finding]:
+    allreduce = measured.run.frame("allreduce")
+    workers = measured.workers
+    if allreduce.empty:
+        return []
+    reduce_ns = float(allreduce["duration_ns"].median())
+    step_ns = float(workers["mean_ns"].median())
+    fraction = min(reduce_ns / step_ns, 1.0)
+    if fraction < WARNING_COMM_FRACTION:
+        return []
+    # Doubling the per-worker batch halves the number of all-reduces per example.
+    speedup = (step_ns) / ((step_ns - reduce_ns) + reduce_ns / 2)
+    return [
+        Finding(
+            kind="communication_bound",
+            severity=Severity.CRITICAL if fraction >= CRITICAL_COMM_FRACTION else Severity.WARNING,
+            title=f"Gradient all-reduce takes {fraction:.0%} of each step",
+            summary=(
+                f"A {float(allreduce['bytes'].median()) / 1e6:.1f} MB all-reduce takes {reduce_ns / 1e6:.1f} ms of a "
+                f"{step_ns / 1e6:.1f} ms step: workers wait on the network more than they compute."
+            ),
+            tasks=tuple(workers["task"]),
+            evidence={"allreduce_ms_p50": round(reduce_ns / 1e6, 2), "step_ms_median": round(step_ns / 1e6, 2)},
+            recommendation=Recommendation(
+                action="Amortise each all-reduce over more examples: double the per-worker batch (scale the learning rate).",
+                change="global_batch_size *= 2  # sample jobs: --tune batch=<2x>",
+                predicted_speedup=speedup,
+            ),
+        )
+    ]

@@ -1,0 +1,67 @@
+"""``ps_hotspot``: one parameter server holds (and so serves) most of the model."""
+
+from __future__ import annotations
+
+from tfdiag.analysis.detectors.evidence import per_task
+from tfdiag.analysis.findings import Finding, Recommendation, Severity
+from tfdiag.analysis.measurements import Measurements
+from tfdiag.analysis.ps_traffic import ps_traffic
+from tfdiag.analysis.whatif import predicted_speedup
+
+# A ps is hot when it holds at least this multiple of its fair share (1 / number of ps)
+# of the variable bytes. Round-robin placement of a handful of similar layers stays within
+# about 1.3x; one unpartitioned embedding or dense kernel on one ps goes far past 1.5x.
+HOT_SHARE_RATIO = 1.5
+CRITICAL_SHARE_RATIO = 1.9
+# Below this, moving bytes costs too little to matter whoever holds them.
+MIN_VARIABLE_BYTES = 1 << 20
+
+
+def detect(measured: Measurements) -> list[Finding]:
+    load = measured.ps_load
+    if len(load) < 2 or load["bytes"].sum() < MIN_VARIABLE_BYTES:
+        return []
+    fair_share = 1.0 / len(load)
+    hot = load[load["bytes_share"] >= HOT_SHARE_RATIO * fair_share]
+    if hot.empty:
+        return []
+    ratio = float(hot["bytes_share"].max() / fair_share)
+    partitions = len(load)
+    speedup = None
+    traffic = ps_traffic(measured)
+    if traffic is not None and not measured.workers.empty:
+        balanced = {ps: float(load["bytes"].sum()) / partitions for ps in traffic.bytes_per_ps}
+        saving = max(traffic.communication_ns() - traffic.communication_ns(bytes_per_ps=balanced), 0.0)
+        saving = min(saving, float(measured.workers["mean_ns"].min()))
+        speedup = predicted_speedup(measured.workers, measured.workers["mean_ns"] - saving, measured.synchronous)
+    tasks = tuple(hot["task"])
+    largest = hot.iloc[0]
+    return [
+        Finding(
+            kind="ps_hotspot",
+            severity=Severity.CRITICAL if ratio >= CRITICAL_SHARE_RATIO else Severity.WARNING,
+            title=f"{tasks[0]} holds {float(hot['bytes_share'].max()):.0%} of the variable bytes",
+            summary=(
+                f"Every step reads and updates the variables on {', '.join(tasks)}, so "
+                f"{'it serves' if len(tasks) == 1 else 'they serve'} most of the traffic while the other "
+                f"parameter servers idle. Largest variable: {largest['largest']} ({largest['largest_bytes'] / 1e6:.1f} MB)."
+            ),
+            tasks=tasks,
+            evidence={
+                "bytes_share": per_task(load, "bytes_share", digits=3),
+                "variable_mb": per_task(load, "bytes", 1e6),
+                "variables": {row.task: int(row.variables) for row in load.itertuples()},
+                "largest_variable": {row.task: row.largest for row in hot.itertuples()},
+                "fair_share": round(fair_share, 3),
+            },
+            recommendation=Recommendation(
+                action=f"Partition large variables over all {partitions} parameter servers.",
+                change=(
+                    "strategy = tf.distribute.ParameterServerStrategy(cluster_resolver, "
+                    "variable_partitioner=tf.distribute.experimental.partitioners.MinSizePartitioner("
+                    f"min_shard_bytes=256 << 10, max_shards={partitions}))  # sample jobs: --tune partitioner={partitions}"
+                ),
+                predicted_speedup=speedup,
+            ),
+        )
+    ]

@@ -1,0 +1,73 @@
+"""``slow_link``: round trips to one task take much longer than to its peers."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tfdiag.analysis.detectors.evidence import task_list
+from tfdiag.analysis.findings import Finding, Recommendation, Severity
+from tfdiag.analysis.measurements import Measurements
+from tfdiag.analysis.ps_traffic import ps_traffic
+from tfdiag.analysis.whatif import PS_ROUND_TRIPS_PER_STEP, predicted_speedup
+
+# A destination is behind a slow link when the median round trip to it is this many times
+# the median to its peers and at least MIN_EXTRA_NS more. Loopback probes here take
+# 0.2-1 ms (p50) with p99 under 5 ms on a loaded 2-core machine, so 3x and 2 ms are clear
+# of that noise.
+SLOW_RATIO = 3.0
+MIN_EXTRA_NS = 2_000_000
+CRITICAL_EXTRA_NS = 20_000_000
+
+
+def detect(measured: Measurements) -> list[Finding]:
+    links = measured.links
+    if links.empty:
+        return []
+    # Judge each destination by the median over its sources, against the other destinations.
+    per_dst = links.groupby("dst")["rtt_p50_ns"].median()
+    if len(per_dst) < 2:
+        return []
+    findings = []
+    for dst, rtt in per_dst.items():
+        peers = float(np.median(per_dst.drop(dst)))
+        extra = rtt - peers
+        if rtt < SLOW_RATIO * max(peers, 1.0) or extra < MIN_EXTRA_NS:
+            continue
+        findings.append(_finding(measured, str(dst), float(rtt), peers))
+    return findings
+
+
+def _finding(measured: Measurements, dst: str, rtt: float, peers: float) -> Finding:
+    extra = rtt - peers
+    sources = measured.links[measured.links["dst"] == dst]
+    speedup = None
+    traffic = ps_traffic(measured)
+    if dst.startswith("ps:") and not measured.workers.empty:
+        if traffic is not None:
+            fixed = dict(traffic.rtt_ns, **{dst: peers})
+            saving = traffic.communication_ns() - traffic.communication_ns(rtt_ns=fixed)
+        else:
+            saving = PS_ROUND_TRIPS_PER_STEP * extra
+        saving = min(max(saving, 0.0), float(measured.workers["mean_ns"].min()))
+        speedup = predicted_speedup(measured.workers, measured.workers["mean_ns"] - saving, measured.synchronous)
+    return Finding(
+        kind="slow_link",
+        severity=Severity.CRITICAL if extra >= CRITICAL_EXTRA_NS else Severity.WARNING,
+        title=f"Round trips to {dst} take {rtt / 1e6:.1f} ms, {extra / 1e6:.1f} ms more than to its peers",
+        summary=(
+            f"The RPC probe from {task_list(sorted(sources['src']))} measures a median round trip of "
+            f"{rtt / 1e6:.1f} ms to {dst} against {peers / 1e6:.1f} ms to the other tasks: the network path to "
+            f"{dst} (its host, NIC, a proxy or a congested switch port) adds latency to every step."
+        ),
+        tasks=(dst,),
+        evidence={
+            "rtt_ms_p50": {f"{row.src}->{row.dst}": round(row.rtt_p50_ns / 1e6, 2) for row in sources.itertuples()},
+            "rtt_ms_p99": {f"{row.src}->{row.dst}": round(row.rtt_p99_ns / 1e6, 2) for row in sources.itertuples()},
+            "peer_rtt_ms_p50": round(peers / 1e6, 2),
+        },
+        recommendation=Recommendation(
+            action=f"Fix the network path to {dst}, or move {dst} to a host with a fast link to the workers.",
+            change=f"Place {dst} on a host in the workers' rack or fix its link; check with `ping`/`iperf` from a worker host.",
+            predicted_speedup=speedup,
+        ),
+    )
