@@ -31,7 +31,7 @@ def step_table(steps: pd.DataFrame, offsets: dict[str, int]) -> pd.DataFrame:
         return pd.DataFrame({name: pd.Series(dtype="float64") for name in columns}).astype({"task": "object"})
     table = pd.DataFrame(
         {
-            "task": steps["task"].astype(str),
+            "task": steps["task"].astype("category"),
             "step": steps["step"],
             "begin_ns": to_reference_clock(steps["begin_ns"], steps["clock_task"], offsets),
             "end_ns": to_reference_clock(steps["end_ns"], steps["clock_task"], offsets),
@@ -41,7 +41,7 @@ def step_table(steps: pd.DataFrame, offsets: dict[str, int]) -> pd.DataFrame:
     )
     table = table.sort_values(["task", "begin_ns"], kind="stable").reset_index(drop=True)
     table["duration_ns"] = table["end_ns"] - table["begin_ns"]
-    table["period_ns"] = table.groupby("task", sort=False)["begin_ns"].diff()
+    table["period_ns"] = table.groupby("task", sort=False, observed=True)["begin_ns"].diff()
     return table
 
 
@@ -56,7 +56,7 @@ def worker_table(steps: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(
             columns=["task", "steps", "p50_ns", "p95_ns", "mean_ns", "period_ns", "input_wait_frac", "examples", "active_ns"]
         )
-    grouped = steps.groupby("task", sort=True)
+    grouped = steps.groupby("task", sort=True, observed=True)
     table = pd.DataFrame(
         {
             "steps": grouped.size(),
@@ -69,6 +69,7 @@ def worker_table(steps: pd.DataFrame) -> pd.DataFrame:
             "active_ns": grouped["end_ns"].max() - grouped["begin_ns"].min(),
         }
     ).reset_index()
+    table["task"] = table["task"].astype(str)
     # A worker with a single step has no period; its duration is the best stand-in.
     table["period_ns"] = table["period_ns"].fillna(table["mean_ns"])
     return table
