@@ -13,6 +13,7 @@ The same table, with the meaning of every column, is in ``docs/log-format.md``.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -38,9 +39,13 @@ class RecordKind:
     def column_names(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.columns)
 
-    def arrow_schema(self) -> pa.Schema:
+    def arrow_schema(self, task: str | None = None) -> pa.Schema:
+        """The Arrow schema of this kind; ``task``, the writing task, goes into its metadata."""
         fields = [pa.field(name, _ARROW_TYPES[type_]) for name, type_ in self.columns]
-        return pa.schema(fields, metadata={"kind": self.name, "schema_version": str(SCHEMA_VERSION)})
+        metadata = {"kind": self.name, "schema_version": str(SCHEMA_VERSION)}
+        if task is not None:
+            metadata["task"] = task
+        return pa.schema(fields, metadata=metadata)
 
 
 STEP = RecordKind(
@@ -185,5 +190,9 @@ def task_name(job: str, index: int) -> str:
 
 
 def task_file_stem(task: str) -> str:
-    """The file name stem of a task's log: ``task_file_stem("worker:1") == "worker-1"``."""
-    return task.replace(":", "-")
+    """The file name stem of a task's log: ``task_file_stem("worker:1") == "worker-1"``.
+
+    Characters that are unsafe in a file name become ``_`` (the task's real name travels
+    inside the file, in each frame's metadata).
+    """
+    return re.sub(r"[^A-Za-z0-9._-]", "_", task.replace(":", "-")).lstrip(".")

@@ -67,6 +67,7 @@ class RunLoader:
         self._sources: dict[str, list[str]] = {}
         self._skipped: list[SkippedRecords] = []
         self._tails: dict[Path, SkippedRecords] = {}
+        self._file_tasks: dict[Path, str] = {}
         self._run: LoadedRun | None = None
 
     def refresh(self, progress: ProgressCallback | None = None) -> LoadedRun:
@@ -85,10 +86,10 @@ class RunLoader:
             if sizes[path] == offset and path in self._offsets:
                 continue
             result = read_task_file(path, offset)
-            source = path.name[: -len(LOG_SUFFIX)].replace("-", ":", 1)
             for kind, batches in result.batches.items():
                 self._batches.setdefault(kind, []).extend(batches)
-                self._sources.setdefault(kind, []).extend([source] * len(batches))
+                self._sources.setdefault(kind, []).extend(_writer_task(batch, path) for batch in batches)
+                self._file_tasks.setdefault(path, _writer_task(batches[0], path))
                 changed = True
             self._skipped.extend(result.skipped)
             changed = changed or bool(result.skipped) or (self._tails.get(path) != result.truncated_tail)
@@ -110,7 +111,7 @@ class RunLoader:
         unknown = sorted(set(self._batches) - set(KINDS))
         warnings = [item.sentence() for item in skipped]
         warnings += [f"records of unknown kind {kind!r} ignored (written by a newer tfdiag?)" for kind in unknown]
-        sources = sorted(path.name[: -len(LOG_SUFFIX)].replace("-", ":", 1) for path in files)
+        sources = sorted(self._file_tasks.get(path) or _task_from_file_name(path) for path in files)
         return LoadedRun(self.path, read_manifest(self.path), frames, skipped, warnings, sources)
 
     def _frame(self, kind: str) -> pd.DataFrame:
@@ -131,6 +132,16 @@ class RunLoader:
             index = table.column_names.index(name)
             table = table.set_column(index, name, table.column(name).dictionary_encode())
         return table.to_pandas()
+
+
+def _writer_task(batch: pa.RecordBatch, path: Path) -> str:
+    """The task that wrote a frame: from its metadata, else from the file name."""
+    task = (batch.schema.metadata or {}).get(b"task")
+    return task.decode() if task else _task_from_file_name(path)
+
+
+def _task_from_file_name(path: Path) -> str:
+    return path.name[: -len(LOG_SUFFIX)].replace("-", ":", 1)
 
 
 def load_run(run_dir: str | os.PathLike, progress: ProgressCallback | None = None) -> LoadedRun:

@@ -40,3 +40,43 @@ def step_time_over_run(report: Report) -> go.Figure:
         margin={"l": 60, "r": 20, "t": 50, "b": 50},
     )
     return figure
+
+
+def worker_step_times(report: Report) -> go.Figure:
+    """Median and 95th-percentile step time (ms) of every worker, side by side."""
+    tasks = [str(worker["task"]) for worker in report.workers]
+    figure = go.Figure()
+    for key, label in (("p50", "median"), ("p95", "95th percentile")):
+        figure.add_trace(
+            go.Bar(x=tasks, y=[worker["step_time_ms"][key] for worker in report.workers], name=label)
+        )
+    figure.update_layout(
+        title="Step time by worker",
+        xaxis_title="worker",
+        yaxis_title="step time (ms)",
+        barmode="group",
+        template="plotly_white",
+        margin={"l": 60, "r": 20, "t": 50, "b": 50},
+    )
+    return figure
+
+
+def input_wait_by_worker(report: Report) -> go.Figure:
+    """Share of step time (%) each worker spends waiting for its input pipeline."""
+    tasks = [str(worker["task"]) for worker in report.workers]
+    figure = go.Figure(
+        go.Bar(x=tasks, y=[100 * (worker.get("input_wait_frac") or 0.0) for worker in report.workers], name="input wait")
+    )
+    figure.update_layout(
+        title="Input wait by worker",
+        xaxis_title="worker",
+        yaxis_title="input wait (% of step time)",
+        yaxis_range=[0, 100],
+        template="plotly_white",
+        margin={"l": 60, "r": 20, "t": 50, "b": 50},
+    )
+    return figure
+
+
+# The figures of a report, in the order the HTML report shows them.
+REPORT_FIGURES = (step_time_over_run, worker_step_times, input_wait_by_worker)

@@ -68,7 +68,7 @@ class TaskWriter:
         with self._file_lock:
             try:
                 frames = b"".join(
-                    encode_frame(pa.RecordBatch.from_pylist(rows, schema=KINDS[kind].arrow_schema()))
+                    encode_frame(pa.RecordBatch.from_pylist(rows, schema=KINDS[kind].arrow_schema(self.task)))
                     for kind, rows in pending.items()
                 )
                 if self._file is None:

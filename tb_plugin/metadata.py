@@ -1,0 +1,11 @@
+"""Names shared by the tfdiag plugin's backend and frontend."""
+
+# The plugin's name: its routes live under /data/plugin/tfdiag/ and its runs hold
+# plugins/tfdiag/ (tfdiag.store.PLUGIN_DIR).
+PLUGIN_NAME = "tfdiag"
+
+# The tab's label in TensorBoard's top bar.
+TAB_NAME = "tfdiag"
+
+# Version of the HTTP API in http_api.md; bump when a route's response changes shape.
+HTTP_API_VERSION = 1

@@ -1,0 +1,224 @@
+"""The tfdiag TensorBoard plugin: routes over ``tfdiag.analysis`` and the static frontend.
+
+Every JSON route is split into ``<x>_route(request)``, which validates the arguments
+(400 on a missing or malformed one, 404 on an unknown run), and ``<x>_impl(...)``, which
+returns plain data. See ``http_api.md`` for the routes.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import time
+from typing import Any
+
+from tensorboard import errors
+from tensorboard.plugins import base_plugin
+from werkzeug import Request, Response
+
+from tfdiag.errors import RunNotFoundError
+from tfdiag.tb_plugin import metadata
+from tfdiag.tb_plugin.assets import PLOTLY_ROUTE, STATIC_FILES, Assets
+from tfdiag.tb_plugin.runs import DISCOVERY_TTL_S, FIGURES, REFRESH_INTERVAL_S, RunIndex, RunStates
+
+# The tab asks TensorBoard's plugin listing whether it is active on every page load;
+# is_active re-walks the logdir at most this often.
+IS_ACTIVE_TTL_S = 10.0
+
+# Arguments longer than this are refused before any lookup (run names are paths).
+MAX_ARG_LENGTH = 4096
+
+
+def _json_safe(value: Any) -> Any:
+    """``value`` with NaN and infinities as None (JSON has neither) and numpy scalars as Python ones."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(key): _json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(item) for item in value]
+    if hasattr(value, "item") and callable(value.item):  # numpy scalar
+        return _json_safe(value.item())
+    return value
+
+
+def _json_response(data: Any, status: int = 200) -> Response:
+    body = json.dumps(_json_safe(data), allow_nan=False, separators=(",", ":"))
+    response = Response(body, status=status, content_type="application/json")
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["Cache-Control"] = "no-cache, must-revalidate"
+    return response
+
+
+def _raw_json_response(body: str) -> Response:
+    response = Response(body, status=200, content_type="application/json")
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["Cache-Control"] = "no-cache, must-revalidate"
+    return response
+
+
+def _handles_errors(route):
+    """Turns TensorBoard's public errors into JSON error responses with their HTTP code.
+
+    TensorBoard's own WSGI app does the same for plugins (as text); doing it here keeps
+    the plugin's apps self-contained, so they can be served and tested on their own.
+    """
+
+    @Request.application
+    def app(*args) -> Response:  # (request) or, on a method, (self, request)
+        try:
+            return route(*args)
+        except errors.PublicError as error:
+            return _json_response({"error": str(error)}, status=error.http_code)
+
+    return functools.wraps(route)(app)
+
+
+def _required_arg(request: Request, name: str) -> str:
+    values = request.args.getlist(name)
+    if not values or values[0] == "":
+        raise errors.InvalidArgumentError(f"missing argument {name!r}")
+    if len(values) > 1:
+        raise errors.InvalidArgumentError(f"argument {name!r} given {len(values)} times")
+    if len(values[0]) > MAX_ARG_LENGTH or "\x00" in values[0]:
+        raise errors.InvalidArgumentError(f"argument {name!r} is malformed")
+    return values[0]
+
+
+class TfdiagPlugin(base_plugin.TBPlugin):
+    """The tfdiag tab: run list, a run's Report as JSON, its plotly figures, the frontend.
+
+    Example:
+        >>> from tensorboard.plugins import base_plugin
+        >>> plugin = TfdiagPlugin(base_plugin.TBContext(logdir="logs"))  # doctest: +SKIP
+        >>> sorted(plugin.get_plugin_apps())[:3]  # doctest: +SKIP
+        ['/figure', '/index.js', '/model.js']
+    """
+
+    plugin_name = metadata.PLUGIN_NAME
+
+    def __init__(
+        self,
+        context: base_plugin.TBContext,
+        *,
+        discovery_ttl_s: float = DISCOVERY_TTL_S,
+        refresh_interval_s: float = REFRESH_INTERVAL_S,
+        is_active_ttl_s: float = IS_ACTIVE_TTL_S,
+    ):
+        self._index = RunIndex(context.logdir, ttl_s=discovery_ttl_s)
+        self._states = RunStates(refresh_interval_s=refresh_interval_s)
+        self._assets = Assets()
+        self._is_active_ttl_s = is_active_ttl_s
+        self._active: bool = False
+        self._active_checked_at: float | None = None
+
+    # -- TensorBoard interface -------------------------------------------------------
+
+    def get_plugin_apps(self):
+        apps = {
+            "/runs": self.runs_route,
+            "/report": self.report_route,
+            "/figure": self.figure_route,
+        }
+        apps.update({route: self.static_app(route) for route in (*STATIC_FILES, PLOTLY_ROUTE)})
+        return apps
+
+    def is_active(self) -> bool:
+        """True iff the logdir holds at least one tfdiag run (a ``plugins/tfdiag`` directory).
+
+        The answer is cached: it is re-checked at most every ``is_active_ttl_s`` seconds
+        (default ``IS_ACTIVE_TTL_S``), from run discovery, which walks the logdir at most
+        every ``discovery_ttl_s`` seconds.
+        """
+        now = time.monotonic()
+        if self._active_checked_at is None or now - self._active_checked_at >= self._is_active_ttl_s:
+            self._active = bool(self._index.runs())
+            self._active_checked_at = now
+        return self._active
+
+    def frontend_metadata(self):
+        return base_plugin.FrontendMetadata(es_module_path="/index.js", tab_name=metadata.TAB_NAME)
+
+    # -- /runs -----------------------------------------------------------------------
+
+    @_handles_errors
+    def runs_route(self, request: Request) -> Response:
+        """``GET /runs`` → JSON list of run names."""
+        return _json_response(self.runs_impl())
+
+    def runs_impl(self) -> list[str]:
+        """The names of every run under the logdir, sorted ("." is the logdir itself)."""
+        return list(self._index.runs())
+
+    # -- /report ---------------------------------------------------------------------
+
+    @_handles_errors
+    def report_route(self, request: Request) -> Response:
+        """``GET /report?run=NAME`` → the run's ``Report.to_dict()``."""
+        run = _required_arg(request, "run")
+        return _json_response(self.report_impl(run))
+
+    def report_impl(self, run: str) -> dict:
+        """The JSON report of run ``run``; raises ``NotFoundError`` for an unknown run."""
+        return self._state(run).report_dict()
+
+    # -- /figure ---------------------------------------------------------------------
+
+    @_handles_errors
+    def figure_route(self, request: Request) -> Response:
+        """``GET /figure?run=NAME&name=FIGURE`` → the plotly figure JSON."""
+        run = _required_arg(request, "run")
+        name = _required_arg(request, "name")
+        if name not in FIGURES:
+            raise errors.InvalidArgumentError(f"unknown figure {name!r}; expected one of {sorted(FIGURES)}")
+        return _raw_json_response(self.figure_impl(run, name))
+
+    def figure_impl(self, run: str, name: str) -> str:
+        """Figure ``name`` of run ``run`` as plotly JSON text (``plotly.io.to_json``)."""
+        return self._state(run).figure_json(name)
+
+    # -- static files ----------------------------------------------------------------
+
+    def static_app(self, route: str):
+        """The WSGI app serving asset ``route`` (a key of ``STATIC_FILES`` or plotly.js).
+
+        Each asset gets its own app bound to its route, so nothing from the request
+        chooses what is read.
+        """
+
+        @Request.application
+        def app(request: Request) -> Response:
+            asset = self._assets.get(route)
+            if asset is None:
+                return _json_response({"error": "not found"}, status=404)
+            use_gzip = "gzip" in request.accept_encodings
+            response = Response(asset.gzipped if use_gzip else asset.body, content_type=asset.content_type)
+            if use_gzip:
+                response.headers["Content-Encoding"] = "gzip"
+            response.headers["Vary"] = "Accept-Encoding"
+            response.headers["X-Content-Type-Options"] = "nosniff"
+            response.headers["Cache-Control"] = asset.cache_control
+            response.set_etag(asset.etag + ("-gz" if use_gzip else ""))
+            return response.make_conditional(request)
+
+        return app
+
+    # -- helpers ---------------------------------------------------------------------
+
+    def _state(self, run: str):
+        path = self._index.lookup(run)
+        if path is None:
+            raise errors.NotFoundError(f"no tfdiag run named {run!r} under the logdir")
+        try:
+            return self._states.get(path)
+        except RunNotFoundError:
+            self._states.forget(path)
+            raise errors.NotFoundError(f"run {run!r} is gone from the logdir") from None
+
+
+class TfdiagPluginLoader(base_plugin.TBLoader):
+    """Loads ``TfdiagPlugin``; it needs only the logdir, not the data provider."""
+
+    def load(self, context: base_plugin.TBContext):
+        return TfdiagPlugin(context)

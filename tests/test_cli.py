@@ -1,0 +1,256 @@
+"""The tfdiag command line, driven through ``main([...])`` on small real runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import types
+
+import pytest
+
+from tfdiag.cli import main
+from tfdiag.store import log_dir
+
+DESIGN_KEYS = ["schema_version", "run", "summary", "workers", "rpc", "shards", "gpus", "faults", "findings"]
+
+
+@pytest.fixture
+def straggler(synthetic_run):
+    return synthetic_run("straggler", workers=2, steps=50, slow_worker=1)
+
+
+@pytest.fixture
+def clean(synthetic_run):
+    return synthetic_run("clean", workers=2, steps=50)
+
+
+def test_help_exits_zero(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for command in ("analyze", "compare", "export-trace", "sample", "demo"):
+        assert command in out
+
+
+def test_no_command_is_a_usage_error(capsys):
+    assert main([]) == 2
+    assert "usage:" in capsys.readouterr().err
+
+
+def test_bad_option_is_a_usage_error(capsys, clean):
+    assert main(["analyze", str(clean), "--format", "pdf"]) == 2
+    assert "invalid choice" in capsys.readouterr().err
+
+
+def test_analyze_text(capsys, straggler):
+    assert main(["analyze", str(straggler)]) == 0
+    captured = capsys.readouterr()
+    assert "straggler" in captured.out and "worker:1" in captured.out
+    assert captured.err == ""
+
+
+@pytest.mark.parametrize(("fail_on", "expected"), [("warning", 1), ("critical", 1), (None, 0)])
+def test_fail_on_with_a_straggler(capsys, straggler, fail_on, expected):
+    # 60 ms against 20 ms: a critical straggler.
+    argv = ["analyze", str(straggler)] + (["--fail-on", fail_on] if fail_on else [])
+    assert main(argv) == expected
+
+
+def test_fail_on_with_a_clean_run(capsys, clean):
+    assert main(["analyze", str(clean), "--fail-on", "warning"]) == 0
+
+
+def test_fail_on_critical_ignores_warnings(capsys, synthetic_run):
+    run = synthetic_run("mild", workers=2, steps=50, slow_worker=1, slow_ms=10.0)  # 1.5x: a warning
+    assert main(["analyze", str(run), "--fail-on", "warning", "-q"]) == 1
+    assert main(["analyze", str(run), "--fail-on", "critical", "-q"]) == 0
+
+
+def test_missing_run_is_one_line_and_exit_2(capsys, tmp_path):
+    missing = tmp_path / "no-such-run"
+    assert main(["analyze", str(missing)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("tfdiag: error: ") and str(missing) in lines[0]
+    assert "Traceback" not in captured.err
+
+
+def test_directory_that_is_not_a_run(capsys, tmp_path):
+    assert main(["analyze", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tfdiag: error: ") and str(tmp_path) in err
+
+
+def test_debug_shows_the_traceback(capsys, tmp_path):
+    assert main(["--debug", "analyze", str(tmp_path / "missing")]) == 2
+    assert "Traceback" in capsys.readouterr().err
+
+
+def test_json_stdout_is_only_json(capsys, straggler):
+    assert main(["analyze", str(straggler), "--format", "json"]) == 0
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    # DESIGN.md's keys, in order; the lead's documented extensions (ps, hosts) may follow.
+    assert [key for key in data if key in DESIGN_KEYS] == DESIGN_KEYS
+    assert set(data) - set(DESIGN_KEYS) <= {"ps", "hosts"}
+    assert data["summary"]["primary_bottleneck"] == "straggler"
+    assert data["run"]["skipped_records"] == 0
+
+
+def test_output_file(capsys, straggler, tmp_path):
+    target = tmp_path / "report.html"
+    assert main(["analyze", str(straggler), "--format", "html", "-o", str(target)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert str(target) in captured.err
+    assert target.read_text().startswith("<!DOCTYPE html>")
+
+
+def test_unwritable_output_is_exit_2(capsys, straggler, tmp_path):
+    assert main(["analyze", str(straggler), "-o", str(tmp_path / "missing-dir" / "r.txt")]) == 2
+    assert capsys.readouterr().err.startswith("tfdiag: error: ")
+
+
+def test_truncated_log_is_reported_and_the_rest_analysed(capsys, synthetic_run):
+    run = synthetic_run("truncated", workers=2, steps=100)
+    task_file = log_dir(run) / "worker-1.tfdiag"
+    size = task_file.stat().st_size
+    with open(task_file, "r+b") as f:
+        f.truncate(size - 50)
+    assert main(["analyze", str(run), "--format", "json"]) == 0
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    assert data["run"]["skipped_records"] > 0
+    assert "tfdiag: warning: " in captured.err and "worker-1.tfdiag" in captured.err
+    workers = {worker["task"]: worker for worker in data["workers"]}
+    assert workers["worker:0"]["steps"] == 100
+    assert 0 < workers["worker:1"]["steps"] < 100
+
+
+def test_quiet_hides_warnings(capsys, synthetic_run):
+    run = synthetic_run("truncated", workers=2, steps=20)
+    task_file = log_dir(run) / "worker-0.tfdiag"
+    with open(task_file, "r+b") as f:
+        f.truncate(task_file.stat().st_size - 10)
+    assert main(["analyze", str(run), "-q"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_compare_reports_a_resolved_straggler(capsys, straggler, clean):
+    assert main(["compare", str(straggler), str(clean), "--format", "json"]) == 0
+    comparison = json.loads(capsys.readouterr().out)
+    assert [entry["kind"] for entry in comparison["findings"]["resolved"]] == ["straggler"]
+    assert comparison["findings"]["new"] == []
+    # 60 ms steps on one worker become 20 ms: more throughput, same median step.
+    assert comparison["examples_per_s"]["ratio"] > 1.2
+    assert comparison["examples_per_s"]["change_pct"] > 20
+
+    assert main(["compare", str(straggler), str(clean)]) == 0
+    text = capsys.readouterr().out
+    assert "Resolved findings (1)" in text and "straggler" in text
+
+
+def test_compare_reports_a_new_finding(capsys, straggler, clean):
+    assert main(["compare", str(clean), str(straggler), "--format", "json"]) == 0
+    comparison = json.loads(capsys.readouterr().out)
+    assert [entry["kind"] for entry in comparison["findings"]["new"]] == ["straggler"]
+    assert comparison["examples_per_s"]["change_pct"] < 0
+
+
+def test_export_trace(capsys, straggler, tmp_path):
+    target = tmp_path / "trace.json"
+    assert main(["export-trace", str(straggler), "-o", str(target)]) == 0
+    trace = json.loads(target.read_text())
+    slices = [event for event in trace["traceEvents"] if event["ph"] == "X"]
+    assert len(slices) == 2 * 50
+
+
+def test_export_trace_needs_output(capsys, straggler):
+    assert main(["export-trace", str(straggler)]) == 2
+
+
+def test_analyze_does_not_import_tensorflow(straggler):
+    code = (
+        "import sys; from tfdiag.cli import main; rc = main(['analyze', sys.argv[1], '-q']);"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras', 'tf_keras')"
+        " or m.startswith('tfdiag.sample_jobs')]; print('BAD', bad, file=sys.stderr); sys.exit(rc or bool(bad))"
+    )
+    result = subprocess.run([sys.executable, "-c", code, str(straggler)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+
+
+class FakeSampleCli:
+    """Stands in for ``tfdiag.sample_jobs.cli``: writes a synthetic run instead of training."""
+
+    def __init__(self):
+        self.calls = []
+        self.returncode = 0
+
+    def add_arguments(self, parser):
+        parser.add_argument("job")
+        parser.add_argument("--steps", type=int, default=10)
+
+    def run(self, args):
+        self.calls.append(("run", args.job, args.steps))
+        return 0
+
+    def run_sample(self, job, *, ps=2, workers=2, steps=200, logdir, inject=(), tune=(), collect=True):
+        from tests.conftest import write_synthetic_run
+
+        self.calls.append(("run_sample", job, ps, workers, steps, logdir, list(inject)))
+        write_synthetic_run(logdir, workers=workers, steps=steps, slow_worker=1)
+        return types.SimpleNamespace(returncode=self.returncode, ok=self.returncode == 0, logdir=logdir)
+
+
+@pytest.fixture
+def fake_sample_cli(monkeypatch):
+    import tfdiag.sample_jobs
+
+    fake = FakeSampleCli()
+    monkeypatch.setitem(sys.modules, "tfdiag.sample_jobs.cli", fake)
+    monkeypatch.setattr(tfdiag.sample_jobs, "cli", fake, raising=False)
+    return fake
+
+
+def test_sample_delegates_to_the_sample_jobs(capsys, fake_sample_cli):
+    assert main(["sample", "ps_ctl", "--steps", "7"]) == 0
+    assert fake_sample_cli.calls == [("run", "ps_ctl", 7)]
+
+
+def test_demo_runs_analyses_and_writes_html(capsys, fake_sample_cli, tmp_path):
+    logdir = tmp_path / "demo"
+    assert main(["demo", "--logdir", str(logdir), "--steps", "30"]) == 0
+    (call,) = fake_sample_cli.calls
+    assert call[:5] == ("run_sample", "ps_ctl", 2, 2, 30)
+    assert call[6] == ["slow-worker=1:40"]
+    run_dir = call[5]
+    captured = capsys.readouterr()
+    assert "straggler" in captured.out
+    html_path = os.path.join(run_dir, "report.html")
+    assert os.path.isfile(html_path) and html_path in captured.out
+    assert f"tensorboard --logdir {logdir} --host 127.0.0.1" in captured.out
+    assert "--bind_all" not in captured.out and '"tfdiag" tab' in captured.out
+    assert "running sample job" in captured.err
+
+
+def test_progress_bar_for_large_runs_only(capsys, monkeypatch, straggler):
+    import tfdiag.cli as cli
+
+    assert main(["analyze", str(straggler), "-o", os.devnull]) == 0
+    assert "reading" not in capsys.readouterr().err  # a small run: no bar
+    monkeypatch.setattr(cli, "PROGRESS_LARGE_BYTES", 1)
+    monkeypatch.setattr(cli, "PROGRESS_TTY_BYTES", 1)
+    assert main(["analyze", str(straggler), "-o", os.devnull]) == 0
+    assert "reading straggler" in capsys.readouterr().err
+    assert main(["analyze", str(straggler), "-o", os.devnull, "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_demo_reports_a_failed_job(capsys, fake_sample_cli, tmp_path):
+    fake_sample_cli.returncode = 3
+    assert main(["demo", "--logdir", str(tmp_path / "demo"), "--steps", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "tfdiag: error: the sample job failed (exit status 3)" in err

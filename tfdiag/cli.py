@@ -1,0 +1,336 @@
+"""The ``tfdiag`` command line: analyze, compare, export-trace, sample, demo.
+
+Exit status: 0 ok; 1 findings at or above ``--fail-on``; 2 bad usage or input (the
+message goes to stderr on one line, ``tfdiag: error: ...``; ``--debug`` adds the traceback).
+
+``analyze``, ``compare`` and ``export-trace`` never import TensorFlow; ``sample`` and
+``demo`` import the sample jobs only when they run (``sample`` also to build its options).
+
+Example:
+    $ tfdiag analyze logs/run1 --format html -o report.html
+    $ tfdiag compare logs/before logs/after
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Callable, Sequence
+
+from tfdiag import __version__
+from tfdiag.errors import InvalidOptionError, RunNotFoundError, TfdiagError
+
+EXIT_OK = 0
+EXIT_FINDINGS = 1
+EXIT_USAGE = 2
+
+REPORT_FORMATS = ("text", "json", "markdown", "html")
+SEVERITIES = ("warning", "critical")
+# Runs with at least this many bytes of logs get a progress bar even when stderr is not a
+# terminal (a CI log); on a terminal the bar appears from PROGRESS_TTY_BYTES on.
+PROGRESS_LARGE_BYTES = 256 * 1024 * 1024
+PROGRESS_TTY_BYTES = 8 * 1024 * 1024
+
+DEMO_JOB = "ps_ctl"
+DEMO_INJECT = "slow-worker=1:40"
+DEMO_LOGDIR = "demo-logs"
+
+
+class CommandError(TfdiagError):
+    """A command failed for a reason the user can act on (e.g. an unwritable output file)."""
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _warn(message: str) -> None:
+    _say("tfdiag: warning: " + " ".join(str(message).split()))
+
+
+class _ProgressBar:
+    """The ``progress`` callback of ``analyze``: a tqdm bar on stderr, for large runs only."""
+
+    def __init__(self, description: str, enabled: bool = True):
+        self.description = description
+        self.enabled = enabled
+        self._bar = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        if self._bar is None:
+            threshold = PROGRESS_TTY_BYTES if _stderr_is_tty() else PROGRESS_LARGE_BYTES
+            if total < threshold:
+                self.enabled = False
+                return
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, desc=self.description, unit="B", unit_scale=True, file=sys.stderr, leave=False)
+        self._bar.update(done - self._bar.n)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+def _stderr_is_tty() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _analyze_run(path: str, quiet: bool):
+    """Analyses ``path`` with a progress bar, printing the run's warnings to stderr."""
+    from tfdiag.analysis import analyze
+
+    run = Path(path)
+    if not run.exists():
+        raise RunNotFoundError(f"{path}: no such run directory")
+    if not run.is_dir():
+        raise RunNotFoundError(f"{path}: not a directory")
+    progress = _ProgressBar(f"reading {run.name or path}", enabled=not quiet)
+    try:
+        report = analyze(run, progress=progress)
+    finally:
+        progress.close()
+    if not quiet:
+        for warning in report.run.get("warnings") or []:
+            _warn(warning)
+    return report
+
+
+def _write_output(text: str, output: str | None, quiet: bool = False) -> None:
+    if output is None or output == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    try:
+        Path(output).write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise CommandError(f"{output}: cannot write ({error.strerror or error})") from error
+    if not quiet:
+        _say(f"tfdiag: wrote {output}")
+
+
+def _fails(report, fail_on: str | None) -> bool:
+    if fail_on is None:
+        return False
+    threshold = SEVERITIES.index(fail_on) + 1  # Severity.rank: info 0, warning 1, critical 2
+    return any(finding.severity.rank >= threshold for finding in report.findings)
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from tfdiag.report import render
+
+    report = _analyze_run(args.run, args.quiet)
+    _write_output(render(report, args.format), args.output, args.quiet)
+    return EXIT_FINDINGS if _fails(report, args.fail_on) else EXIT_OK
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from tfdiag.report.compare import compare_reports, render_comparison
+
+    base = _analyze_run(args.base, args.quiet)
+    new = _analyze_run(args.new, args.quiet)
+    _write_output(render_comparison(compare_reports(base, new), args.format), args.output, args.quiet)
+    return EXIT_OK
+
+
+def cmd_export_trace(args: argparse.Namespace) -> int:
+    from tfdiag.report.json_format import dumps
+    from tfdiag.report.trace import render_chrome_trace
+
+    report = _analyze_run(args.run, args.quiet)
+    _write_output(dumps(render_chrome_trace(report), indent=None) + "\n", args.output, args.quiet)
+    return EXIT_OK
+
+
+def _sample_cli():
+    """``tfdiag.sample_jobs.cli``, imported on demand (it may pull in TensorFlow)."""
+    try:
+        from tfdiag.sample_jobs import cli as sample_cli
+    except ImportError as error:
+        if getattr(error, "name", None) in ("tfdiag.sample_jobs.cli", "tfdiag.sample_jobs"):
+            raise CommandError("the sample jobs are not installed (no tfdiag.sample_jobs.cli)") from error
+        raise CommandError(f"the sample jobs cannot be imported: {error}") from error
+    return sample_cli
+
+
+def cmd_sample(args: argparse.Namespace) -> int:
+    return int(_sample_cli().run(args) or 0)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from tfdiag.report import render_html, render_text
+
+    sample_cli = _sample_cli()
+    logdir = Path(args.logdir)
+    name = time.strftime(f"{DEMO_JOB}-slow-worker-%Y%m%d-%H%M%S")
+    run_dir = logdir / name
+    suffix = 1
+    while run_dir.exists():  # two demos in the same second
+        suffix += 1
+        run_dir = logdir / f"{name}-{suffix}"
+    _say(
+        f"tfdiag demo: running sample job {DEMO_JOB!r} on a local cluster (2 ps, 2 workers, {args.steps} steps) "
+        f"with worker 1 slowed down ({DEMO_INJECT}); logs go to {run_dir}"
+    )
+    started = time.monotonic()
+    result = sample_cli.run_sample(
+        DEMO_JOB, ps=2, workers=2, steps=args.steps, logdir=str(run_dir), inject=[DEMO_INJECT]
+    )
+    returncode = result if isinstance(result, int) else getattr(result, "returncode", 0)
+    if returncode:
+        raise CommandError(f"the sample job failed (exit status {returncode}); its task logs are under {run_dir}")
+    _say(f"tfdiag demo: training finished in {time.monotonic() - started:.0f} s; analysing {run_dir}")
+    report = _analyze_run(str(run_dir), quiet=False)
+    sys.stdout.write(render_text(report))
+    html_path = run_dir / "report.html"
+    _write_output(render_html(report), str(html_path), quiet=True)
+    print(f"\nHTML report: {html_path}")
+    print(f"TensorBoard: tensorboard --logdir {logdir} --host 127.0.0.1   then open the \"tfdiag\" tab")
+    return EXIT_OK
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _add_sample_parser(subparsers, load_options: bool) -> None:
+    help_text = "run a bundled sample job (local cluster on 127.0.0.1, or one task under TF_CONFIG)"
+    parser = subparsers.add_parser("sample", help=help_text, description=help_text)
+    parser.set_defaults(func=cmd_sample)
+    if not load_options:
+        return
+    try:
+        sample_cli = _sample_cli()
+    except CommandError as error:
+        parser.set_defaults(func=_unavailable(error))
+        parser.add_argument("sample_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+        return
+    sample_cli.add_arguments(parser)
+
+
+def _unavailable(error: Exception) -> Callable[[argparse.Namespace], int]:
+    def fail(args: argparse.Namespace) -> int:
+        raise error
+
+    return fail
+
+
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The argument parser. The ``sample`` options are loaded only when ``argv`` runs ``sample``."""
+    parser = argparse.ArgumentParser(
+        prog="tfdiag",
+        description="Diagnostics for distributed TensorFlow training: find the bottleneck, "
+        "get the fix and its predicted speed-up.",
+    )
+    parser.add_argument("--version", action="version", version=f"tfdiag {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    analyze = subparsers.add_parser("analyze", help="analyse a run and report its bottlenecks", description="Analyse a run directory.")
+    analyze.add_argument("run", metavar="RUN", help="run directory (the one that contains plugins/tfdiag)")
+    analyze.add_argument("--format", choices=REPORT_FORMATS, default="text", help="report format (default: text)")
+    analyze.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
+    analyze.add_argument("--fail-on", choices=SEVERITIES, help="exit 1 if a finding is at least this severe")
+    analyze.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no warnings on stderr")
+    analyze.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    analyze.set_defaults(func=cmd_analyze)
+
+    compare = subparsers.add_parser(
+        "compare", help="compare two runs: throughput change, findings resolved and new", description="Compare two runs."
+    )
+    compare.add_argument("base", metavar="BASE", help="the run before the change")
+    compare.add_argument("new", metavar="NEW", help="the run after the change")
+    compare.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
+    compare.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    compare.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no warnings on stderr")
+    compare.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    compare.set_defaults(func=cmd_compare)
+
+    trace = subparsers.add_parser(
+        "export-trace", help="write a Chrome trace / Perfetto JSON of a run", description="Export a run as a Chrome trace."
+    )
+    trace.add_argument("run", metavar="RUN", help="run directory")
+    trace.add_argument("-o", "--output", metavar="FILE", required=True, help="trace file to write ('-' for stdout)")
+    trace.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no warnings on stderr")
+    trace.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    trace.set_defaults(func=cmd_export_trace)
+
+    _add_sample_parser(subparsers, load_options=_command_of(argv) == "sample")
+
+    demo = subparsers.add_parser(
+        "demo",
+        help="run a sample job with a slow worker, analyse it and write the HTML report",
+        description="Run the ps_ctl sample job with an injected straggler, analyse it, and write report.html.",
+    )
+    demo.add_argument("--logdir", default=DEMO_LOGDIR, metavar="DIR", help=f"where the run goes (default: ./{DEMO_LOGDIR})")
+    demo.add_argument("--steps", type=_positive_int, default=200, metavar="N", help="training steps (default: 200)")
+    demo.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    demo.set_defaults(func=cmd_demo)
+    return parser
+
+
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The subcommand named in ``argv`` (global options take no values)."""
+    return next((arg for arg in argv if not arg.startswith("-")), None)
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return text or type(error).__name__
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the CLI and returns its exit status (the console script exits with it)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    try:
+        parser = build_parser(argv)
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exit_:  # --help, --version and usage errors
+            return exit_.code if isinstance(exit_.code, int) else EXIT_USAGE
+        if args.command is None:
+            parser.print_help(sys.stderr)
+            return EXIT_USAGE
+        return int(args.func(args))
+    except TfdiagError as error:
+        if debug:
+            traceback.print_exc()
+        _say(f"tfdiag: error: {_one_line(error)}")
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        _say("tfdiag: interrupted")
+        return 130
+    except BrokenPipeError:
+        # `tfdiag analyze RUN | head`: the reader went away; nothing more to say.
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keeps the interpreter's final flush quiet
+        except OSError:
+            pass
+        return EXIT_OK
+    except Exception as error:  # noqa: BLE001 - one line unless --debug
+        if debug:
+            traceback.print_exc()
+        else:
+            _say(f"tfdiag: error: internal error: {type(error).__name__}: {_one_line(error)} (run with --debug for the traceback)")
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())
