@@ -10,6 +10,7 @@ from tfdiag.analysis.findings import Finding
 from tfdiag.analysis.load import LoadedRun, ProgressCallback, load_run
 from tfdiag.analysis.measurements import measure
 from tfdiag.analysis.result import Report
+from tfdiag.analysis.timelines import build_timelines
 
 
 def analyze(run: str | os.PathLike | LoadedRun, progress: ProgressCallback | None = None) -> Report:
@@ -35,6 +36,7 @@ def analyze(run: str | os.PathLike | LoadedRun, progress: ProgressCallback | Non
         ps=sections.ps_section(measured),
         hosts=sections.hosts_section(measured),
         steps=measured.steps,
+        timelines=build_timelines(measured),
     )
 
 

@@ -12,6 +12,13 @@ COLUMNS = ["src", "dst", "samples", "rtt_p50_ns", "rtt_p95_ns", "rtt_p99_ns", "o
            "offset_uncertainty_ns", "bandwidth_bps"]
 
 
+def latency_probes(rpc: pd.DataFrame) -> pd.DataFrame:
+    """The pure latency probes (no payload) of the ``rpc`` records."""
+    if "payload_bytes" not in rpc.columns:
+        return rpc
+    return rpc[rpc["payload_bytes"].fillna(0) == 0]
+
+
 def link_table(rpc: pd.DataFrame) -> pd.DataFrame:
     """Round-trip statistics and clock offset per (src, dst).
 

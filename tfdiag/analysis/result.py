@@ -18,7 +18,8 @@ class Report:
     The list fields are already in their JSON form (DESIGN.md, "Public surface"; ``ps``,
     load per parameter server, and ``hosts``, CPU/memory/network per sampler, extend it);
     ``findings`` are ranked, largest predicted speed-up first. ``steps`` (the aligned
-    ``breakdown.step_table``) feeds figures and traces and is not part of the JSON.
+    ``breakdown.step_table``) and ``timelines`` (``timelines.build_timelines``: probes,
+    samples, closures) feed figures and traces and are not part of the JSON.
     """
 
     run: dict[str, Any]
@@ -32,6 +33,7 @@ class Report:
     ps: list[dict[str, Any]] = field(default_factory=list)
     hosts: list[dict[str, Any]] = field(default_factory=list)
     steps: pd.DataFrame = field(repr=False, default_factory=pd.DataFrame)
+    timelines: dict[str, pd.DataFrame] = field(repr=False, default_factory=dict)
 
     @property
     def primary(self) -> Finding | None:

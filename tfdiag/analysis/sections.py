@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from tfdiag.analysis.breakdown import run_throughput
+from tfdiag.analysis.components import COMPONENTS, step_components
 from tfdiag.analysis.findings import Finding
 from tfdiag.analysis.measurements import Measurements
 
@@ -50,6 +51,7 @@ def summary_section(measured: Measurements, findings: list[Finding]) -> dict:
 
 
 def workers_section(measured: Measurements) -> list[dict]:
+    components = step_components(measured).set_index("task")
     return [
         {
             "task": row.task,
@@ -58,6 +60,7 @@ def workers_section(measured: Measurements) -> list[dict]:
                              "mean": _number(row.mean_ns / 1e6)},
             "input_wait_frac": _number(row.input_wait_frac, 4),
             "examples": int(row.examples),
+            "breakdown_ms": {name: _number(components.at[row.task, f"{name}_ns"] / 1e6) for name in COMPONENTS},
         }
         for row in measured.workers.itertuples()
     ]
