@@ -1,0 +1,358 @@
+"""``instrument_coordinator``: step and closure records for ParameterServerStrategy loops.
+
+A ``ClusterCoordinator`` runs each scheduled function (a *closure*) on one worker. The
+instrumented coordinator schedules, instead of the user's ``fn``, a ``tf.function`` that
+calls ``fn`` and also returns, measured in-graph on the worker:
+
+* ``begin``/``end``: ``tf.timestamp()`` at the start and the end of the closure (on the
+  worker's clock; ``end`` has control dependencies on every output of ``fn``);
+* ``wait``: the time spent in ``next()`` on the per-worker iterators passed as arguments
+  (each ``next`` is bracketed by ``tf.timestamp()`` with control dependencies on the
+  element), and ``examples``: the leading dimension of the first component of each
+  element;
+* ``worker``: ``tf.distribute.coordinator.experimental_get_current_worker_index()``.
+
+The caller gets back a RemoteValue of ``fn``'s own outputs. A background thread waits
+for the closures to finish and writes one ``step`` record (task and clock
+``worker:<index>``) and one ``closure`` record (dispatch and result time on the
+coordinator's clock) per closure into the coordinator's task file. A failed closure is
+recorded with ``ok=False`` and its error message.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import itertools
+import logging
+import threading
+import time
+
+from tfdiag.collectors import identity
+from tfdiag.store import TaskWriter
+
+logger = logging.getLogger("tfdiag")
+
+# How often the result thread looks for finished closures. A closure's result_ns is late
+# by at most this much; 2 ms is below the step time of any real job and costs a few µs
+# of CPU per look.
+RESULT_POLL_S = 0.002
+# How long ``close()`` waits for closures still in flight before dropping their records.
+CLOSE_TIMEOUT_S = 30.0
+MAX_ERROR_CHARS = 2000
+# Closures looked at per poll: the coordinator runs at most a few per worker at once, and
+# those are the oldest in the queue.
+SCAN_LIMIT = 64
+
+
+def _tf():
+    import tensorflow as tf  # lazy: the caller has TensorFlow loaded already
+
+    return tf
+
+
+class _ClosureTiming:
+    """Trace-time accumulator of the ``next()`` timings of one closure's graph."""
+
+    def __init__(self):
+        self.waits = []
+        self.examples = []
+
+    def timed_next(self, get_next):
+        tf = _tf()
+        start = tf.timestamp()
+        with tf.control_dependencies([start]):
+            element = get_next()
+        tensors = [t for t in tf.nest.flatten(element, expand_composites=True) if isinstance(t, tf.Tensor)]
+        with tf.control_dependencies(tensors):
+            stop = tf.timestamp()
+        self.waits.append(stop - start)
+        if tensors and tensors[0].shape.rank:
+            self.examples.append(tf.cast(tf.shape(tensors[0], out_type=tf.int64)[0], tf.int64))
+        else:
+            self.examples.append(tf.constant(1, tf.int64))
+        return element
+
+
+class _TimedIterator:
+    """Stands in for a per-worker iterator inside the traced closure; times ``next()``."""
+
+    def __init__(self, iterator, timing: _ClosureTiming):
+        self._iterator = iterator
+        self._timing = timing
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self._timing.timed_next(lambda: next(self._iterator))
+
+    def get_next(self):
+        return self._timing.timed_next(self._iterator.get_next)
+
+    def __getattr__(self, name):  # element_spec, get_next_as_optional, ...
+        return getattr(self._iterator, name)
+
+
+def _is_iterator(value) -> bool:
+    tf = _tf()
+    return isinstance(value, (tf.data.Iterator, tf.distribute.DistributedIterator))
+
+
+def _instrument(fn):
+    """A ``tf.function`` returning ``(fn's outputs, timings)``."""
+    tf = _tf()
+    python_fn = getattr(fn, "python_function", fn)  # trace fn's body into our graph
+
+    def wrap(value, timing):
+        return _TimedIterator(value, timing) if _is_iterator(value) else value
+
+    @tf.function
+    def instrumented(*args, **kwargs):
+        timing = _ClosureTiming()
+        begin = tf.timestamp()
+        args = [wrap(a, timing) for a in args]
+        kwargs = {k: wrap(v, timing) for k, v in kwargs.items()}
+        with tf.control_dependencies([begin]):
+            outputs = python_fn(*args, **kwargs)
+        done = [t for t in tf.nest.flatten(outputs, expand_composites=True) if isinstance(t, tf.Tensor)]
+        with tf.control_dependencies(done + timing.waits):
+            end = tf.timestamp()
+        zero = tf.constant(0.0, tf.float64)
+        # One float64 vector, not five tensors: the coordinator copies every output of a
+        # closure back with its own RPC, which for five scalars more than doubled the
+        # per-closure cost of a small step.
+        stats = tf.stack(
+            [
+                begin,
+                end,
+                tf.add_n(timing.waits) if timing.waits else zero,
+                tf.cast(tf.add_n(timing.examples), tf.float64) if timing.examples else tf.constant(-1.0, tf.float64),
+                tf.cast(tf.distribute.coordinator.experimental_get_current_worker_index(), tf.float64),
+            ]
+        )
+        return outputs, stats
+
+    return instrumented
+
+
+_remote_value_class = None
+
+
+def _user_remote_value(remote):
+    """Wraps the RemoteValue of the instrumented closure as a RemoteValue of ``fn``."""
+    global _remote_value_class
+    if _remote_value_class is None:
+        base = _tf().distribute.experimental.coordinator.RemoteValue
+
+        class InstrumentedRemoteValue(base):
+            """The RemoteValue of the user's function (the timings stripped off)."""
+
+            def __init__(self, remote):
+                self._remote = remote
+
+            def fetch(self):
+                return self._remote.fetch()[0]
+
+            def get(self):
+                return self._remote.get()[0]
+
+            def __repr__(self):
+                return f"<InstrumentedRemoteValue of {self._remote!r}>"
+
+        _remote_value_class = InstrumentedRemoteValue
+    return _remote_value_class(remote)
+
+
+def _finished(remote) -> bool | None:
+    """Whether a closure's result is in; None when this TensorFlow hides it (then block)."""
+    if getattr(remote, "_has_fetched_to_local", False):
+        return True
+    event = getattr(remote, "_status_available_event", None)
+    if event is None or not hasattr(remote, "_error"):
+        return None
+    if not event.is_set():
+        return False
+    status = getattr(remote, "_status", None)
+    return remote._error is not None or getattr(status, "name", "") == "ABORTED"
+
+
+_STATS = ("begin", "end", "wait", "examples", "worker")  # the order of the stats vector
+_Pending = collections.namedtuple("_Pending", "closure_id dispatch_ns remote")
+
+
+class InstrumentedCoordinator:
+    """A ``ClusterCoordinator`` whose ``schedule`` records steps and closures.
+
+    Everything but ``schedule`` and ``close`` passes through to the wrapped coordinator
+    (``join``, ``done``, ``create_per_worker_dataset``, ``fetch``, ``strategy``, ...).
+    Made by :func:`instrument_coordinator`.
+    """
+
+    def __init__(self, coordinator, logdir, examples_per_step: int | None = None, task: str | None = None):
+        self._coordinator = coordinator
+        self.logdir = logdir
+        self.examples_per_step = examples_per_step
+        strategy = getattr(coordinator, "strategy", None)
+        self.task = task or identity.resolve_task(strategy, default="chief:0")
+        identity.write_run_manifest(logdir, self.task, strategy)
+        self._writer = TaskWriter(logdir, self.task)
+        self._functions: dict[int, tuple] = {}
+        self._ids = itertools.count()
+        self._pending: collections.deque[_Pending] = collections.deque()
+        self._cv = threading.Condition()
+        self._closing = False
+        self._disabled = False
+        self.closures_recorded = 0
+        self._thread = threading.Thread(target=self._track, name="tfdiag-closures", daemon=True)
+        self._thread.start()
+        atexit.register(self.close)
+
+    def __getattr__(self, name):
+        return getattr(self._coordinator, name)
+
+    @property
+    def coordinator(self):
+        """The wrapped ``ClusterCoordinator``."""
+        return self._coordinator
+
+    def schedule(self, fn, args=None, kwargs=None):
+        """Like ``ClusterCoordinator.schedule``; the result behaves as ``fn``'s RemoteValue."""
+        if self._disabled or self._closing:
+            return self._coordinator.schedule(fn, args=args, kwargs=kwargs)
+        try:
+            instrumented = self._instrumented(fn)
+        except Exception as error:  # noqa: BLE001 - a collector never breaks training
+            return self._disable(error, fn, args, kwargs)
+        dispatch_ns = time.time_ns()
+        try:
+            remote = self._coordinator.schedule(instrumented, args=args, kwargs=kwargs)
+        except Exception as error:  # noqa: BLE001
+            if self._traced(fn):
+                raise  # fn traced before: this is the coordinator reporting a failure
+            return self._disable(error, fn, args, kwargs)
+        self._mark_traced(fn)
+        with self._cv:
+            self._pending.append(_Pending(next(self._ids), dispatch_ns, remote))
+            self._cv.notify()
+        return _user_remote_value(remote)
+
+    def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+        """Waits (up to ``timeout_s``) for closures in flight, writes their records, closes the file."""
+        with self._cv:
+            if self._closing:
+                return
+            self._closing = True
+            self._close_deadline = time.monotonic() + timeout_s
+            self._cv.notify()
+        self._thread.join(timeout_s + 5)
+        self._writer.close()
+        atexit.unregister(self.close)
+
+    # -- internals -------------------------------------------------------------------
+    def _instrumented(self, fn):
+        entry = self._functions.get(id(fn))
+        if entry is None or entry[0] is not fn:
+            entry = [fn, _instrument(fn), False]
+            self._functions[id(fn)] = entry
+        return entry[1]
+
+    def _traced(self, fn) -> bool:
+        entry = self._functions.get(id(fn))
+        return bool(entry and entry[0] is fn and entry[2])
+
+    def _mark_traced(self, fn) -> None:
+        self._functions[id(fn)][2] = True
+
+    def _disable(self, error, fn, args, kwargs):
+        logger.warning("tfdiag: cannot instrument %r (%r); scheduling it without step records.", fn, error)
+        self._disabled = True
+        return self._coordinator.schedule(fn, args=args, kwargs=kwargs)
+
+    def _track(self) -> None:
+        while True:
+            with self._cv:
+                while not self._pending and not self._closing:
+                    self._cv.wait()
+                if not self._pending:
+                    return
+                pending = list(self._pending)
+                closing = self._closing
+            if closing and time.monotonic() > self._close_deadline:
+                logger.warning("tfdiag: %d closures still running at close; their records are dropped.", len(pending))
+                return
+            done = []
+            for item in pending[:SCAN_LIMIT]:
+                state = _finished(item.remote)
+                if state is None:  # cannot peek: wait for the oldest, in order
+                    state = True
+                if state:
+                    done.append(item)
+                    self._record(item)
+            if done:
+                with self._cv:
+                    for item in done:
+                        self._pending.remove(item)
+            else:
+                time.sleep(RESULT_POLL_S)
+
+    def _record(self, item: _Pending) -> None:
+        try:
+            try:
+                stats = dict(zip(_STATS, item.remote.fetch()[1].tolist()))
+                error = None
+            except Exception as exc:  # noqa: BLE001 - the user's closure failed
+                stats, error = None, exc
+            result_ns = time.time_ns()
+            worker = ""
+            if stats is not None:
+                index = int(stats["worker"])
+                worker = f"worker:{index}"
+                examples = self.examples_per_step if self.examples_per_step is not None else int(stats["examples"])
+                self._writer.append(
+                    "step",
+                    task=worker,
+                    step=item.closure_id,
+                    begin_ns=int(round(float(stats["begin"]) * 1e9)),
+                    end_ns=int(round(float(stats["end"]) * 1e9)),
+                    input_wait_ns=int(round(float(stats["wait"]) * 1e9)),
+                    examples=max(examples, 0),
+                    clock_task=worker,
+                )
+            self._writer.append(
+                "closure",
+                worker=worker,
+                closure_id=item.closure_id,
+                dispatch_ns=item.dispatch_ns,
+                result_ns=result_ns,
+                ok=error is None,
+                error="" if error is None else f"{type(error).__name__}: {error}"[:MAX_ERROR_CHARS],
+            )
+            self.closures_recorded += 1
+        except Exception as exc:  # noqa: BLE001 - never let bookkeeping die
+            logger.warning("tfdiag: cannot record closure %d: %r", item.closure_id, exc)
+
+
+def instrument_coordinator(coordinator, logdir, examples_per_step: int | None = None) -> InstrumentedCoordinator:
+    """Wraps a ``tf.distribute.coordinator.ClusterCoordinator`` so that its closures are recorded.
+
+    Args:
+        coordinator: the ``ClusterCoordinator``.
+        logdir: the run directory; the coordinator's task file and the manifest go to
+            ``logdir/plugins/tfdiag/``.
+        examples_per_step: examples one closure consumes; by default the leading
+            dimension of the elements its iterators yield.
+
+    Returns:
+        An object used like the coordinator. Call its ``close()`` after the last
+        ``join()`` to write the records of the last closures (it also runs at exit).
+
+    Example:
+        >>> coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)  # doctest: +SKIP
+        >>> coordinator = instrument_coordinator(coordinator, "logs/run1")  # doctest: +SKIP
+        >>> result = coordinator.schedule(train_step, args=(per_worker_iterator,))  # doctest: +SKIP
+        >>> coordinator.join(); coordinator.close()  # doctest: +SKIP
+    """
+    if isinstance(coordinator, InstrumentedCoordinator):
+        return coordinator
+    return InstrumentedCoordinator(coordinator, logdir, examples_per_step=examples_per_step)

@@ -1,0 +1,153 @@
+"""``tfdiag sample JOB``: argparse wiring and the ``run_sample`` function.
+
+``add_arguments(parser)`` adds the options to a (sub)parser; ``run(args)`` runs the
+job and returns the exit code. Without ``TF_CONFIG`` in the environment the job runs
+on a local cluster of processes on 127.0.0.1; with ``TF_CONFIG`` set, this process is
+the one task ``TF_CONFIG`` names in a real cluster (start every task the same way).
+
+Example:
+    >>> result = run_sample("ps_ctl", logdir="logs/run1", steps=50, inject=["slow-worker=1:40"])  # doctest: +SKIP
+    >>> result.ok, result.steps, result.examples_per_s  # doctest: +SKIP
+    (True, 50, 812.4)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tfdiag.errors import InvalidOptionError
+from tfdiag.sample_jobs.jobs import JOBS, JobConfig, job_spec, parse_summary
+
+
+@dataclass(frozen=True)
+class SampleResult:
+    """The outcome of ``run_sample``."""
+
+    returncode: int
+    logdir: Path
+    steps: int | None = None
+    wall_s: float | None = None
+    examples_per_s: float | None = None
+    summary_line: str | None = None
+    task_logs: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Adds the ``tfdiag sample`` arguments to ``parser`` and returns it."""
+    parser.add_argument("job", metavar="JOB", choices=sorted(JOBS), help="the sample job: " + ", ".join(sorted(JOBS)))
+    parser.add_argument("--ps", type=int, default=2, metavar="N", help="parameter-server tasks (default 2)")
+    parser.add_argument("--workers", type=int, default=2, metavar="N", help="worker tasks (default 2)")
+    parser.add_argument("--steps", type=int, default=200, metavar="N", help="training steps (default 200)")
+    parser.add_argument("--batch", type=int, default=64, metavar="N", help="examples per step (default 64)")
+    parser.add_argument(
+        "--logdir", metavar="DIR", default=None,
+        help="run directory (default: a new folder under the system temp dir); task logs go to DIR/tasks/",
+    )
+    parser.add_argument(
+        "--inject", metavar="SPEC", action="append", default=[],
+        help="plant a bottleneck or fault: input-delay=MS, slow-worker=I:MS (repeatable)",
+    )
+    parser.add_argument(
+        "--tune", metavar="KEY=VALUE", action="append", default=[],
+        help="apply a change, e.g. prefetch=on, map_parallel=on (repeatable)",
+    )
+    parser.add_argument("--no-collect", dest="collect", action="store_false", help="run with every collector off")
+    parser.add_argument("--timeout", type=float, default=None, metavar="S", help="stop the local cluster after S seconds")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs the job described by parsed ``args``; returns the exit code (2: bad option)."""
+    try:
+        result = run_sample(
+            args.job,
+            ps=args.ps,
+            workers=args.workers,
+            steps=args.steps,
+            batch=args.batch,
+            logdir=args.logdir,
+            inject=args.inject,
+            tune=args.tune,
+            collect=args.collect,
+            timeout_s=getattr(args, "timeout", None),
+        )
+    except InvalidOptionError as error:
+        print(f"tfdiag sample: {error}", file=sys.stderr)
+        return 2
+    if result.ok:
+        print(f"tfdiag sample: run directory {result.logdir}", file=sys.stderr)
+    return result.returncode
+
+
+def default_logdir(job: str) -> Path:
+    return Path(tempfile.gettempdir()) / "tfdiag" / f"{job}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def run_sample(
+    job: str,
+    *,
+    ps: int = 2,
+    workers: int = 2,
+    steps: int = 200,
+    batch: int = 64,
+    logdir=None,
+    inject=(),
+    tune=(),
+    collect: bool = True,
+    timeout_s: float | None = None,
+    stderr=None,
+) -> SampleResult:
+    """Runs a sample job and returns its ``SampleResult``.
+
+    On a local cluster unless ``TF_CONFIG`` is set, in which case this process runs
+    as the task ``TF_CONFIG`` names (servers block until terminated).
+
+    Raises:
+        InvalidOptionError: a bad job name, count, ``inject`` or ``tune`` spec.
+    """
+    job_spec(job)
+    logdir = Path(logdir) if logdir else default_logdir(job)
+    config = JobConfig(
+        job=job, logdir=str(logdir), steps=steps, batch=batch, ps=ps, workers=workers,
+        collect=collect, inject=tuple(inject or ()), tune=tuple(tune or ()),
+    )
+    if os.environ.get("TF_CONFIG", "").strip():
+        from tfdiag.sample_jobs.task import run_task
+
+        code = run_task(config)
+        return SampleResult(returncode=code, logdir=logdir)
+
+    from tfdiag.sample_jobs.launcher import launch
+
+    launched = launch(config, timeout_s=timeout_s, stderr=stderr)
+    parsed = parse_summary(launched.summary_line or "")
+    steps_done, wall_s, rate = parsed if parsed else (None, None, None)
+    return SampleResult(
+        returncode=launched.returncode,
+        logdir=logdir,
+        steps=steps_done,
+        wall_s=wall_s,
+        examples_per_s=rate,
+        summary_line=launched.summary_line,
+        task_logs=dict(launched.task_logs),
+    )
+
+
+def main(argv=None) -> int:
+    """``python -m tfdiag.sample_jobs.cli JOB ...`` (the same as ``tfdiag sample``)."""
+    parser = add_arguments(argparse.ArgumentParser(prog="tfdiag sample"))
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,281 @@
+"""A local cluster of processes on 127.0.0.1 for the sample jobs.
+
+Every task is its own process (``python -m tfdiag.sample_jobs.task``) with its own
+``TF_CONFIG``; its stdout and stderr go to ``LOGDIR/tasks/<job>-<index>.log``. The
+launcher waits for the tasks that run the job, then terminates the servers. Children
+run in their own process groups (a terminal's Ctrl-C reaches only the launcher, which
+then stops them in order) and get ``SIGTERM`` from the kernel if the launcher dies
+(``PR_SET_PDEATHSIG``); ``stop()`` sends ``SIGTERM`` to each group, then ``SIGKILL``
+after ``STOP_GRACE_S``.
+
+Example:
+    >>> result = launch(JobConfig("ps_ctl", "logs/run1", steps=50))  # doctest: +SKIP
+    >>> result.returncode, result.summary_line  # doctest: +SKIP
+    (0, 'tfdiag-sample: steps=50 wall_s=3.1 examples_per_s=1032.3')
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tfdiag.sample_jobs.jobs import JobConfig, JobSpec, job_spec, parse_summary
+
+HOST = "127.0.0.1"
+STOP_GRACE_S = 5.0
+POLL_S = 0.2
+TAIL_LINES = 25
+_PR_SET_PDEATHSIG = 1
+
+
+def pick_free_ports(count: int, host: str = HOST) -> list[int]:
+    """``count`` distinct free TCP ports on ``host`` (bound to port 0, then released)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind((host, 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def cluster_layout(spec: JobSpec, config: JobConfig) -> dict[str, int]:
+    """How many tasks each job of the cluster has: ``{"chief": 1, "ps": 2, "worker": 2}``."""
+    layout = {}
+    if spec.chief:
+        layout["chief"] = 1
+    if spec.ps and config.ps:
+        layout["ps"] = config.ps
+    layout["worker"] = config.workers
+    return layout
+
+
+def log_tail(path: Path, lines: int = TAIL_LINES) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            text = f.read().decode("utf-8", "replace")
+    except OSError as error:
+        return f"(cannot read {path}: {error})"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:
+        pass
+
+
+@dataclass
+class TaskProcess:
+    task: str
+    log: Path
+    process: subprocess.Popen
+    reported: bool = False
+
+    @property
+    def job(self) -> str:
+        return self.task.partition(":")[0]
+
+
+@dataclass
+class LaunchResult:
+    """The outcome of a local run: exit code, the summary line, the per-task logs."""
+
+    returncode: int
+    logdir: Path
+    summary_line: str | None = None
+    task_logs: dict[str, Path] = field(default_factory=dict)
+    failed_tasks: list[str] = field(default_factory=list)
+
+
+class LocalCluster:
+    """The processes of one sample job on this host. Use as a context manager."""
+
+    def __init__(self, config: JobConfig, *, python: str = sys.executable, stderr=None):
+        self.config = config
+        self.spec = job_spec(config.job)
+        self.python = python
+        self.stderr = stderr or sys.stderr
+        self.logdir = Path(config.logdir)
+        self.tasks: dict[str, TaskProcess] = {}
+        self.cluster: dict[str, list[str]] = {}
+        self._lock = threading.Lock()
+
+    # -- lifecycle -------------------------------------------------------------------
+    def start(self, *, job_tasks: bool = True) -> None:
+        """Picks ports and starts the tasks; ``job_tasks=False`` starts only the servers
+        (the caller then plays the job's role itself, as tests do)."""
+        layout = cluster_layout(self.spec, self.config)
+        ports = iter(pick_free_ports(sum(layout.values())))
+        self.cluster = {job: [f"{HOST}:{next(ports)}" for _ in range(n)] for job, n in layout.items()}
+        (self.logdir / "tasks").mkdir(parents=True, exist_ok=True)
+        atexit.register(self.stop)
+        # Servers first, the job's tasks last: they wait for the servers' ports anyway.
+        order = sorted(
+            ((job, i) for job, n in layout.items() for i in range(n)),
+            key=lambda ji: ji[0] in self.spec.job_roles,
+        )
+        for job, index in order:
+            if job_tasks or job not in self.spec.job_roles:
+                self._spawn(job, index)
+
+    def _spawn(self, job: str, index: int) -> None:
+        task = f"{job}:{index}"
+        log = self.logdir / "tasks" / f"{job}-{index}.log"
+        env = dict(os.environ)
+        env["TF_CONFIG"] = json.dumps({"cluster": self.cluster, "task": {"type": job, "index": index}})
+        env["PYTHONUNBUFFERED"] = "1"
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        command = [self.python, "-u", "-m", "tfdiag.sample_jobs.task", "--config", self.config.to_json()]
+        with open(log, "ab") as out:
+            process = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+        with self._lock:
+            self.tasks[task] = TaskProcess(task, log, process)
+
+    def wait(self, timeout_s: float | None = None) -> int:
+        """Waits for the job's tasks; returns 0, or 1 when a task failed or time ran out."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        job_tasks = [t for t in self.tasks.values() if t.job in self.spec.job_roles]
+        while True:
+            failed = False
+            for task in self.tasks.values():
+                code = task.process.poll()
+                if code is None or task.reported:
+                    continue
+                if code != 0:
+                    task.reported = True
+                    self._report_failure(task, code)
+                    # A dead ps (or job task) stalls the job for good; a dead worker is
+                    # something ParameterServerStrategy recovers from.
+                    failed = failed or task.job != "worker" or task in job_tasks
+                elif task not in job_tasks:
+                    task.reported = True
+                    self._say(f"task {task.task} exited before the job ended")
+            if failed:
+                return 1
+            if all(t.process.poll() == 0 for t in job_tasks):
+                return 0
+            if deadline is not None and time.monotonic() > deadline:
+                self._say(f"timed out after {timeout_s:.0f} s; stopping the cluster")
+                return 1
+            time.sleep(POLL_S)
+
+    def stop(self) -> None:
+        """Terminates every task still running (SIGTERM, then SIGKILL). Safe to call twice."""
+        with self._lock:
+            running = [t for t in self.tasks.values() if t.process.poll() is None]
+        for task in running:
+            _signal_group(task.process, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        for task in running:
+            try:
+                task.process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _signal_group(task.process, signal.SIGKILL)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    task.process.wait(STOP_GRACE_S)
+        atexit.unregister(self.stop)
+
+    def __enter__(self) -> "LocalCluster":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- reporting -------------------------------------------------------------------
+    def summary_line(self) -> str | None:
+        task = self.tasks.get(self.spec.summary_task)
+        if task is None:
+            return None
+        text = log_tail(task.log, lines=200)
+        for line in reversed(text.splitlines()):
+            if parse_summary(line):
+                return line.strip()
+        return None
+
+    def _report_failure(self, task: TaskProcess, code: int) -> None:
+        self._say(f"task {task.task} failed with exit code {code}; last lines of {task.log}:\n{log_tail(task.log)}")
+
+    def _say(self, message: str) -> None:
+        print(f"tfdiag sample: {message}", file=self.stderr, flush=True)
+
+
+def _signal_group(process: subprocess.Popen, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, sig)
+
+
+@contextlib.contextmanager
+def _terminate_raises():
+    """Turns SIGTERM into KeyboardInterrupt (main thread only) so ``finally`` blocks run."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def launch(config: JobConfig, *, timeout_s: float | None = None, stderr=None) -> LaunchResult:
+    """Runs ``config.job`` on a fresh local cluster and stops every process afterwards.
+
+    The summary line of the job is re-printed to ``stderr``. Returns exit code 130 when
+    interrupted (Ctrl-C or SIGTERM), after stopping the cluster.
+    """
+    stderr = stderr or sys.stderr
+    cluster = LocalCluster(config, stderr=stderr)
+    returncode = 1
+    with _terminate_raises():
+        try:
+            cluster.start()
+            returncode = cluster.wait(timeout_s)
+        except KeyboardInterrupt:
+            print("tfdiag sample: interrupted; stopping the cluster", file=stderr, flush=True)
+            returncode = 130
+        finally:
+            cluster.stop()
+    summary = cluster.summary_line()
+    if summary:
+        print(summary, file=stderr, flush=True)
+    elif returncode == 0:
+        print(f"tfdiag sample: {cluster.spec.summary_task} printed no summary line", file=stderr, flush=True)
+        returncode = 1
+    return LaunchResult(
+        returncode=returncode,
+        logdir=Path(config.logdir),
+        summary_line=summary,
+        task_logs={name: t.log for name, t in cluster.tasks.items()},
+        failed_tasks=[name for name, t in cluster.tasks.items() if t.reported and t.process.returncode not in (0, None)],
+    )

@@ -1,0 +1,86 @@
+"""One task of a sample job: ``python -m tfdiag.sample_jobs.task --config JSON``.
+
+The task reads its role from ``TF_CONFIG``. Roles listed in the job's ``job_roles`` run
+the job (and the summary task prints the summary line to stderr); every other role
+runs a ``tf.distribute.Server`` until it is terminated.
+
+Binding: ``tf.distribute.Server`` listens on ``0.0.0.0:PORT`` (gRPC reports ``[::]``) —
+the address is hard-coded in TensorFlow's ``GrpcServer::Init`` and no ``ServerDef``,
+``ConfigProto`` field or environment variable changes it. The launcher therefore only
+*advertises* 127.0.0.1 addresses; keep local clusters on hosts whose firewall closes
+those ports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import socket
+import sys
+import time
+
+from tfdiag.collectors import identity
+from tfdiag.sample_jobs.jobs import JobConfig, job_spec
+
+# Servers take a few seconds to start (TF-NOTES); five processes on two cores can take
+# longer, so the job waits this long for every port before giving up.
+CLUSTER_WAIT_S = 120.0
+
+
+def wait_for_cluster(cluster: dict, own_task: str, timeout_s: float = CLUSTER_WAIT_S) -> None:
+    """Blocks until every other task's address accepts a TCP connection."""
+    deadline = time.monotonic() + timeout_s
+    for job, addresses in cluster.items():
+        for index, address in enumerate(addresses):
+            if f"{job}:{index}" == own_task:
+                continue
+            host, _, port = address.rpartition(":")
+            while True:
+                try:
+                    with socket.create_connection((host, int(port)), timeout=1.0):
+                        break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"task {job}:{index} at {address} did not start within {timeout_s:.0f} s") from None
+                    time.sleep(0.1)
+
+
+def run_server(task_type: str, task_index: int) -> None:
+    """Runs this task's ``tf.distribute.Server`` until the process is terminated."""
+    import tensorflow as tf
+
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    server = tf.distribute.Server(
+        resolver.cluster_spec(), job_name=task_type, task_index=task_index, protocol="grpc", start=True
+    )
+    print(f"tfdiag-sample: {task_type}:{task_index} serving at {server.target}", file=sys.stderr, flush=True)
+    server.join()
+
+
+def run_task(config: JobConfig) -> int:
+    """Runs this process's part of ``config.job``, as named by ``TF_CONFIG``; returns an exit code."""
+    spec = job_spec(config.job)
+    task = identity.resolve_task(default=spec.summary_task)
+    task_type, _, index = task.partition(":")
+    if task_type not in spec.job_roles:
+        run_server(task_type, int(index or 0))
+        return 0
+    module = __import__(spec.module, fromlist=["run"])
+    summary = module.run(config)
+    if task == spec.summary_task:
+        print(summary.line(), file=sys.stderr, flush=True)
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tfdiag.sample_jobs.task")
+    parser.add_argument("--config", required=True, help="the JobConfig as JSON")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return run_task(JobConfig.from_json(args.config))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

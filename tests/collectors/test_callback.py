@@ -1,0 +1,118 @@
+"""DiagnosticsCallback with Keras 3 and tf-keras ``model.fit`` in this process."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from tfdiag.store import log_dir, read_manifest, read_task_file
+
+EPOCHS = 2
+BATCH = 16
+EXAMPLES = 96  # 6 steps per epoch
+
+
+def read_steps(run_dir):
+    result = read_task_file(log_dir(run_dir) / "worker-0.tfdiag")
+    assert not result.skipped and result.truncated_tail is None
+    return pa.Table.from_batches(result.batches["step"]).to_pandas()
+
+
+def data():
+    rng = np.random.default_rng(0)
+    return rng.normal(size=(EXAMPLES, 4)).astype("float32"), rng.normal(size=(EXAMPLES, 1)).astype("float32")
+
+
+def keras3_model():
+    import keras
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    return model
+
+
+def tf_keras_model():
+    import tf_keras
+
+    model = tf_keras.Sequential([tf_keras.layers.Dense(1, input_shape=(4,))])
+    model.compile("sgd", "mse")
+    return model
+
+
+@pytest.mark.parametrize("make_model", [keras3_model, tf_keras_model], ids=["keras3", "tf_keras"])
+def test_fit_records_one_step_per_batch(tmp_path, monkeypatch, make_model):
+    from tfdiag.collectors import DiagnosticsCallback
+
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    x, y = data()
+    callback = DiagnosticsCallback(tmp_path, examples_per_step=BATCH)
+    make_model().fit(x, y, batch_size=BATCH, epochs=EPOCHS, verbose=0, callbacks=[callback])
+
+    steps = read_steps(tmp_path)
+    expected = EPOCHS * EXAMPLES // BATCH
+    assert len(steps) == expected
+    assert steps["step"].tolist() == list(range(expected))
+    assert set(steps["task"]) == {"worker:0"} and set(steps["clock_task"]) == {"worker:0"}
+    assert (steps["end_ns"] >= steps["begin_ns"]).all()
+    assert (steps["begin_ns"].diff().dropna() > 0).all()
+    assert (steps["begin_ns"].iloc[1:].to_numpy() >= steps["end_ns"].iloc[:-1].to_numpy()).all()
+    assert (steps["examples"] == BATCH).all()
+    assert (steps["input_wait_ns"] == 0).all()
+    manifest = read_manifest(tmp_path)
+    assert manifest["task"] == "worker:0" and manifest["tensorflow_version"].startswith("2.")
+
+
+def test_unwritable_logdir_lets_fit_finish(tmp_path, caplog):
+    from tfdiag.collectors import DiagnosticsCallback
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    x, y = data()
+    callback = DiagnosticsCallback(blocker / "run", examples_per_step=BATCH)
+    with caplog.at_level(logging.WARNING, logger="tfdiag"):
+        history = keras3_model().fit(x, y, batch_size=BATCH, epochs=EPOCHS, verbose=0, callbacks=[callback])
+    assert len(history.history["loss"]) == EPOCHS
+    assert any("tfdiag" in record.getMessage() for record in caplog.records)
+
+
+def test_hooks_directly_reset_per_run(tmp_path, monkeypatch):
+    """The hooks without Keras: state resets in on_train_begin, so an instance is reusable."""
+    from tfdiag.collectors import DiagnosticsCallback
+
+    monkeypatch.setenv("TF_CONFIG", '{"cluster": {"worker": ["h:1", "h:2"]}, "task": {"type": "worker", "index": 1}}')
+    callback = DiagnosticsCallback(tmp_path)
+    for _ in range(2):
+        callback.on_train_begin()
+        for batch in range(3):
+            callback.on_train_batch_begin(batch)
+            callback.on_train_batch_end(batch)
+        assert callback.steps_recorded == 3
+        callback.on_train_end()
+    assert callback.task == "worker:1"
+    assert read_manifest(tmp_path) is None  # worker:1 is not the chief
+    result = read_task_file(log_dir(tmp_path) / "worker-1.tfdiag")
+    steps = pa.Table.from_batches(result.batches["step"]).to_pandas()
+    assert steps["step"].tolist() == [0, 1, 2, 0, 1, 2]
+    assert (steps["examples"] == 0).all()
+
+
+def test_tf_keras_protocol_without_importing_it():
+    from tfdiag.collectors import DiagnosticsCallback
+
+    callback = DiagnosticsCallback("unused")
+    assert callback._implements_train_batch_hooks()
+    assert not callback._implements_test_batch_hooks()
+    assert not callback._implements_predict_batch_hooks()
+    assert callback._supports_tf_logs
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, "64"])
+def test_bad_examples_per_step_names_the_argument(value):
+    from tfdiag.collectors import DiagnosticsCallback
+    from tfdiag.errors import InvalidOptionError
+
+    with pytest.raises(InvalidOptionError, match="examples_per_step"):
+        DiagnosticsCallback("logs", examples_per_step=value)

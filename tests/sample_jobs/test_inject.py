@@ -1,0 +1,112 @@
+"""Parsing of --inject and --tune."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from tfdiag.errors import InvalidOptionError
+from tfdiag.sample_jobs import add_arguments, run_sample
+from tfdiag.sample_jobs.inject import (
+    HotPs,
+    InputDelay,
+    KillWorker,
+    Plan,
+    ShardSkew,
+    SlowPs,
+    SlowWorker,
+    Tuning,
+    parse_injection,
+    parse_tuning,
+)
+from tfdiag.sample_jobs.jobs import JobConfig, JobSummary, parse_summary
+
+
+@pytest.mark.parametrize(
+    "spec, expected",
+    [
+        ("input-delay=20", InputDelay(20.0)),
+        ("input-delay=2.5", InputDelay(2.5)),
+        (" slow-worker=1:40 ", SlowWorker(1, 40.0)),
+        ("shard-skew=0:3", ShardSkew(0, 3.0)),
+        ("hot-ps=1", HotPs(1)),
+        ("slow-ps=0:15", SlowPs(0, 15.0)),
+        ("kill-worker=1@50", KillWorker(1, 50, False)),
+        ("kill-worker=1@50+restart", KillWorker(1, 50, True)),
+    ],
+)
+def test_parse_injection(spec, expected):
+    parsed = parse_injection(spec)
+    assert parsed == expected
+    assert parse_injection(parsed.spec) == parsed  # specs round-trip
+
+
+@pytest.mark.parametrize(
+    "spec",
+    ["", "input-delay", "input-delay=", "input-delay=-3", "input-delay=abc", "slow-worker=1", "slow-worker=a:40",
+     "slow-worker=1:40:2", "shard-skew=1:0", "kill-worker=1", "kill-worker=1@x", "warp-drive=9"],
+)
+def test_bad_injection_names_option_and_value(spec):
+    with pytest.raises(InvalidOptionError) as info:
+        parse_injection(spec)
+    assert "--inject" in str(info.value) and repr(spec) in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "spec, expected",
+    [("prefetch=on", Tuning("prefetch", "on")), ("MAP_PARALLEL=Off", Tuning("map_parallel", "off")),
+     ("batch=128", Tuning("batch", "128")), ("autoshard=data", Tuning("autoshard", "data"))],
+)
+def test_parse_tuning(spec, expected):
+    assert parse_tuning(spec) == expected
+
+
+@pytest.mark.parametrize("spec", ["prefetch", "prefetch=maybe", "batch=0", "batch=x", "turbo=on"])
+def test_bad_tuning_names_option_and_value(spec):
+    with pytest.raises(InvalidOptionError, match="--tune") as info:
+        parse_tuning(spec)
+    assert repr(spec) in str(info.value)
+
+
+def test_plan_lookups():
+    plan = Plan.parse(["slow-worker=1:40", "input-delay=5", "slow-worker=0:10"], ["prefetch=on", "prefetch=off"])
+    assert plan.of(SlowWorker) == (SlowWorker(1, 40.0), SlowWorker(0, 10.0))
+    assert plan.tuned("prefetch") == "off" and not plan.is_on("prefetch")
+    assert plan.tuned("batch", "64") == "64"
+    assert plan.specs == {"inject": ["slow-worker=1:40", "input-delay=5", "slow-worker=0:10"],
+                          "tune": ["prefetch=on", "prefetch=off"]}
+
+
+def test_job_config_round_trip_and_validation():
+    config = JobConfig("ps_ctl", "/tmp/x", inject=("slow-worker=1:40",), tune=("batch=32",))
+    assert JobConfig.from_json(config.to_json()) == config
+    assert config.batch_size == 32
+    with pytest.raises(InvalidOptionError, match="--steps"):
+        JobConfig("ps_ctl", "/tmp/x", steps=0)
+    with pytest.raises(InvalidOptionError, match="--inject"):
+        JobConfig("ps_ctl", "/tmp/x", inject=("nope",))
+
+
+def test_summary_line_round_trip():
+    line = JobSummary(steps=200, wall_s=4.0, examples=12800).line()
+    assert line == "tfdiag-sample: steps=200 wall_s=4.000 examples_per_s=3200.0"
+    assert parse_summary("noise\n" + line + "\n") == (200, 4.0, 3200.0)
+    assert parse_summary("nothing here") is None
+
+
+def test_cli_arguments():
+    args = add_arguments(argparse.ArgumentParser()).parse_args(
+        ["ps_ctl", "--steps", "10", "--inject", "input-delay=5", "--inject", "slow-worker=1:40", "--tune", "prefetch=on",
+         "--no-collect"]
+    )
+    assert (args.job, args.steps, args.ps, args.workers, args.collect) == ("ps_ctl", 10, 2, 2, False)
+    assert args.inject == ["input-delay=5", "slow-worker=1:40"] and args.tune == ["prefetch=on"]
+
+
+def test_run_sample_rejects_bad_options_before_starting_anything(tmp_path):
+    with pytest.raises(InvalidOptionError, match="JOB"):
+        run_sample("no_such_job", logdir=tmp_path)
+    with pytest.raises(InvalidOptionError, match="--inject"):
+        run_sample("ps_ctl", logdir=tmp_path, inject=["slow-worker=one"])
+    assert not (tmp_path / "tasks").exists()

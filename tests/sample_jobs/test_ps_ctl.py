@@ -1,0 +1,72 @@
+"""ps_ctl on a real local cluster (chief + 2 ps + 2 workers as processes)."""
+
+from __future__ import annotations
+
+import io
+
+import psutil
+import pyarrow as pa
+import pytest
+
+from tfdiag.sample_jobs import run_sample
+from tfdiag.store import log_dir, read_manifest, read_task_file
+
+pytestmark = pytest.mark.cluster
+
+STEPS = 60
+TIMEOUT_S = 150
+
+
+def load(run_dir):
+    result = read_task_file(log_dir(run_dir) / "chief-0.tfdiag")
+    assert not result.skipped
+    frame = lambda kind: pa.Table.from_batches(result.batches[kind]).to_pandas()  # noqa: E731
+    steps, closures = frame("step"), frame("closure")
+    steps["step_ms"] = (steps["end_ns"] - steps["begin_ns"]) / 1e6
+    steps["wait_ms"] = steps["input_wait_ns"] / 1e6
+    return steps[steps["step"] > 0], closures  # step 0 is the warm-up closure (tracing)
+
+
+def assert_no_children():
+    children = psutil.Process().children(recursive=True)
+    gone, alive = psutil.wait_procs(children, timeout=5)
+    assert not alive, f"orphan processes: {alive}"
+
+
+def run(tmp_path, name, **kwargs):
+    stderr = io.StringIO()
+    result = run_sample("ps_ctl", ps=2, workers=2, steps=STEPS, logdir=tmp_path / name, timeout_s=TIMEOUT_S,
+                        stderr=stderr, **kwargs)
+    assert result.ok, stderr.getvalue() + "".join(
+        f"\n--- {task}\n" + path.read_text()[-3000:] for task, path in result.task_logs.items()
+    )
+    assert result.steps == STEPS and result.examples_per_s > 0
+    assert result.summary_line in stderr.getvalue()
+    assert set(result.task_logs) == {"chief:0", "ps:0", "ps:1", "worker:0", "worker:1"}
+    assert all(path.parent == tmp_path / name / "tasks" for path in result.task_logs.values())
+    assert_no_children()
+    return result
+
+
+def test_clean_run_records_both_workers(tmp_path):
+    result = run(tmp_path, "clean")
+    steps, closures = load(result.logdir)
+    assert set(steps["task"]) == {"worker:0", "worker:1"}
+    assert (steps["task"] == steps["clock_task"]).all()
+    assert len(closures) == STEPS + 1 and closures["ok"].all()
+    assert (closures["result_ns"] >= closures["dispatch_ns"]).all()
+    assert sorted(closures["closure_id"]) == list(range(STEPS + 1))
+    assert (steps["end_ns"] > steps["begin_ns"]).all()
+    assert (steps["examples"] == 64).all()
+    manifest = read_manifest(result.logdir)
+    assert manifest["strategy"] == "ParameterServerStrategyV2"
+    assert sorted(manifest["cluster"]) == ["chief", "ps", "worker"] and manifest["task"] == "chief:0"
+
+
+def test_injections_show_in_step_records(tmp_path):
+    result = run(tmp_path, "injected", inject=["slow-worker=1:40", "input-delay=20"])
+    steps, _ = load(result.logdir)
+    median = steps.groupby("task")[["step_ms", "wait_ms"]].median()
+    slower = median.loc["worker:1", "step_ms"] - median.loc["worker:0", "step_ms"]
+    assert 30 <= slower <= 55, median
+    assert (median["wait_ms"].between(17, 30)).all(), median
