@@ -26,11 +26,12 @@ endif
 demo: install
 	$(BIN)/tfdiag demo
 
+# Tests start TensorFlow servers, which listen on all interfaces: run them where only loopback exists.
 test: install
-	$(PYTHON) -m pytest -q -p no:cacheprovider
+	tools/loopback-only $(PYTHON) -m pytest -q -p no:cacheprovider
 
 test-fast: install
-	$(PYTHON) -m pytest -q -p no:cacheprovider -m "not cluster"
+	tools/loopback-only $(PYTHON) -m pytest -q -p no:cacheprovider -m "not cluster"
 
 clean:
 	rm -rf $(VENV) build *.egg-info demo-logs
