@@ -25,10 +25,12 @@ def step_table(steps: pd.DataFrame, offsets: dict[str, int]) -> pd.DataFrame:
 
     ``period_ns`` is the time from the previous step's begin on the same worker, so
     ``period_ns - duration_ns`` of the previous step is the worker's idle time.
+    ``warmup`` marks each worker's first step, which includes tracing and graph setup.
     """
     if steps.empty:
         columns = ["task", "step", "begin_ns", "end_ns", "duration_ns", "input_wait_ns", "period_ns", "examples"]
-        return pd.DataFrame({name: pd.Series(dtype="float64") for name in columns}).astype({"task": "object"})
+        empty = pd.DataFrame({name: pd.Series(dtype="float64") for name in columns})
+        return empty.astype({"task": "object"}).assign(warmup=pd.Series(dtype=bool))
     table = pd.DataFrame(
         {
             "task": steps["task"].astype("category"),
@@ -41,7 +43,9 @@ def step_table(steps: pd.DataFrame, offsets: dict[str, int]) -> pd.DataFrame:
     )
     table = table.sort_values(["task", "begin_ns"], kind="stable").reset_index(drop=True)
     table["duration_ns"] = table["end_ns"] - table["begin_ns"]
-    table["period_ns"] = table.groupby("task", sort=False, observed=True)["begin_ns"].diff()
+    grouped = table.groupby("task", sort=False, observed=True)
+    table["period_ns"] = grouped["begin_ns"].diff()
+    table["warmup"] = grouped.cumcount() == 0
     return table
 
 
@@ -49,28 +53,34 @@ def worker_table(steps: pd.DataFrame) -> pd.DataFrame:
     """Per-worker summary of a ``step_table``: one row per worker.
 
     Columns: ``task``, ``steps``, ``p50_ns``, ``p95_ns``, ``mean_ns`` (step duration),
-    ``period_ns`` (median time between step starts), ``input_wait_frac``, ``examples``,
-    ``active_ns`` (first begin to last end).
+    ``period_ns`` (mean time between step starts), ``input_wait_frac``, ``examples``,
+    ``active_ns`` (first begin to last end). Timing leaves out each worker's warm-up step
+    unless it is the worker's only one; ``steps`` and ``examples`` count every step.
     """
     if steps.empty:
         return pd.DataFrame(
             columns=["task", "steps", "p50_ns", "p95_ns", "mean_ns", "period_ns", "input_wait_frac", "examples", "active_ns"]
         )
+    counts = steps.groupby("task", observed=True)["step"].transform("size")
+    timed = steps[~steps["warmup"] | (counts == 1)]
     grouped = steps.groupby("task", sort=True, observed=True)
+    timing = timed.groupby("task", sort=True, observed=True)
+    # The warm-up step's period is its gap to the second step: keep it out as well.
+    periods = steps[steps.groupby("task", observed=True).cumcount() >= 2].groupby("task", observed=True)["period_ns"]
     table = pd.DataFrame(
         {
             "steps": grouped.size(),
-            "p50_ns": grouped["duration_ns"].median(),
-            "p95_ns": grouped["duration_ns"].quantile(0.95),
-            "mean_ns": grouped["duration_ns"].mean(),
-            "period_ns": grouped["period_ns"].median(),
-            "input_wait_frac": grouped["input_wait_ns"].sum() / grouped["duration_ns"].sum().clip(lower=1),
+            "p50_ns": timing["duration_ns"].median(),
+            "p95_ns": timing["duration_ns"].quantile(0.95),
+            "mean_ns": timing["duration_ns"].mean(),
+            "period_ns": periods.mean(),
+            "input_wait_frac": timing["input_wait_ns"].sum() / timing["duration_ns"].sum().clip(lower=1),
             "examples": grouped["examples"].sum(),
             "active_ns": grouped["end_ns"].max() - grouped["begin_ns"].min(),
         }
     ).reset_index()
     table["task"] = table["task"].astype(str)
-    # A worker with a single step has no period; its duration is the best stand-in.
+    # A worker with one or two steps has no period; its duration is the best stand-in.
     table["period_ns"] = table["period_ns"].fillna(table["mean_ns"])
     return table
 

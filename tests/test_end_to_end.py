@@ -1,0 +1,70 @@
+"""From a real parameter-server job to the diagnosis: the walking skeleton's promise.
+
+`tfdiag sample ps_ctl` on a local cluster (chief, 2 ps, 2 workers as processes), then
+`tfdiag analyze --format json` names the planted bottleneck, and stays quiet without one.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from tfdiag.cli import main
+from tfdiag.sample_jobs import run_sample
+
+pytestmark = pytest.mark.cluster
+
+STEPS = 200
+
+
+@pytest.fixture(scope="module")
+def analysed(tmp_path_factory):
+    """``analysed(*injections)`` runs ps_ctl once per distinct injection and returns the JSON report."""
+    reports = {}
+
+    def run(*inject: str) -> dict:
+        if inject not in reports:
+            logdir = tmp_path_factory.mktemp("ps_ctl")
+            stderr = io.StringIO()
+            result = run_sample("ps_ctl", ps=2, workers=2, steps=STEPS, logdir=logdir, inject=inject,
+                                timeout_s=240, stderr=stderr)
+            assert result.ok, stderr.getvalue()
+            reports[inject] = logdir
+        return reports[inject]
+
+    return run
+
+
+def analyze_json(run_dir, capsys) -> dict:
+    capsys.readouterr()
+    code = main(["analyze", str(run_dir), "--format", "json"])
+    out = capsys.readouterr().out
+    assert code == 0
+    return json.loads(out)
+
+
+def test_slow_worker_is_named_the_straggler(analysed, capsys):
+    report = analyze_json(analysed("slow-worker=1:40"), capsys)
+    assert report["summary"]["primary_bottleneck"] == "straggler"
+    [straggler] = [f for f in report["findings"] if f["kind"] == "straggler"]
+    assert straggler["tasks"] == ["worker:1"]
+    assert straggler["recommendation"]["predicted_speedup"] > 1.2
+    assert report["run"]["skipped_records"] == 0
+    assert {w["task"] for w in report["workers"]} == {"worker:0", "worker:1"}
+
+
+def test_input_delay_is_named_input_bound(analysed, capsys):
+    report = analyze_json(analysed("input-delay=20"), capsys)
+    assert report["summary"]["primary_bottleneck"] == "input_bound"
+    [finding] = [f for f in report["findings"] if f["kind"] == "input_bound"]
+    assert set(finding["tasks"]) == {"worker:0", "worker:1"}
+    assert all(w["input_wait_frac"] > 0.5 for w in report["workers"])
+
+
+def test_clean_run_reports_neither(analysed, capsys):
+    report = analyze_json(analysed(), capsys)
+    kinds = {f["kind"] for f in report["findings"]}
+    assert not kinds & {"straggler", "input_bound"}
+    assert report["summary"]["steps"] >= STEPS
