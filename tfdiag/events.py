@@ -190,9 +190,14 @@ def task_name(job: str, index: int) -> str:
 
 
 def task_file_stem(task: str) -> str:
-    """The file name stem of a task's log: ``task_file_stem("worker:1") == "worker-1"``.
+    """The file name stem of a task's log.
 
     Characters that are unsafe in a file name become ``_`` (the task's real name travels
     inside the file, in each frame's metadata).
+
+    >>> task_file_stem("worker:1")
+    'worker-1'
+    >>> task_file_stem("../evil/job:0")
+    '_evil_job-0'
     """
     return re.sub(r"[^A-Za-z0-9._-]", "_", task.replace(":", "-")).lstrip(".")

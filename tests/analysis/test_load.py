@@ -63,3 +63,13 @@ def test_truncated_file_is_counted_as_skipped(tmp_path):
 def test_a_directory_without_tfdiag_logs_is_refused_with_its_path(tmp_path):
     with pytest.raises(RunNotFoundError, match=str(tmp_path)):
         load_run(tmp_path)
+
+
+def test_a_manifest_written_later_is_picked_up(tmp_path):
+    writer = TaskWriter(tmp_path, "worker:0")
+    _step(writer, "worker:0", 0)
+    writer.close()
+    loader = RunLoader(tmp_path)
+    assert loader.refresh().manifest is None
+    write_manifest(tmp_path, strategy="ParameterServerStrategy", cluster={}, tensorflow_version="2.21.0")
+    assert loader.refresh().manifest["strategy"] == "ParameterServerStrategy"

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from tfdiag.errors import RunNotFoundError
 from tfdiag.events import KINDS
-from tfdiag.store import SkippedRecords, log_dir, read_manifest, read_task_file
+from tfdiag.store import MANIFEST_NAME, SkippedRecords, log_dir, read_manifest, read_task_file
 from tfdiag.store.paths import LOG_SUFFIX
 
 ProgressCallback = Callable[[int, int], None]  # (bytes read so far, bytes to read)
@@ -68,6 +68,7 @@ class RunLoader:
         self._skipped: list[SkippedRecords] = []
         self._tails: dict[Path, SkippedRecords] = {}
         self._file_tasks: dict[Path, str] = {}
+        self._manifest_mtime_ns: int | None = None
         self._run: LoadedRun | None = None
 
     def refresh(self, progress: ProgressCallback | None = None) -> LoadedRun:
@@ -101,7 +102,9 @@ class RunLoader:
             done += sizes[path] - offset
             if progress is not None:
                 progress(done, total)
-        if self._run is None or changed:
+        manifest_mtime_ns = _mtime_ns(log_dir(self.path) / MANIFEST_NAME)
+        if self._run is None or changed or manifest_mtime_ns != self._manifest_mtime_ns:
+            self._manifest_mtime_ns = manifest_mtime_ns
             self._run = self._build(files)
         return self._run
 
@@ -132,6 +135,13 @@ class RunLoader:
             index = table.column_names.index(name)
             table = table.set_column(index, name, table.column(name).dictionary_encode())
         return table.to_pandas()
+
+
+def _mtime_ns(path: Path) -> int | None:
+    try:
+        return path.stat().st_mtime_ns
+    except FileNotFoundError:
+        return None
 
 
 def _writer_task(batch: pa.RecordBatch, path: Path) -> str:

@@ -1,0 +1,20 @@
+"""The examples in the analysis and store docstrings run as written."""
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = [
+    "tfdiag.analysis.align",
+    "tfdiag.analysis.whatif",
+    "tfdiag.analysis.detectors.evidence",
+    "tfdiag.events",
+]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name):
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0
+    assert result.failed == 0
