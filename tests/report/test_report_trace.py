@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tfdiag.analysis import analyze
 from tfdiag.report import render_chrome_trace
 
@@ -49,3 +51,21 @@ def test_input_wait_is_a_child_slice(synthetic_run):
         parent = by_start[(wait["pid"], wait["ts"])]
         assert wait["tid"] == parent["tid"]
         assert abs(wait["dur"] - 5_000) < 1 and wait["dur"] <= parent["dur"]
+
+
+def test_closure_rpc_and_fault_tracks(tmp_path):
+    from tests.analysis.conftest import RunBuilder
+
+    run = RunBuilder(tmp_path / "run").steps("worker:0", count=5, closures=True).steps("worker:1", count=5)
+    run.rpc("chief:0", "ps:0", 0.5, count=3).fault("worker:1", "failure", 10).fault("worker:1", "recovery", 60)
+    trace = render_chrome_trace(analyze(run.write()))
+    events = trace["traceEvents"]
+    threads = {(e["pid"], e["args"]["name"]) for e in events if e["name"] == "thread_name"}
+    pids = {e["args"]["name"]: e["pid"] for e in events if e["name"] == "process_name"}
+    assert (pids["worker:0"], "closures (coordinator clock)") in threads
+    assert (pids["chief:0"], "rpc probes") in threads
+    assert (pids["worker:1"], "faults") in threads
+    assert len([e for e in events if e.get("cat") == "closure"]) == 5
+    rpc = [e for e in events if e.get("cat") == "rpc"]
+    assert len(rpc) == 3 and rpc[0]["name"] == "rpc → ps:0" and rpc[0]["dur"] == pytest.approx(500, rel=0.2)
+    assert [e["name"] for e in events if e.get("cat") == "fault"] == ["failure", "recovery"]

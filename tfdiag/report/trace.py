@@ -5,9 +5,9 @@ The result is the JSON object format of the Trace Event Format
 ``{"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}``. Times are
 microseconds since the run's first recorded event, on the aligned (reference) clock.
 
-Each kind of track is built by one function of ``TRACK_BUILDERS``; adding RPC, closure or
-fault tracks means adding a builder, and each builder asks ``TraceContext`` for the
-process and thread ids of its task, so metadata events are emitted once per track.
+Each kind of track (steps, closures, RPC probes, faults) is built by one function of
+``TRACK_BUILDERS``; each builder asks ``TraceContext`` for the process and thread ids of
+its task, so metadata events are emitted once per track.
 
 Example:
     >>> from tfdiag.analysis import analyze
@@ -26,6 +26,9 @@ from tfdiag.analysis.result import Report
 
 # Thread ids inside a task's process, one per kind of track, in display order.
 STEPS_THREAD = 1
+CLOSURES_THREAD = 2
+RPC_THREAD = 3
+FAULTS_THREAD = 4
 
 
 @dataclass
@@ -100,7 +103,55 @@ def step_events(report: Report, context: TraceContext) -> list[dict[str, Any]]:
     return events
 
 
-TRACK_BUILDERS: tuple[Callable[[Report, TraceContext], list[dict[str, Any]]], ...] = (step_events,)
+def closure_events(report: Report, context: TraceContext) -> list[dict[str, Any]]:
+    """ParameterServerStrategy closures, dispatch to result, on the worker that ran them."""
+    closures = report.timelines.get("closures")
+    events: list[dict[str, Any]] = []
+    if closures is None or closures.empty:
+        return events
+    for row in closures.itertuples():
+        task = str(row.worker) or "unscheduled"
+        pid, tid = context.track(task, CLOSURES_THREAD, "closures (coordinator clock)")
+        [begin] = context.us(np.array([row.dispatch_ns])).tolist()
+        events.append({
+            "name": f"closure {row.closure_id}" + ("" if row.ok else " (failed)"), "cat": "closure", "ph": "X",
+            "ts": begin, "dur": round((row.result_ns - row.dispatch_ns) / 1e3, 3), "pid": pid, "tid": tid,
+            "args": {"ok": bool(row.ok), "error": str(row.error or "")},
+        })
+    return events
+
+
+def rpc_events(report: Report, context: TraceContext) -> list[dict[str, Any]]:
+    """RPC probes: a slice per round trip on the probing task's track, named by destination."""
+    rpc = report.timelines.get("rpc")
+    events: list[dict[str, Any]] = []
+    if rpc is None or rpc.empty:
+        return events
+    for src, rows in rpc.groupby("src", sort=True):
+        pid, tid = context.track(str(src), RPC_THREAD, "rpc probes")
+        for begin, rtt, dst in zip(context.us(rows["time_ns"].to_numpy()).tolist(), rows["rtt_ns"].tolist(), rows["dst"]):
+            events.append({"name": f"rpc → {dst}", "cat": "rpc", "ph": "X", "ts": begin, "dur": round(rtt / 1e3, 3),
+                           "pid": pid, "tid": tid, "args": {"dst": str(dst), "rtt_ms": round(rtt / 1e6, 3)}})
+    return events
+
+
+def fault_events(report: Report, context: TraceContext) -> list[dict[str, Any]]:
+    """Failures, retries and recoveries as instant events on the task they concern."""
+    events: list[dict[str, Any]] = []
+    for fault in report.faults:
+        pid, tid = context.track(str(fault["task"]), FAULTS_THREAD, "faults")
+        [time] = context.us(np.array([fault["time_ns"]])).tolist()
+        events.append({"name": f"{fault['kind']}", "cat": "fault", "ph": "i", "s": "p", "ts": time, "pid": pid,
+                       "tid": tid, "args": {"message": fault["message"], "recovered_after_s": fault["recovered_after_s"]}})
+    return events
+
+
+TRACK_BUILDERS: tuple[Callable[[Report, TraceContext], list[dict[str, Any]]], ...] = (
+    step_events,
+    closure_events,
+    rpc_events,
+    fault_events,
+)
 
 
 def _origin_ns(report: Report) -> int:
