@@ -134,6 +134,7 @@ GPU = RecordKind(
         ("mem_total_bytes", "int64"),
         ("power_w", "float64"),
         ("sm_clock_mhz", "float64"),
+        ("tf_mem_peak_bytes", "int64"),  # TensorFlow's peak allocation on this GPU, null when unknown
     ),
 )
 
@@ -178,9 +179,19 @@ NOTE = RecordKind(
     ),
 )
 
+LABEL = RecordKind(
+    "label",
+    (
+        ("task", "string"),  # the worker that consumed the examples
+        ("time_ns", "int64"),
+        ("label", "string"),  # the class label, as text
+        ("examples", "int64"),  # cumulative examples with this label consumed by `task`
+    ),
+)
+
 KINDS: dict[str, RecordKind] = {
     kind.name: kind
-    for kind in (STEP, CLOSURE, RPC, ALLREDUCE, TRANSFER, SYSTEM, GPU, SHARD, PLACEMENT, FAULT, NOTE)
+    for kind in (STEP, CLOSURE, RPC, ALLREDUCE, TRANSFER, SYSTEM, GPU, SHARD, PLACEMENT, FAULT, NOTE, LABEL)
 }
 
 
