@@ -7,83 +7,27 @@ returns plain data. See ``http_api.md`` for the routes.
 
 from __future__ import annotations
 
-import functools
-import json
-import math
 import time
-from typing import Any
 
 from tensorboard import errors
 from tensorboard.plugins import base_plugin
 from werkzeug import Request, Response
 
 from tfdiag.errors import RunNotFoundError
+from tfdiag.report.compare import compare_reports
+from tfdiag.report.figures import FIGURES
 from tfdiag.tb_plugin import metadata
 from tfdiag.tb_plugin.assets import PLOTLY_ROUTE, STATIC_FILES, Assets
-from tfdiag.tb_plugin.runs import DISCOVERY_TTL_S, FIGURES, REFRESH_INTERVAL_S, RunIndex, RunStates
+from tfdiag.tb_plugin.responses import MAX_ARG_LENGTH, handles_errors, json_response, json_safe, required_arg
+from tfdiag.tb_plugin.runs import DISCOVERY_TTL_S, REFRESH_INTERVAL_S, RunIndex, RunState, RunStates
 
 # The tab asks TensorBoard's plugin listing whether it is active on every page load;
 # is_active re-walks the logdir at most this often.
 IS_ACTIVE_TTL_S = 10.0
 
-# Arguments longer than this are refused before any lookup (run names are paths).
-MAX_ARG_LENGTH = 4096
+_json_safe = json_safe  # its former name
 
-
-def _json_safe(value: Any) -> Any:
-    """``value`` with NaN and infinities as None (JSON has neither) and numpy scalars as Python ones."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(key): _json_safe(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(item) for item in value]
-    if hasattr(value, "item") and callable(value.item):  # numpy scalar
-        return _json_safe(value.item())
-    return value
-
-
-def _json_response(data: Any, status: int = 200) -> Response:
-    body = json.dumps(_json_safe(data), allow_nan=False, separators=(",", ":"))
-    response = Response(body, status=status, content_type="application/json")
-    response.headers["X-Content-Type-Options"] = "nosniff"
-    response.headers["Cache-Control"] = "no-cache, must-revalidate"
-    return response
-
-
-def _raw_json_response(body: str) -> Response:
-    response = Response(body, status=200, content_type="application/json")
-    response.headers["X-Content-Type-Options"] = "nosniff"
-    response.headers["Cache-Control"] = "no-cache, must-revalidate"
-    return response
-
-
-def _handles_errors(route):
-    """Turns TensorBoard's public errors into JSON error responses with their HTTP code.
-
-    TensorBoard's own WSGI app does the same for plugins (as text); doing it here keeps
-    the plugin's apps self-contained, so they can be served and tested on their own.
-    """
-
-    @Request.application
-    def app(*args) -> Response:  # (request) or, on a method, (self, request)
-        try:
-            return route(*args)
-        except errors.PublicError as error:
-            return _json_response({"error": str(error)}, status=error.http_code)
-
-    return functools.wraps(route)(app)
-
-
-def _required_arg(request: Request, name: str) -> str:
-    values = request.args.getlist(name)
-    if not values or values[0] == "":
-        raise errors.InvalidArgumentError(f"missing argument {name!r}")
-    if len(values) > 1:
-        raise errors.InvalidArgumentError(f"argument {name!r} given {len(values)} times")
-    if len(values[0]) > MAX_ARG_LENGTH or "\x00" in values[0]:
-        raise errors.InvalidArgumentError(f"argument {name!r} is malformed")
-    return values[0]
+__all__ = ["IS_ACTIVE_TTL_S", "MAX_ARG_LENGTH", "TfdiagPlugin", "TfdiagPluginLoader"]
 
 
 class TfdiagPlugin(base_plugin.TBPlugin):
@@ -93,7 +37,7 @@ class TfdiagPlugin(base_plugin.TBPlugin):
         >>> from tensorboard.plugins import base_plugin
         >>> plugin = TfdiagPlugin(base_plugin.TBContext(logdir="logs"))  # doctest: +SKIP
         >>> sorted(plugin.get_plugin_apps())[:3]  # doctest: +SKIP
-        ['/figure', '/index.js', '/model.js']
+        ['/compare', '/figure', '/index.js']
     """
 
     plugin_name = metadata.PLUGIN_NAME
@@ -120,6 +64,7 @@ class TfdiagPlugin(base_plugin.TBPlugin):
             "/runs": self.runs_route,
             "/report": self.report_route,
             "/figure": self.figure_route,
+            "/compare": self.compare_route,
         }
         apps.update({route: self.static_app(route) for route in (*STATIC_FILES, PLOTLY_ROUTE)})
         return apps
@@ -142,10 +87,10 @@ class TfdiagPlugin(base_plugin.TBPlugin):
 
     # -- /runs -----------------------------------------------------------------------
 
-    @_handles_errors
+    @handles_errors
     def runs_route(self, request: Request) -> Response:
         """``GET /runs`` → JSON list of run names."""
-        return _json_response(self.runs_impl())
+        return json_response(self.runs_impl())
 
     def runs_impl(self) -> list[str]:
         """The names of every run under the logdir, sorted ("." is the logdir itself)."""
@@ -153,11 +98,11 @@ class TfdiagPlugin(base_plugin.TBPlugin):
 
     # -- /report ---------------------------------------------------------------------
 
-    @_handles_errors
+    @handles_errors
     def report_route(self, request: Request) -> Response:
-        """``GET /report?run=NAME`` → the run's ``Report.to_dict()``."""
-        run = _required_arg(request, "run")
-        return _json_response(self.report_impl(run))
+        """``GET /report?run=NAME`` → the run's ``Report.to_dict()`` (with an ETag)."""
+        run = required_arg(request, "run")
+        return json_response(self._state(run).report_body(), request=request)
 
     def report_impl(self, run: str) -> dict:
         """The JSON report of run ``run``; raises ``NotFoundError`` for an unknown run."""
@@ -165,18 +110,34 @@ class TfdiagPlugin(base_plugin.TBPlugin):
 
     # -- /figure ---------------------------------------------------------------------
 
-    @_handles_errors
+    @handles_errors
     def figure_route(self, request: Request) -> Response:
-        """``GET /figure?run=NAME&name=FIGURE`` → the plotly figure JSON."""
-        run = _required_arg(request, "run")
-        name = _required_arg(request, "name")
+        """``GET /figure?run=NAME&name=FIGURE`` → the plotly figure JSON (with an ETag)."""
+        run = required_arg(request, "run")
+        name = required_arg(request, "name")
         if name not in FIGURES:
-            raise errors.InvalidArgumentError(f"unknown figure {name!r}; expected one of {sorted(FIGURES)}")
-        return _raw_json_response(self.figure_impl(run, name))
+            raise errors.InvalidArgumentError(f"unknown figure {name!r}; expected one of {', '.join(FIGURES)}")
+        return json_response(self._state(run).figure_body(name), request=request)
 
     def figure_impl(self, run: str, name: str) -> str:
         """Figure ``name`` of run ``run`` as plotly JSON text (``plotly.io.to_json``)."""
         return self._state(run).figure_json(name)
+
+    # -- /compare --------------------------------------------------------------------
+
+    @handles_errors
+    def compare_route(self, request: Request) -> Response:
+        """``GET /compare?base=NAME&new=NAME`` → ``compare_reports`` of the two runs."""
+        base = required_arg(request, "base")
+        new = required_arg(request, "new")
+        return json_response(self.compare_impl(base, new))
+
+    def compare_impl(self, base: str, new: str) -> dict:
+        """``tfdiag.report.compare.compare_reports`` of two discovered runs, plus their names."""
+        base_state, new_state = self._state(base), self._state(new)
+        comparison = compare_reports(base_state.report(), new_state.report())
+        comparison["base_run"], comparison["new_run"] = base, new
+        return comparison
 
     # -- static files ----------------------------------------------------------------
 
@@ -191,7 +152,7 @@ class TfdiagPlugin(base_plugin.TBPlugin):
         def app(request: Request) -> Response:
             asset = self._assets.get(route)
             if asset is None:
-                return _json_response({"error": "not found"}, status=404)
+                return json_response({"error": "not found"}, status=404)
             use_gzip = "gzip" in request.accept_encodings
             response = Response(asset.gzipped if use_gzip else asset.body, content_type=asset.content_type)
             if use_gzip:
@@ -206,7 +167,7 @@ class TfdiagPlugin(base_plugin.TBPlugin):
 
     # -- helpers ---------------------------------------------------------------------
 
-    def _state(self, run: str):
+    def _state(self, run: str) -> RunState:
         path = self._index.lookup(run)
         if path is None:
             raise errors.NotFoundError(f"no tfdiag run named {run!r} under the logdir")

@@ -21,7 +21,8 @@ from typing import Callable
 import plotly.io
 
 from tfdiag.analysis import LoadedRun, Report, RunLoader, analyze
-from tfdiag.report import figures
+from tfdiag.report.figures import FIGURES
+from tfdiag.tb_plugin.responses import JsonBody
 from tfdiag.store import find_runs
 
 # A run created under the logdir shows up in /runs (and activates the tab) within this
@@ -31,11 +32,6 @@ DISCOVERY_TTL_S = 5.0
 # Live runs flush every 0.5 s (tfdiag.store.writer.DEFAULT_FLUSH_INTERVAL_S); refreshing
 # at most once a second keeps a burst of requests (report + figures) to one refresh.
 REFRESH_INTERVAL_S = 1.0
-
-# Figure name (the /figure route's `name` argument) -> builder in tfdiag.report.figures.
-FIGURES: dict[str, Callable[[Report], object]] = {
-    "step_time": figures.step_time_over_run,
-}
 
 Clock = Callable[[], float]
 
@@ -90,19 +86,24 @@ class RunIndex:
 
 
 class RunState:
-    """One run's loader, its latest Report and the figures built from that Report."""
+    """One run's loader, its latest Report, and the JSON answers built from that Report.
+
+    Everything derived from the Report (its JSON, each figure's JSON) is built on first
+    request and cached until the run changes on disk, so repeated requests, and the
+    tab's polling, cost a dictionary lookup.
+    """
 
     def __init__(self, path: Path, refresh_interval_s: float = REFRESH_INTERVAL_S, clock: Clock = time.monotonic):
         self.path = path
-        self._loader = RunLoader(path)
+        self.loader = RunLoader(path)
         self._refresh_interval_s = refresh_interval_s
         self._clock = clock
         self._lock = threading.Lock()
         self._refreshed_at: float | None = None
         self._loaded: LoadedRun | None = None
         self._report: Report | None = None
-        self._report_dict: dict | None = None
-        self._figures: dict[str, str] = {}
+        self._report_body: JsonBody | None = None
+        self._figures: dict[str, JsonBody] = {}
         self.analyses = 0  # how many times the run was analysed (tests read it)
 
     def report(self) -> Report:
@@ -111,33 +112,41 @@ class RunState:
             return self._current()
 
     def report_dict(self) -> dict:
-        """``report().to_dict()``, cached with the Report."""
+        """``report().to_dict()`` (the JSON contract)."""
+        return self.report().to_dict()
+
+    def report_body(self) -> JsonBody:
+        """``report().to_dict()`` serialised, cached with the Report."""
         with self._lock:
             report = self._current()
-            if self._report_dict is None:
-                self._report_dict = report.to_dict()
-            return self._report_dict
+            if self._report_body is None:
+                self._report_body = JsonBody.of(report.to_dict())
+            return self._report_body
 
-    def figure_json(self, name: str) -> str:
+    def figure_body(self, name: str) -> JsonBody:
         """The plotly JSON (``plotly.io.to_json``) of figure ``name`` (a key of FIGURES)."""
         with self._lock:
             report = self._current()
             if name not in self._figures:
-                self._figures[name] = plotly.io.to_json(FIGURES[name](report), validate=False)
+                self._figures[name] = JsonBody.of_text(plotly.io.to_json(FIGURES[name](report), validate=False))
             return self._figures[name]
+
+    def figure_json(self, name: str) -> str:
+        return self.figure_body(name).text
 
     def _current(self) -> Report:
         now = self._clock()
         if self._refreshed_at is None or now - self._refreshed_at >= self._refresh_interval_s:
-            loaded = self._loader.refresh()
+            loaded = self.loader.refresh()  # reads only bytes appended since the last refresh
             self._refreshed_at = now
             if loaded is not self._loaded:  # RunLoader returns the same object when nothing changed
                 self._loaded = loaded
                 self._report = analyze(loaded)
-                self._report_dict = None
+                self._report_body = None
                 self._figures = {}
                 self.analyses += 1
-        assert self._report is not None
+        if self._report is None:
+            raise RuntimeError(f"{self.path}: no report after a refresh")  # unreachable: refresh always loads
         return self._report
 
 
@@ -165,4 +174,4 @@ class RunStates:
             self._states.pop(path, None)
 
 
-__all__ = ["FIGURES", "RunIndex", "RunState", "RunStates", "run_name"]
+__all__ = ["RunIndex", "RunState", "RunStates", "run_name"]

@@ -1,19 +1,38 @@
 // Entry point of the tfdiag tab (a TensorBoard dynamic plugin: TensorBoard imports this
 // module inside the tab's iframe and calls render()).
+//
+// Live runs: a dynamic plugin's iframe cannot hook TensorBoard's reload button or its
+// auto-reload timer, so the tab polls on its own: every AUTO_REFRESH_MS while the tab
+// is visible (document.visibilityState), and at once when it becomes visible again
+// after that long. A poll re-fetches the report (a 304 when the run did not change)
+// and redraws only when it changed; charts are updated in place (Plotly.react), so the
+// page keeps its scroll position.
 
 import * as model from './model.js';
 import * as views from './views.js';
 
-/** How often the open run is re-fetched, so a live run updates (ms). */
+/** How often the open run is re-fetched while the tab is visible, so a live run updates (ms). */
 const AUTO_REFRESH_MS = 15000;
+
+/** Height of a chart that has no data (it only says why). */
+const EMPTY_CHART_PX = 150;
+const DEFAULT_CHART_PX = 380;
+
+/** The charts shown side by side for each run in compare mode. */
+const COMPARE_FIGURES = ['step_breakdown', 'step_time'];
 
 const state = {
   /** @type {string[]} */ runs: [],
   /** @type {string|null} */ run: null,
+  /** @type {string|null} the second run of compare mode, or null */ compare: null,
   /** Incremented on every load; a response for an older generation is dropped. */
   generation: 0,
-  /** JSON of the report on screen, to skip redrawing an unchanged one. */
-  shownReport: '',
+  /** What the page shows ("run:NAME" or "compare:A\nB"), to update it in place. */
+  layout: '',
+  /** JSON of the data on screen, to skip redrawing an unchanged one. */
+  shown: '',
+  /** When the data on screen was last fetched (ms since epoch). */
+  fetchedAt: 0,
 };
 
 /** @type {Object<string, HTMLElement>} */
@@ -25,20 +44,26 @@ export async function render() {
   link.href = './style.css';
   document.head.appendChild(link);
 
-  dom.toolbar = views.h('div', {className: 'toolbar'});
-  dom.status = views.h('span', {className: 'status'});
+  dom.runPicker = views.h('span', {className: 'picker'});
+  dom.comparePicker = views.h('span', {className: 'picker'});
+  dom.status = views.h('span', {className: 'status', role: 'status'});
   dom.main = views.h('main', {className: 'overview'});
   const refresh = views.h('button', {className: 'refresh', type: 'button', onClick: () => reload(true)}, 'Refresh');
-  document.body.appendChild(views.h('div', {className: 'tfdiag'}, views.h('div', {className: 'bar'}, dom.toolbar, refresh, dom.status), dom.main));
+  document.body.appendChild(
+    views.h('div', {className: 'tfdiag'}, views.h('div', {className: 'bar'}, dom.runPicker, dom.comparePicker, refresh, dom.status), dom.main),
+  );
 
   await reload(false);
   setInterval(() => {
     if (document.visibilityState === 'visible') reload(true, {quiet: true});
   }, AUTO_REFRESH_MS);
+  document.addEventListener('visibilitychange', () => {
+    if (document.visibilityState === 'visible' && Date.now() - state.fetchedAt >= AUTO_REFRESH_MS) reload(true, {quiet: true});
+  });
 }
 
 /**
- * Fetches the run list, then the selected run.
+ * Fetches the run list, then what is selected.
  * @param {boolean} force bypass the response cache
  * @param {{quiet?: boolean}=} options quiet: keep the current view while loading
  */
@@ -51,72 +76,130 @@ async function reload(force, {quiet = false} = {}) {
     showError(`Cannot list runs: ${error.message}`);
     return;
   }
-  if (runs.join('\n') !== state.runs.join('\n')) {
+  if (runs.join('\n') !== state.runs.join('\n') || !dom.runPicker.firstChild) {
     state.runs = runs;
     if (!runs.includes(state.run)) state.run = runs.length ? runs[0] : null;
-    dom.toolbar.replaceChildren(views.runSelector(runs, state.run, (run) => selectRun(run)));
+    if (!runs.includes(state.compare) || state.compare === state.run) state.compare = null;
+    drawPickers();
   }
   if (state.run === null) {
+    state.layout = state.shown = '';
     dom.main.replaceChildren(views.message('No tfdiag runs under the logdir yet (a run is a directory holding plugins/tfdiag).'));
     return;
   }
-  await showRun(state.run, {force, quiet});
+  await show({force, quiet});
 }
 
-function selectRun(run) {
+function drawPickers() {
+  dom.runPicker.replaceChildren(views.runSelector(state.runs, state.run, (run) => select(run, state.compare === run ? null : state.compare)));
+  const others = state.runs.filter((run) => run !== state.run);
+  dom.comparePicker.replaceChildren(
+    others.length
+      ? views.runSelector(others, state.compare, (run) => select(state.run, run || null), {label: 'Compare with', className: 'compare-select', none: '(none)'})
+      : '',
+  );
+}
+
+function select(run, compare) {
+  const pickers = run !== state.run;
   state.run = run;
-  state.shownReport = '';
-  showRun(run, {force: false, quiet: false});
+  state.compare = compare;
+  if (pickers) drawPickers();
+  show({force: false, quiet: false});
 }
 
-/**
- * Loads and draws one run. Responses that arrive after another run was selected (or a
- * newer load started) are dropped.
- */
-async function showRun(run, {force, quiet}) {
+/** Loads and draws the selection. Responses that arrive after another selection are dropped. */
+async function show({force, quiet}) {
   const generation = ++state.generation;
-  const current = () => generation === state.generation && state.run === run;
+  const {run, compare} = state;
+  const current = () => generation === state.generation && state.run === run && state.compare === compare;
   const maxAgeMs = force ? 0 : undefined;
+  const layout = compare ? `compare:${run}\n${compare}` : `run:${run}`;
   if (!quiet) {
-    dom.status.textContent = `Loading ${run}…`;
-    if (!state.shownReport) dom.main.replaceChildren(views.message('Loading…'));
+    dom.status.textContent = compare ? `Loading ${run} and ${compare}…` : `Loading ${run}…`;
+    if (state.layout !== layout) dom.main.replaceChildren(views.message('Loading…'));
   }
-  let report;
+  let data;
   try {
-    report = await model.getReport(run, {maxAgeMs});
+    data = compare
+      ? await Promise.all([model.getComparison(run, compare, {maxAgeMs}), model.getReport(run, {maxAgeMs}), model.getReport(compare, {maxAgeMs})])
+      : [await model.getReport(run, {maxAgeMs})];
   } catch (error) {
-    if (current()) showError(`Cannot load ${run}: ${error.message}`);
+    if (current()) showError(`Cannot load ${compare ? `${run} and ${compare}` : run}: ${error.message}`);
     return;
   }
   if (!current()) return;
-  const reportJson = JSON.stringify(report);
+  state.fetchedAt = Date.now();
   dom.status.textContent = `Updated ${new Date().toLocaleTimeString()}`;
-  if (reportJson === state.shownReport) return;
-  state.shownReport = reportJson;
-
-  const chart = views.chartBox('step_time');
-  dom.main.replaceChildren(
-    views.summaryView(report),
-    chart,
-    views.findingsView(report.findings || []),
-    views.workersView(report.workers || []) || '',
-  );
-  await drawFigure(chart.querySelector('.chart-plot'), run, 'step_time', {maxAgeMs, current});
+  const shown = JSON.stringify(data);
+  if (layout === state.layout && shown === state.shown) return;
+  const sameLayout = layout === state.layout;
+  state.layout = layout;
+  state.shown = shown;
+  const charts = compare ? drawComparison(data, run, compare) : drawRun(data[0], sameLayout);
+  // Charts are fetched anew (an ETag revalidation) only when the report changed.
+  await Promise.all(charts.map(([box, chartRun, name]) => drawFigure(box, chartRun, name, {maxAgeMs: sameLayout ? 0 : maxAgeMs, current})));
 }
 
-async function drawFigure(element, run, name, {maxAgeMs, current}) {
+/**
+ * The single-run page: overview, findings, views, workers. On an update of the same run
+ * the text parts are rebuilt and the chart boxes are kept.
+ * @return {Array<[HTMLElement, string, string]>} the charts to draw: [box, run, figure name]
+ */
+function drawRun(report, sameLayout) {
+  if (!sameLayout) {
+    dom.overview = views.h('div', {className: 'overview-box'});
+    dom.findings = views.h('div', {className: 'findings-box'});
+    dom.workers = views.h('div', {className: 'workers-box'});
+    dom.charts = [];
+    const sections = model.VIEWS.map(([title, names]) => {
+      const boxes = names.map((name) => views.chartBox(name));
+      boxes.forEach((box, i) => dom.charts.push([box, state.run, names[i]]));
+      return views.viewSection(title, boxes);
+    });
+    dom.main.replaceChildren(dom.overview, dom.findings, ...sections, dom.workers);
+  }
+  dom.overview.replaceChildren(views.overviewView(report));
+  dom.findings.replaceChildren(views.findingsView(report.findings || []));
+  dom.workers.replaceChildren(views.workersView(report.workers || []) || '');
+  return dom.charts;
+}
+
+/** The compare page: the comparison, then each run's overview and charts side by side. */
+function drawComparison([comparison, baseReport, newReport], base, compare) {
+  const column = (report, run) => {
+    const boxes = COMPARE_FIGURES.map((name) => views.chartBox(name));
+    boxes.forEach((box) => (box.dataset.run = run));
+    return [views.h('div', {}, views.h('h2', {className: 'run-name'}, run), views.overviewView(report), boxes), boxes];
+  };
+  const [left, leftBoxes] = column(baseReport, base);
+  const [right, rightBoxes] = column(newReport, compare);
+  dom.main.replaceChildren(views.comparisonView(comparison), views.sideBySide(left, right));
+  return [...leftBoxes.map((box, i) => [box, base, COMPARE_FIGURES[i]]), ...rightBoxes.map((box, i) => [box, compare, COMPARE_FIGURES[i]])];
+}
+
+async function drawFigure(box, run, name, {maxAgeMs, current}) {
+  const element = box.querySelector('.chart-plot');
   try {
     const [Plotly, figure] = await Promise.all([model.loadPlotly(), model.getFigure(run, name, {maxAgeMs})]);
     if (!current() || !element.isConnected) return;
     const drawable = model.drawableFigure(figure, model.hasWebGL());
-    await Plotly.react(element, drawable.data, drawable.layout, {responsive: true, displaylogo: false});
+    const empty = model.isEmptyFigure(figure);
+    box.classList.toggle('empty', empty);
+    box.dataset.state = empty ? 'empty' : 'drawn';
+    element.style.height = `${empty ? EMPTY_CHART_PX : drawable.layout.height || DEFAULT_CHART_PX}px`;
+    const layout = {...drawable.layout, height: undefined, autosize: true};
+    await Plotly.react(element, drawable.data, layout, {responsive: true, displaylogo: false});
   } catch (error) {
-    if (current() && element.isConnected) element.replaceChildren(views.message(`Cannot draw the chart: ${error.message}`, 'error'));
+    if (current() && element.isConnected) {
+      box.dataset.state = 'error';
+      element.replaceChildren(views.message(`Cannot draw the chart: ${error.message}`, 'error'));
+    }
   }
 }
 
 function showError(text) {
   dom.status.textContent = '';
-  state.shownReport = '';
+  state.layout = state.shown = '';
   dom.main.replaceChildren(views.message(text, 'error'));
 }

@@ -1,6 +1,7 @@
 // Data access for the tfdiag tab: fetches the plugin's JSON routes with relative URLs
 // (the iframe's <base> is .../data/plugin/tfdiag/, so this works under --path_prefix)
-// and caches each response for a short time, sharing requests already in flight.
+// and caches each response for a short time, sharing requests already in flight. The
+// routes answer with ETags, so a forced re-fetch of an unchanged answer is a 304.
 
 /**
  * @typedef {{p50: number, p95: number, mean: number}} StepTime
@@ -8,13 +9,29 @@
  * @typedef {{kind: string, severity: string, title: string, summary: string,
  *            tasks: string[], evidence: Object<string, *>, recommendation: Recommendation}} Finding
  * @typedef {{task: string, steps: number, step_time_ms: StepTime, input_wait_frac: number,
- *            examples: number}} Worker
+ *            examples: number, breakdown_ms: Object<string, number>}} Worker
  * @typedef {{schema_version: number, run: Object<string, *>, summary: Object<string, *>,
  *            workers: Worker[], findings: Finding[]}} Report
+ * @typedef {{base: *, new: *, ratio: (number|null), change_pct: (number|null)}} Metric
+ * @typedef {{kind: string, severity: string, title: string, tasks: string[],
+ *            predicted_speedup: (number|null)}} FindingEntry
+ * @typedef {{base_run: string, new_run: string, examples_per_s: Metric, step_time_ms: Metric,
+ *            primary_bottleneck: {base: ?string, new: ?string},
+ *            findings: {resolved: FindingEntry[], new: FindingEntry[],
+ *                       persisting: {kind: string, base: FindingEntry, new: FindingEntry}[]}}} Comparison
  */
 
 /** How long a response is reused before it is fetched again (ms). */
 export const DEFAULT_MAX_AGE_MS = 5000;
+
+/** The views of the tab: [section title, [figure name, ...]]; names are /figure?name= values. */
+export const VIEWS = [
+  ['Step time', ['step_breakdown', 'step_time']],
+  ['Communication', ['rpc_latency_heatmap', 'rpc_latency_over_time']],
+  ['Utilisation', ['gpu_utilization', 'host_utilization']],
+  ['Data shards and parameter servers', ['shard_balance', 'ps_load']],
+  ['Faults', ['fault_timeline']],
+];
 
 /** @type {Map<string, {time: number, promise: Promise<*>}>} */
 const cache = new Map();
@@ -34,7 +51,7 @@ export function fetchJson(route, params = {}, {maxAgeMs = DEFAULT_MAX_AGE_MS} = 
   if (hit && now - hit.time < maxAgeMs) {
     return hit.promise;
   }
-  const promise = fetch(url, {credentials: 'same-origin'}).then(async (response) => {
+  const promise = fetch(url, {credentials: 'same-origin', cache: 'no-cache'}).then(async (response) => {
     if (!response.ok) {
       let message = `${response.status} ${response.statusText}`;
       try {
@@ -67,6 +84,11 @@ export function getReport(run, options) {
 /** @return {Promise<{data: Object[], layout: Object}>} a plotly figure */
 export function getFigure(run, name, options) {
   return fetchJson('figure', {run, name}, options);
+}
+
+/** @return {Promise<Comparison>} */
+export function getComparison(base, newRun, options) {
+  return fetchJson('compare', {base, new: newRun}, options);
 }
 
 /** @type {Promise<*>|null} */
@@ -118,4 +140,9 @@ export function drawableFigure(figure, webgl) {
   if (webgl) return figure;
   const data = (figure.data || []).map((trace) => (trace.type === 'scattergl' ? {...trace, type: 'scatter'} : trace));
   return {...figure, data};
+}
+
+/** @return {boolean} whether the figure was drawn without data (layout.meta.empty) */
+export function isEmptyFigure(figure) {
+  return Boolean(figure && figure.layout && figure.layout.meta && figure.layout.meta.empty);
 }

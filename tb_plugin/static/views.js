@@ -1,10 +1,11 @@
 // Pure DOM builders for the tfdiag tab. Every string from the server (run and task
-// names, finding text, evidence) is written as a text node, never parsed as HTML.
+// names, finding text, evidence, variable names) is written as a text node (h() makes
+// strings children text nodes; attributes go through setAttribute), never parsed as HTML.
 
 /**
  * Creates an element. Strings and numbers among the children become text nodes.
  * @param {string} tag
- * @param {Object<string, *>=} props className, title, dataset, or attributes (attr-*)
+ * @param {Object<string, *>=} props className, title, dataset, on<Event>, or attributes
  * @param {...(Node|string|number|null|undefined|Array)} children
  * @return {HTMLElement}
  */
@@ -43,14 +44,33 @@ export function speedupText(speedup) {
   return `${number(speedup, 2)}× predicted (+${number((speedup - 1) * 100, 0)} % throughput)`;
 }
 
+/** @param {number|null|undefined} pct a signed percent change */
+function changeText(pct) {
+  if (pct === null || pct === undefined) return '–';
+  return `${pct > 0 ? '+' : ''}${number(pct, 1)} %`;
+}
+
+const SEVERITIES = ['critical', 'warning', 'info'];
+
+function severityRank(severity) {
+  const rank = SEVERITIES.indexOf(severity);
+  return rank < 0 ? SEVERITIES.length : rank;
+}
+
 /**
- * The run selector.
+ * A run selector.
  * @param {string[]} runs
  * @param {string|null} selected
  * @param {function(string)} onChange
+ * @param {{label?: string, className?: string, none?: string}=} options none: text of an empty first option
  */
-export function runSelector(runs, selected, onChange) {
-  const select = h('select', {className: 'run-select', 'aria-label': 'run'});
+export function runSelector(runs, selected, onChange, {label = 'Run', className = 'run-select', none} = {}) {
+  const select = h('select', {className, 'aria-label': label.toLowerCase()});
+  if (none !== undefined) {
+    const option = h('option', {}, none);
+    option.value = '';
+    select.appendChild(option);
+  }
   for (const run of runs) {
     const option = h('option', {}, run);
     option.value = run;
@@ -58,11 +78,11 @@ export function runSelector(runs, selected, onChange) {
     select.appendChild(option);
   }
   select.addEventListener('change', () => onChange(select.value));
-  return h('label', {className: 'run-label'}, 'Run ', select);
+  return h('label', {className: 'run-label'}, `${label} `, select);
 }
 
 /** @param {import('./model.js').Finding} finding */
-function primaryBox(finding) {
+export function primaryBox(finding) {
   const rec = finding.recommendation || {};
   return h(
     'section',
@@ -70,40 +90,45 @@ function primaryBox(finding) {
     h('div', {className: 'primary-label'}, 'Primary bottleneck'),
     h('div', {className: 'primary-title'}, h('span', {className: 'kind'}, finding.kind), ' — ', finding.title),
     h('div', {className: 'speedup'}, speedupText(rec.predicted_speedup)),
+    finding.tasks && finding.tasks.length ? h('div', {className: 'tasks'}, 'Tasks: ', finding.tasks.join(', ')) : null,
     rec.action ? h('div', {className: 'action'}, rec.action) : null,
-    rec.change ? h('pre', {className: 'change'}, rec.change) : null,
+    rec.change ? h('pre', {className: 'change'}, h('code', {}, rec.change)) : null,
   );
 }
 
-/** @param {string} label @param {*} value */
-function stat(label, value) {
-  return h('div', {className: 'stat'}, h('div', {className: 'stat-label'}, label), h('div', {className: 'stat-value'}, value));
+/** @param {string} label @param {*} value @param {string=} className */
+function stat(label, value, className = '') {
+  return h('div', {className: `stat ${className}`}, h('div', {className: 'stat-label'}, label), h('div', {className: 'stat-value'}, value));
 }
 
 /**
- * The summary: the primary bottleneck first, then the run's key numbers.
+ * The overview: the primary bottleneck first, then the run's strategy, tasks and health.
  * @param {import('./model.js').Report} report
  */
-export function summaryView(report) {
+export function overviewView(report) {
   const run = report.run || {};
   const summary = report.summary || {};
   const findings = report.findings || [];
   const primary = findings.find((f) => f.kind === summary.primary_bottleneck) || null;
   const tasks = run.tasks || [];
+  const skipped = run.skipped_records || 0;
+  const warnings = run.warnings || [];
+  const healthy = !skipped && !warnings.length;
   return h(
     'div',
     {className: 'summary'},
-    primary ? primaryBox(primary) : h('section', {className: 'primary none'}, 'No bottleneck found.'),
+    primary ? primaryBox(primary) : h('section', {className: 'primary none'}, h('div', {className: 'primary-label'}, 'Primary bottleneck'), h('div', {className: 'primary-title'}, 'No bottleneck found.')),
     h(
       'div',
       {className: 'stats'},
-      stat('Strategy', run.strategy || 'unknown'),
-      stat('Tasks', `${tasks.length}: ${tasks.join(', ')}`),
+      stat('Strategy', run.strategy || 'unknown (no manifest)'),
       stat('Throughput', `${number(summary.examples_per_s, 1)} examples/s`),
       stat('Step time', `${number(summary.step_time_ms, 2)} ms`),
       stat('Steps', number(summary.steps, 0)),
+      stat('Health', healthy ? 'ok' : `${number(skipped, 0)} skipped record(s), ${warnings.length} warning(s)`, healthy ? 'ok' : 'unhealthy'),
     ),
-    warningsView(run.warnings || [], run.skipped_records || 0),
+    h('div', {className: 'task-list'}, h('span', {className: 'stat-label'}, `Tasks (${tasks.length}) `), tasks.map((t) => h('span', {className: 'task'}, t))),
+    warningsView(warnings, skipped),
   );
 }
 
@@ -120,12 +145,13 @@ function warningsView(warnings, skipped) {
 /** Evidence values are numbers, strings, lists or maps (task -> number). */
 function evidenceValue(value) {
   if (value === null || value === undefined) return '–';
+  if (typeof value === 'number') return number(value, 4);
   if (Array.isArray(value)) return value.map((v) => (typeof v === 'object' ? JSON.stringify(v) : String(v))).join(', ');
   if (typeof value === 'object') {
     return h(
       'span',
       {className: 'evidence-map'},
-      Object.entries(value).map(([k, v]) => h('span', {className: 'evidence-item'}, `${k}: ${typeof v === 'object' ? JSON.stringify(v) : v}`)),
+      Object.entries(value).map(([k, v]) => h('span', {className: 'evidence-item'}, `${k}: ${typeof v === 'object' ? JSON.stringify(v) : typeof v === 'number' ? number(v, 4) : v}`)),
     );
   }
   return String(value);
@@ -144,29 +170,35 @@ export function findingView(finding) {
       h('span', {className: `badge severity-${finding.severity}`}, finding.severity),
       h('span', {className: 'kind'}, finding.kind),
       h('span', {className: 'finding-title'}, finding.title),
+      h('span', {className: 'speedup'}, speedupText(rec.predicted_speedup)),
     ),
     h('p', {className: 'finding-summary'}, finding.summary),
     finding.tasks && finding.tasks.length ? h('p', {className: 'tasks'}, 'Tasks: ', finding.tasks.join(', ')) : null,
     evidence.length
-      ? h('table', {className: 'evidence'}, h('tbody', {}, evidence.map(([k, v]) => h('tr', {}, h('th', {}, k), h('td', {}, evidenceValue(v))))))
+      ? h('details', {className: 'evidence-box', open: ''}, h('summary', {}, 'Evidence'),
+          h('table', {className: 'evidence'}, h('tbody', {}, evidence.map(([k, v]) => h('tr', {}, h('th', {}, k), h('td', {}, evidenceValue(v)))))))
       : null,
     h(
       'div',
       {className: 'recommendation'},
-      h('div', {className: 'speedup'}, speedupText(rec.predicted_speedup)),
-      rec.action ? h('div', {className: 'action'}, rec.action) : null,
-      rec.change ? h('pre', {className: 'change'}, rec.change) : null,
+      rec.action ? h('div', {className: 'action'}, h('strong', {}, 'Recommendation: '), rec.action) : null,
+      rec.change ? h('pre', {className: 'change'}, h('code', {}, rec.change)) : null,
     ),
   );
 }
 
-/** @param {import('./model.js').Finding[]} findings */
+/**
+ * All findings, most severe first (ties keep the report's order: largest speed-up first).
+ * @param {import('./model.js').Finding[]} findings
+ */
 export function findingsView(findings) {
+  const ordered = findings.map((f, i) => [f, i]).sort((a, b) => severityRank(a[0].severity) - severityRank(b[0].severity) || a[1] - b[1]).map(([f]) => f);
+  const counts = SEVERITIES.map((s) => [s, findings.filter((f) => f.severity === s).length]).filter(([, n]) => n);
   return h(
     'section',
     {className: 'findings'},
-    h('h2', {}, `Findings (${findings.length})`),
-    findings.length ? findings.map(findingView) : h('p', {}, 'Nothing to report.'),
+    h('h2', {}, `Findings (${findings.length})`, counts.length ? h('span', {className: 'counts'}, counts.map(([s, n]) => h('span', {className: `badge severity-${s}`}, `${n} ${s}`))) : null),
+    ordered.length ? ordered.map(findingView) : h('p', {className: 'nothing'}, 'No detector found a problem in this run.'),
   );
 }
 
@@ -205,7 +237,64 @@ export function workersView(workers) {
 
 /** A box a plotly chart is drawn into. */
 export function chartBox(name) {
-  return h('section', {className: 'chart', dataset: {figure: name}}, h('div', {className: 'chart-plot'}));
+  return h('div', {className: 'chart', dataset: {figure: name}}, h('div', {className: 'chart-plot'}));
+}
+
+/** A titled section of charts. */
+export function viewSection(title, boxes) {
+  return h('section', {className: 'view'}, h('h2', {}, title), h('div', {className: 'charts'}, boxes));
+}
+
+function entryLine(entry) {
+  return h(
+    'li',
+    {dataset: {kind: entry.kind}},
+    h('span', {className: `badge severity-${entry.severity}`}, entry.severity),
+    ' ',
+    h('span', {className: 'kind'}, entry.kind),
+    ` — ${entry.title}`,
+  );
+}
+
+/**
+ * The comparison of two runs: throughput and step-time change, findings resolved, new
+ * and persisting. Throughput up and step time down are improvements.
+ * @param {import('./model.js').Comparison} comparison
+ */
+export function comparisonView(comparison) {
+  const findings = comparison.findings || {resolved: [], new: [], persisting: []};
+  const metric = (label, m, unit, higherIsBetter) => {
+    const pct = m.change_pct;
+    const better = pct === null || pct === undefined || pct === 0 ? '' : (pct > 0) === higherIsBetter ? 'better' : 'worse';
+    return stat(label, `${number(m.base, 2)} → ${number(m.new, 2)} ${unit} (${changeText(pct)})`, `metric ${better}`);
+  };
+  const list = (title, entries, className) =>
+    h('div', {className: `compare-list ${className}`}, h('h3', {}, `${title} (${entries.length})`), entries.length ? h('ul', {}, entries.map(entryLine)) : h('p', {className: 'nothing'}, 'none'));
+  const primary = comparison.primary_bottleneck || {};
+  return h(
+    'section',
+    {className: 'comparison'},
+    h('h2', {}, 'Comparison: ', h('span', {className: 'run-name'}, comparison.base_run), ' → ', h('span', {className: 'run-name'}, comparison.new_run)),
+    h(
+      'div',
+      {className: 'stats'},
+      metric('Throughput', comparison.examples_per_s, 'examples/s', true),
+      metric('Step time', comparison.step_time_ms, 'ms', false),
+      stat('Primary bottleneck', `${primary.base || 'none'} → ${primary.new || 'none'}`),
+    ),
+    h(
+      'div',
+      {className: 'compare-lists'},
+      list('Resolved', findings.resolved, 'resolved'),
+      list('New', findings.new, 'new'),
+      list('Persisting', findings.persisting.map((p) => ({...p.new, title: `${p.base.severity} → ${p.new.severity}: ${p.new.title}`})), 'persisting'),
+    ),
+  );
+}
+
+/** Two columns, side by side. */
+export function sideBySide(left, right) {
+  return h('div', {className: 'side-by-side'}, h('div', {className: 'side'}, left), h('div', {className: 'side'}, right));
 }
 
 /** @param {string} text @param {string=} kind "error" or "info" */

@@ -53,3 +53,34 @@ def logdir(tmp_path: Path) -> Path:
     make_run(root / "sweep" / "even", slow_ms=20.0)
     (root / "not_a_run" / "plugins" / "scalars").mkdir(parents=True)
     return root
+
+
+def add_system(run, task: str, count: int = 30) -> None:
+    """One host sampler's records on ``run`` (a ``RunBuilder``): 10 a second, 4 MB/s of traffic."""
+    from tests.analysis.conftest import MS, START_NS
+
+    for i in range(count):
+        moved = int(2e5 * i)
+        run.records.append(("system", dict(host=f"host-{task.replace(':', '-')}", task=task, time_ns=START_NS + i * 100 * MS,
+                                           cpu_pct=40.0 + 10 * (i % 4), mem_used_frac=0.35, net_sent_bytes=moved,
+                                           net_recv_bytes=moved, disk_read_bytes=0, disk_write_bytes=0)))
+
+
+def make_full_run(run_dir: Path, worker_names: tuple[str, str] = ("worker:0", "worker:1")) -> Path:
+    """A ParameterServerStrategy run with every signal (steps, probes, GPU and host samples,
+    shards, placement, faults); the second worker straggles (60 ms steps against 20 ms)."""
+    from tests.analysis.conftest import RunBuilder
+
+    fast, slow = worker_names
+    run = RunBuilder(run_dir)
+    run.steps(fast, step_ms=20, input_ms=2).steps(slow, step_ms=60, input_ms=2)
+    for worker in worker_names:
+        run.rpc(worker, "ps:0", 0.3).rpc(worker, "ps:1", 0.5)
+        run.shard(worker, 3200)
+        add_system(run, worker)
+    run.rpc("chief:0", fast, 0.2).rpc("chief:0", slow, 0.2)
+    run.gpu("host-a", 0, 45.0).gpu("host-a", 1, 70.0)
+    run.placement("dense/kernel", "ps:0", 8 << 20).placement("dense/bias", "ps:0", 4 << 10)
+    run.placement("embedding/table", "ps:1", 2 << 20)
+    run.fault(slow, "failure", 500).fault(slow, "restart", 1500)
+    return run.write()

@@ -11,10 +11,11 @@ from tensorboard.backend import application
 from tensorboard.plugins import base_plugin
 from werkzeug.test import Client
 
+from tfdiag.report.figures import FIGURES
 from tfdiag.tb_plugin import metadata
 from tfdiag.tb_plugin.plugin import TfdiagPlugin, TfdiagPluginLoader
 
-from tests.tb_plugin.tb_plugin_runs import logdir, make_run, write_steps  # noqa: F401 (logdir is a fixture)
+from tests.tb_plugin.tb_plugin_runs import logdir, make_full_run, make_run, write_steps  # noqa: F401 (logdir is a fixture)
 
 PREFIX = "/data/plugin/tfdiag"
 
@@ -195,6 +196,38 @@ def test_step_time_figure(client):
     assert "step time" in figure["layout"]["yaxis"]["title"]["text"]
 
 
+@pytest.fixture(scope="module")
+def full_client(tmp_path_factory):
+    """A logdir with one run holding every signal, and a clean run to compare it with."""
+    root = tmp_path_factory.mktemp("full") / "logs"
+    make_full_run(root / "full")
+    make_run(root / "clean", slow_ms=20.0)
+    return client_for(make_plugin(root))
+
+
+@pytest.mark.parametrize("name", list(FIGURES))
+def test_every_registered_figure_is_served(full_client, name):
+    figure = get_json(full_client, f"{PREFIX}/figure?run=full&name={name}")
+    assert figure["data"], name
+    assert figure["layout"]["meta"]["empty"] is False
+
+
+def test_figures_of_a_run_without_that_signal_are_empty_charts(client):
+    figure = get_json(client, PREFIX + "/figure?run=slow&name=rpc_latency_heatmap")
+    assert figure["data"] == []
+    assert figure["layout"]["meta"]["empty"] is True
+    assert figure["layout"]["annotations"][0]["text"] == "no RPC probes recorded"
+
+
+def test_json_routes_answer_304_to_a_matching_etag(full_client):
+    for url in (PREFIX + "/report?run=full", PREFIX + "/figure?run=full&name=step_time"):
+        first = full_client.get(url)
+        assert first.status_code == 200 and first.headers["ETag"]
+        again = full_client.get(url, headers={"If-None-Match": first.headers["ETag"]})
+        assert again.status_code == 304
+        assert again.get_data() == b""
+
+
 @pytest.mark.parametrize(
     "query, status",
     [
@@ -202,12 +235,116 @@ def test_step_time_figure(client):
         ("name=step_time", 400),
         ("run=slow&name=nope", 400),
         ("run=slow&name=../../etc/passwd", 400),
+        ("run=slow&name=%2e%2e%2fstep_time", 400),
+        ("run=slow&name=/etc/passwd", 400),
+        ("run=slow&name=step_time&name=step_time", 400),
         ("run=..&name=step_time", 404),
         ("run=/etc&name=step_time", 404),
     ],
 )
 def test_figure_bad_arguments(client, query, status):
     get_json(client, PREFIX + "/figure?" + query, status=status)
+
+
+# -- /compare ---------------------------------------------------------------------------
+
+
+def test_compare_two_runs(full_client):
+    comparison = get_json(full_client, PREFIX + "/compare?base=full&new=clean")
+    assert (comparison["base_run"], comparison["new_run"]) == ("full", "clean")
+    assert comparison["primary_bottleneck"] == {"base": "straggler", "new": None}
+    assert "straggler" in [entry["kind"] for entry in comparison["findings"]["resolved"]]
+    assert comparison["findings"]["new"] == []
+    assert comparison["examples_per_s"]["change_pct"] > 100
+    assert comparison["step_time_ms"]["ratio"] < 1
+
+
+@pytest.mark.parametrize(
+    "query, status",
+    [
+        ("", 400),
+        ("base=slow", 400),
+        ("new=slow", 400),
+        ("base=slow&new=", 400),
+        ("base=slow&new=slow&new=slow", 400),
+        ("base=slow&new=nope", 404),
+        ("base=nope&new=slow", 404),
+    ],
+)
+def test_compare_bad_arguments(client, query, status):
+    get_json(client, PREFIX + "/compare?" + query, status=status)
+
+
+# -- traversal, on every route and every argument ---------------------------------------------
+
+TRAVERSALS = [
+    "..",
+    "../..",
+    "%2e%2e",
+    "%2e%2e%2f%2e%2e%2fetc%2fpasswd",
+    "..%2fslow",
+    "../logs/slow",
+    "./slow",
+    "slow/..",
+    "slow/../slow",
+    "slow/plugins/tfdiag",
+    "/etc/passwd",
+    "%2fetc%2fpasswd",
+    "//etc/passwd",
+    "~",
+    "~/slow",
+    "file:///etc/passwd",
+    "slow%00",
+]
+
+# Every route with a run argument: (route, the argument under test, the other arguments).
+RUN_ARGUMENTS = [
+    ("/report", "run", {}),
+    ("/figure", "run", {"name": "step_time"}),
+    ("/compare", "base", {"new": "slow"}),
+    ("/compare", "new", {"base": "slow"}),
+]
+
+
+@pytest.mark.parametrize("route, argument, others", RUN_ARGUMENTS)
+@pytest.mark.parametrize("value", TRAVERSALS)
+def test_traversal_is_refused_on_every_run_argument(client, logdir, route, argument, others, value):
+    query = "&".join([f"{argument}={value}", *(f"{key}={item}" for key, item in others.items())])
+    response = client.get(f"{PREFIX}{route}?{query}")
+    assert response.status_code in (400, 404), (route, value)
+    assert response.mimetype == "application/json"
+    assert "root:" not in response.get_data(as_text=True)
+
+
+@pytest.mark.parametrize("route, argument, others", RUN_ARGUMENTS)
+def test_absolute_path_of_a_real_run_is_refused_on_every_run_argument(client, logdir, route, argument, others):
+    for value in (str(logdir / "slow"), str(logdir) + "/../logs/slow", str(logdir / "sweep" / "even")):
+        response = client.get(PREFIX + route, query_string={argument: value, **others})
+        assert response.status_code == 404, (route, argument, value)
+
+
+@pytest.mark.parametrize("value", TRAVERSALS + ["step_time/..", "STEP_TIME"])
+def test_traversal_is_refused_on_the_figure_name(client, value):
+    response = client.get(f"{PREFIX}/figure?run=slow&name={value}")
+    assert response.status_code == 400
+    assert response.mimetype == "application/json"
+
+
+@pytest.mark.parametrize("value", TRAVERSALS)
+def test_runs_ignores_arguments(client, value):
+    """/runs takes no argument: whatever a request adds changes nothing."""
+    assert get_json(client, f"{PREFIX}/runs?run={value}&logdir={value}") == ["slow", "sweep/even"]
+
+
+def test_a_run_outside_the_logdir_is_refused(tmp_path):
+    outside = make_run(tmp_path / "outside")
+    root = tmp_path / "logs"
+    make_run(root / "inside")
+    client = client_for(make_plugin(root))
+    assert get_json(client, PREFIX + "/runs") == ["inside"]
+    for value in (str(outside), "../outside", "inside/../../outside"):
+        response = client.get(PREFIX + "/report", query_string={"run": value})
+        assert response.status_code == 404, value
 
 
 # -- live refresh and caching ---------------------------------------------------------------
@@ -244,6 +381,41 @@ def test_new_run_is_found_without_waiting_for_the_ttl(tmp_path):
     # /runs is cached for the TTL, but asking for b by name re-discovers (at most once a second).
     plugin._index._checked_at -= 2
     assert get_json(client, PREFIX + "/report?run=b")["run"]["tasks"] == ["worker:0", "worker:1"]
+
+
+def test_live_run_reads_only_appended_bytes(tmp_path, monkeypatch):
+    """A still-writing run: each refresh reads each file from where the previous one stopped."""
+    import tfdiag.analysis.load as load
+
+    reads: list[tuple[str, int]] = []
+    real_read = load.read_task_file
+
+    def counting_read(path, offset=0):
+        reads.append((Path(path).name, offset))
+        return real_read(path, offset)
+
+    monkeypatch.setattr(load, "read_task_file", counting_read)
+    root = tmp_path / "logs"
+    run = make_run(root / "live", slow_ms=20.0)
+    plugin = make_plugin(root, refresh_interval_s=0, discovery_ttl_s=0)
+    client = client_for(plugin)
+    first = get_json(client, PREFIX + "/report?run=live")
+    first_figure = get_json(client, PREFIX + "/figure?run=live&name=step_time")
+    assert sorted(reads) == [("worker-0.tfdiag", 0), ("worker-1.tfdiag", 0)]
+    loader = plugin._state("live").loader
+    sizes = {path.name: path.stat().st_size for path in (run / "plugins" / "tfdiag").glob("*.tfdiag")}
+    assert {path.name: offset for path, offset in loader._offsets.items()} == sizes
+
+    reads.clear()
+    get_json(client, PREFIX + "/report?run=live")
+    assert reads == []  # nothing appended: no file is read again
+
+    write_steps(run, "worker:1", 90.0, steps=30, first_step=40, start_ns=10**19 // 5)
+    second = get_json(client, PREFIX + "/report?run=live")
+    assert reads == [("worker-1.tfdiag", sizes["worker-1.tfdiag"])]  # only the new bytes of the one file that grew
+    assert second["summary"]["steps"] == first["summary"]["steps"] + 30
+    second_figure = get_json(client, PREFIX + "/figure?run=live&name=step_time")
+    assert second_figure != first_figure
 
 
 # -- static files -----------------------------------------------------------------------------

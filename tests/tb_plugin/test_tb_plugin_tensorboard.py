@@ -8,6 +8,7 @@ server when installed) drives the browser; one with ``--load_fast=false
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import socket
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.tb_plugin.tb_plugin_runs import make_run
+from tests.tb_plugin.tb_plugin_runs import make_full_run, make_run
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -84,7 +85,12 @@ def wait_until_up(process: subprocess.Popen, base: str, log_path: Path) -> None:
 
 
 MARKUP_RUN = "<script>alert(1)</script>"
-RUNS = sorted([MARKUP_RUN, "slow", "sweep/even"])
+HOSTILE_TASK = "worker:<img src=x onerror=alert(9)>"
+RUNS = sorted([MARKUP_RUN, "full", "slow", "sweep/even", "tasks"])
+FIGURE_NAMES = [
+    "step_breakdown", "step_time", "rpc_latency_heatmap", "rpc_latency_over_time", "gpu_utilization",
+    "host_utilization", "shard_balance", "ps_load", "fault_timeline",
+]
 
 
 def check_routes(base: str) -> None:
@@ -93,29 +99,47 @@ def check_routes(base: str) -> None:
     assert listing["tfdiag"]["enabled"] is True, listing["tfdiag"]
     assert listing["tfdiag"]["tab_name"] == "tfdiag"
 
-    status, content_type, body = fetch(base + "/data/plugin/tfdiag/runs")
+    plugin = base + "/data/plugin/tfdiag"
+    status, content_type, body = fetch(plugin + "/runs")
     assert (status, content_type) == (200, "application/json")
     assert json.loads(body) == RUNS
 
-    status, content_type, body = fetch(base + "/data/plugin/tfdiag/report?run=slow")
+    status, content_type, body = fetch(plugin + "/report?run=slow")
     assert (status, content_type) == (200, "application/json")
     assert json.loads(body)["summary"]["primary_bottleneck"] == "straggler"
 
-    assert fetch(base + "/data/plugin/tfdiag/report?run=%2e%2e%2fslow")[0] == 404
-    assert fetch(base + "/data/plugin/tfdiag/report")[0] == 400
-    assert fetch(base + "/data/plugin/tfdiag/..%2f..%2fplugin.py")[0] == 404
+    status, content_type, body = fetch(plugin + "/figure?run=full&name=rpc_latency_heatmap")
+    assert (status, content_type) == (200, "application/json")
+    assert json.loads(body)["data"]
+    status, content_type, body = fetch(plugin + "/compare?base=slow&new=sweep%2Feven")
+    assert (status, content_type) == (200, "application/json")
+    assert json.loads(body)["primary_bottleneck"] == {"base": "straggler", "new": None}
 
-    status, content_type, body = fetch(base + "/data/plugin/tfdiag/index.js")
+    for url in (
+        "/report?run=%2e%2e%2fslow", "/report?run=/etc/passwd", "/figure?run=..&name=step_time",
+        "/compare?base=slow&new=..%2f..", "/figure?run=slow&name=..%2f..%2fplugin.py",
+    ):
+        assert fetch(plugin + url)[0] in (400, 404), url
+    assert fetch(plugin + "/report")[0] == 400
+    assert fetch(plugin + "/..%2f..%2fplugin.py")[0] == 404
+
+    status, content_type, body = fetch(plugin + "/index.js")
     assert (status, content_type) == (200, "text/javascript")
+
+
+def make_logdir(logdir: Path) -> None:
+    make_run(logdir / "slow")
+    make_run(logdir / "sweep" / "even", slow_ms=20.0)
+    make_run(logdir / MARKUP_RUN, slow_ms=20.0)  # a run name that is also markup
+    make_full_run(logdir / "full")  # every signal: every chart has data
+    make_full_run(logdir / "tasks", worker_names=("worker:0", HOSTILE_TASK))  # a task name that is markup
+    # A directory with no event files and no run: discovery walks the logdir.
+    (logdir / "other").mkdir()
 
 
 def test_tab_in_tensorboard_and_chromium(tmp_path):
     logdir = tmp_path / "logs"
-    make_run(logdir / "slow")
-    make_run(logdir / "sweep" / "even", slow_ms=20.0)
-    make_run(logdir / MARKUP_RUN, slow_ms=20.0)  # a run name that is also markup
-    # A directory with no event files and no run, and an event-less run: discovery walks the logdir.
-    (logdir / "other").mkdir()
+    make_logdir(logdir)
 
     with ExitStack() as stack:
         default, base = stack.enter_context(tensorboard(logdir, tmp_path / "tb-default.log"))
@@ -133,51 +157,159 @@ def test_tab_in_tensorboard_and_chromium(tmp_path):
         with sync_api.sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             try:
-                for url, name in [(base + "/#tfdiag", "tab.png"), (prefixed + "/#tfdiag", "tab-prefixed.png")]:
-                    screenshot = open_tab(browser, url, tmp_path / name)
-                    assert screenshot.stat().st_size > 10_000
+                open_tab(browser, base + "/#tfdiag", tmp_path)
+                open_prefixed_tab(browser, prefixed + "/#tfdiag", tmp_path / "tab-prefixed.png")
+                open_entry_page(browser, base + "/data/plugin_entry.html?name=tfdiag", tmp_path / "tab-full-page.png")
             finally:
                 browser.close()
+        for name in ("tab.png", "tab-tasks.png", "tab-compare.png", "tab-prefixed.png", "tab-full-page.png"):
+            assert (tmp_path / name).stat().st_size > 10_000, name
 
 
-def open_tab(browser, url: str, screenshot: Path) -> Path:
-    """Opens the tab, checks the overview and the chart, switches runs, saves a screenshot."""
+@contextmanager
+def watched_page(browser, height: int = 1500):
+    """A page whose script errors and dialogs (an executed payload would alert) fail the test."""
     errors: list[str] = []
-    page = browser.new_page(viewport={"width": 1300, "height": 1500})
+    page = browser.new_page(viewport={"width": 1300, "height": height})
     page.on("pageerror", lambda error: errors.append(str(error)))
     page.on("dialog", lambda dialog: (errors.append(f"dialog: {dialog.message}"), dialog.dismiss()))
     try:
+        yield page
+    finally:
+        page.close()
+    assert not errors, errors
+
+
+def tab_frame(page):
+    return page.frame_locator('iframe[src*="plugin_entry.html?name=tfdiag"]')
+
+
+def wait_for_charts(frame, count: int, timeout: float = 30_000) -> None:
+    deadline = time.monotonic() + timeout / 1000
+    while time.monotonic() < deadline:
+        if frame.locator(".chart[data-state]").count() >= count:
+            return
+        time.sleep(0.2)
+    pytest.fail(f"only {frame.locator('.chart[data-state]').count()} of {count} charts were drawn")
+
+
+def open_tab(browser, url: str, tmp_path: Path) -> None:
+    """The whole tab: runs, overview, findings, every view, hostile names, compare mode."""
+    with watched_page(browser) as page:
         page.goto(url, timeout=30_000)
-        frame = page.frame_locator('iframe[src*="plugin_entry.html?name=tfdiag"]')
+        frame = tab_frame(page)
         # The first run is the one named like markup: it shows as text, nothing runs.
         frame.locator(".primary.none").wait_for(timeout=30_000)
         assert frame.locator(".run-select option").all_inner_texts() == RUNS
         assert frame.locator(".run-select").input_value() == MARKUP_RUN
-        frame.locator(".run-select").select_option("slow")
+        assert frame.locator(".tfdiag script").count() == 0
+
+        # The full run: the primary bottleneck is the first thing on the page, then all views.
+        frame.locator(".run-select").select_option("full")
         primary = frame.locator('.primary[data-kind="straggler"]')
         primary.wait_for(timeout=30_000)
-        assert "straggler" in primary.inner_text()
-        assert "worker:1" in primary.inner_text()
-        assert frame.locator(".finding .badge").first.inner_text().lower() == "critical"
-        frame.locator(".js-plotly-plot .main-svg").first.wait_for(timeout=30_000)
-        legend_items = frame.locator(".js-plotly-plot .legendtext")
-        legend_items.nth(1).wait_for(timeout=10_000)
-        legend = legend_items.evaluate_all("items => items.map((item) => item.textContent)")
+        assert frame.locator("main > *").first.locator(".primary").get_attribute("data-kind") == "straggler"
+        text = primary.inner_text()
+        assert "worker:1" in text and "predicted" in text and "%" in text
+        assert primary.locator("pre.change code").count() == 1
+        assert "ParameterServerStrategy" in frame.locator(".stats").first.inner_text()
+        badges = frame.locator(".finding .badge").all_inner_texts()
+        assert badges[0].lower() == "critical" and len(badges) >= 2
+        assert frame.locator(".finding .evidence").count() == len(badges)
+        wait_for_charts(frame, len(FIGURE_NAMES))
+        drawn = frame.locator(".chart").evaluate_all("boxes => boxes.map((b) => [b.dataset.figure, b.dataset.state])")
+        assert dict(drawn) == {name: "drawn" for name in FIGURE_NAMES}
+        assert frame.locator(".js-plotly-plot .main-svg").count() >= len(FIGURE_NAMES)
+        legend = frame.locator('.chart[data-figure="step_time"] .legendtext').evaluate_all("items => items.map((i) => i.textContent)")
         assert sorted(legend) == ["worker:0", "worker:1"]
+        page.screenshot(path=str(tmp_path / "tab.png"), full_page=True)
 
-        # Switch runs: the overview follows the selection.
-        frame.locator(".run-select").select_option("sweep/even")
-        frame.locator(".primary.none").wait_for(timeout=20_000)
+        # A task named like markup shows as text, in the overview, the findings and the charts.
+        frame.locator(".run-select").select_option("tasks")
+        frame.locator('.primary[data-kind="straggler"]').wait_for(timeout=20_000)
+        wait_for_charts(frame, len(FIGURE_NAMES))
+        assert HOSTILE_TASK in frame.locator(".primary").inner_text()
+        assert HOSTILE_TASK in frame.locator(".task-list").inner_text()
+        legend = frame.locator('.chart[data-figure="step_time"] .legendtext').evaluate_all("items => items.map((i) => i.textContent)")
+        assert HOSTILE_TASK in legend
+        assert frame.locator(".tfdiag img").count() == 0
+        page.screenshot(path=str(tmp_path / "tab-tasks.png"), full_page=True)
+
         # Switch back and forth quickly: a late response for an earlier choice is dropped.
         frame.locator(".run-select").select_option(MARKUP_RUN)
         frame.locator(".run-select").select_option("slow")
         frame.locator('.primary[data-kind="straggler"]').wait_for(timeout=20_000)
-        frame.locator(".js-plotly-plot .main-svg").first.wait_for(timeout=20_000)
-        page.wait_for_timeout(1000)
-        assert frame.locator('.primary[data-kind="straggler"]').count() == 1
-        assert frame.locator(".run-select").input_value() == "slow"
+        page.wait_for_timeout(500)
+        assert frame.locator(".primary").count() == 1
+
+        # Compare mode: slow against the even sweep resolves the straggler.
+        frame.locator(".compare-select").select_option("sweep/even")
+        comparison = frame.locator(".comparison")
+        comparison.wait_for(timeout=20_000)
+        assert "straggler" in comparison.locator(".compare-list.resolved").inner_text()
+        assert "straggler → none" in comparison.inner_text()
+        assert frame.locator(".side-by-side .primary").count() == 2
+        wait_for_charts(frame, 4)
+        page.screenshot(path=str(tmp_path / "tab-compare.png"), full_page=True)
+        frame.locator(".compare-select").select_option("")
+        frame.locator('.primary[data-kind="straggler"]').wait_for(timeout=20_000)
+        assert frame.locator(".comparison").count() == 0
+
+
+def open_prefixed_tab(browser, url: str, screenshot: Path) -> None:
+    """Under --path_prefix with --load_fast=false: the tab loads its module, data and charts."""
+    with watched_page(browser) as page:
+        page.goto(url, timeout=30_000)
+        frame = tab_frame(page)
+        frame.locator(".primary.none").wait_for(timeout=30_000)
+        frame.locator(".run-select").select_option("slow")
+        frame.locator('.primary[data-kind="straggler"]').wait_for(timeout=30_000)
+        frame.locator('.chart[data-figure="step_time"][data-state="drawn"]').wait_for(timeout=30_000)
         page.screenshot(path=str(screenshot), full_page=True)
-    finally:
-        page.close()
-    assert not errors, errors
-    return screenshot
+
+
+def open_entry_page(browser, url: str, screenshot: Path) -> None:
+    """The tab's page on its own (what the iframe holds), screenshot at full height."""
+    with watched_page(browser, height=1000) as page:
+        page.goto(url, timeout=30_000)
+        page.locator(".run-select").select_option("full")
+        page.locator('.primary[data-kind="straggler"]').wait_for(timeout=30_000)
+        wait_for_charts(page, len(FIGURE_NAMES))
+        page.wait_for_timeout(500)
+        page.screenshot(path=str(screenshot), full_page=True)
+
+
+@pytest.mark.cluster
+def test_tab_on_a_sample_job_run(tmp_path):
+    """A real ps_ctl run with a slow worker: the tab's top card names the straggler."""
+    if importlib.util.find_spec("tensorflow") is None:
+        pytest.skip("TensorFlow is not installed")
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} is missing")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    from tfdiag.sample_jobs.cli import run_sample
+
+    logdir = tmp_path / "logs"
+    # The job takes about 8 s on 2 cores; the timeout only bounds a hung cluster.
+    result = run_sample("ps_ctl", ps=1, workers=2, steps=40, logdir=logdir / "ps_ctl", inject=["slow-worker=1:40"],
+                        timeout_s=90)
+    if not result.ok:
+        tails = {task: path.read_text(errors="replace")[-600:] for task, path in result.task_logs.items() if path.exists()}
+        pytest.fail(f"the sample job failed ({result.returncode}); task log tails: {tails}")
+    with tensorboard(logdir, tmp_path / "tb.log") as (process, base):
+        wait_until_up(process, base, tmp_path / "tb.log")
+        with sync_api.sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                with watched_page(browser) as page:
+                    page.goto(base + "/#tfdiag", timeout=30_000)
+                    frame = tab_frame(page)
+                    primary = frame.locator(".primary").first
+                    primary.wait_for(timeout=30_000)
+                    assert primary.get_attribute("data-kind") == "straggler"
+                    assert "worker:1" in primary.inner_text()
+                    frame.locator('.chart[data-figure="step_time"][data-state="drawn"]').wait_for(timeout=30_000)
+                    page.screenshot(path=str(tmp_path / "tab-sample-job.png"), full_page=True)
+            finally:
+                browser.close()
+    assert (tmp_path / "tab-sample-job.png").stat().st_size > 10_000

@@ -1,82 +1,457 @@
 """Plotly figures of a Report, shared by the HTML report and the TensorBoard tab.
 
-Each function takes a ``Report`` and returns a ``plotly.graph_objects.Figure``; callers
-serialise it (``figure.to_plotly_json()``) or embed it. Unit conversion to ms happens here.
+Each figure is a function ``Report -> plotly.graph_objects.Figure``; ``FIGURES`` maps
+the name the tab asks for (``/figure?name=...``) to it, in the order both show them.
+Callers serialise a figure (``plotly.io.to_json``) or embed it (``Figure.to_html``).
+
+Conventions, so that every view reads the same:
+
+- Unit conversion (ns → ms or s, bytes → MB) and unit labels happen here only.
+- Time axes are seconds since the run's first step (the manifest's start time, or the
+  first sample, when the run has no steps), on the reference clock.
+- Every time series is downsampled to a bounded number of points (``downsample``:
+  the minimum and maximum of each bucket, so spikes survive); a figure holds at most
+  about ``MAX_POINTS_PER_FIGURE`` points however large the run.
+- A figure without data is an empty chart with an annotation saying what is missing
+  (``layout.meta.empty`` is true), never an error.
+- Names from the run (tasks, hosts, variables) are HTML-escaped: plotly renders trace
+  names, tick labels and hover text as a subset of HTML.
+
+Example:
+    >>> from tfdiag.analysis import analyze
+    >>> figure = FIGURES["step_breakdown"](analyze("logs/run1"))  # doctest: +SKIP
+    >>> is_empty(figure)  # doctest: +SKIP
+    False
 """
 
 from __future__ import annotations
 
+import html
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from tfdiag.analysis.result import Report
 
-# Charts of long runs are downsampled to at most this many points per worker; plotly in
-# a browser stays responsive up to a few tens of thousands of points in total.
+# One series never holds more than this many points; plotly in a browser stays
+# responsive up to a few tens of thousands of points per chart (SVG traces slow down
+# past ~10^4 points, which is why series switch to WebGL above SVG_MAX_POINTS).
 MAX_POINTS_PER_SERIES = 2000
+# All series of one figure together hold about this many points at most: a 64-worker
+# run gets ~300 points per worker instead of 2,000.
+MAX_POINTS_PER_FIGURE = 20_000
+# A series shorter than this is drawn as SVG (go.Scatter), which works without WebGL
+# (headless browsers, remote desktops); longer ones use go.Scattergl.
+SVG_MAX_POINTS = 5_000
+# Fewer points than this per series would make a line meaningless.
+MIN_POINTS_PER_SERIES = 50
+# Above this many links the latency-over-time chart shows one series per destination.
+MAX_LINK_SERIES = 16
+
+# The step components of ``workers[].breakdown_ms`` (tfdiag.analysis.components), with colours.
+BREAKDOWN_COMPONENTS = (
+    ("input", "input wait", "#ef6c00"),
+    ("compute", "compute", "#1e88e5"),
+    ("communication", "communication", "#8e24aa"),
+    ("sync_wait", "synchronisation wait", "#e53935"),
+    ("idle", "idle", "#9e9e9e"),
+)
+FAULT_STYLES = {  # fault kind -> (marker symbol, colour)
+    "failure": ("x", "#d32f2f"),
+    "retry": ("diamond", "#f57c00"),
+    "recovery": ("circle", "#2e7d32"),
+    "restart": ("triangle-up", "#1565c0"),
+}
+MARGIN = {"l": 70, "r": 20, "t": 60, "b": 60}
+
+
+# -- helpers ---------------------------------------------------------------------------
+
+
+def label(text: Any) -> str:
+    """``text`` as plotly shows it literally: ``label("<b>w</b>") == "&lt;b&gt;w&lt;/b&gt;"``."""
+    return html.escape(str(text), quote=False)
+
+
+def is_empty(figure: go.Figure) -> bool:
+    """Whether ``figure`` was drawn without data (it holds only an explanatory annotation)."""
+    meta = figure.layout.meta
+    return bool(isinstance(meta, dict) and meta.get("empty"))
+
+
+def downsample(x: np.ndarray, y: np.ndarray, max_points: int) -> tuple[np.ndarray, np.ndarray]:
+    """At most ``max_points`` points of the series (x ascending): each bucket's min and max.
+
+    Keeping both extremes of every bucket keeps the spikes a straggler or a slow link
+    makes, which a plain stride would drop. NaNs in ``y`` are never chosen over numbers.
+
+    >>> x = np.arange(10); y = np.array([0, 9, 0, 0, 0, 0, 0, 0, 7, 0])
+    >>> downsample(x, y, 4)[1].tolist()
+    [0, 9, 0, 7]
+    """
+    x, y = np.asarray(x), np.asarray(y, dtype=float)
+    n = len(y)
+    if n <= max_points:
+        return x, y
+    buckets = max(1, max_points // 2)
+    size = -(-n // buckets)
+    buckets = -(-n // size)
+    padded = np.full(buckets * size, np.nan)
+    padded[:n] = np.where(np.isnan(y), np.nan, y)
+    rows = padded.reshape(buckets, size)
+    filled = np.where(np.isnan(rows), np.inf, rows)
+    low = np.argmin(filled, axis=1)
+    high = np.argmax(np.where(np.isnan(rows), -np.inf, rows), axis=1)
+    base = np.arange(buckets) * size
+    keep = np.unique(np.concatenate([base + low, base + high]))
+    keep = keep[keep < n]
+    return x[keep], y[keep]
+
+
+def _points_per_series(series: int) -> int:
+    return int(max(MIN_POINTS_PER_SERIES, min(MAX_POINTS_PER_SERIES, MAX_POINTS_PER_FIGURE // max(series, 1))))
+
+
+def _line(x, y, name: str, **kwargs) -> dict:
+    """A line or marker trace (a dict: ``Figure.add_traces`` takes hundreds of them fast):
+    SVG when short (works without WebGL), WebGL when long."""
+    return {"type": "scatter" if len(x) <= SVG_MAX_POINTS else "scattergl", "x": x, "y": y, "name": name, **kwargs}
+
+
+def _axes(row: int) -> dict:
+    """The axes of subplot ``row`` of a one-column ``make_subplots`` figure."""
+    suffix = "" if row == 1 else str(row)
+    return {"xaxis": f"x{suffix}", "yaxis": f"y{suffix}"}
+
+
+def _style(figure: go.Figure, title: str, xaxis_title: str | None = None, yaxis_title: str | None = None, **layout) -> go.Figure:
+    """The common look; axis titles here only for single-plot figures (subplots set their own)."""
+    figure.update_layout(title=title, template="plotly_white", margin=MARGIN, meta={"empty": False}, **layout)
+    if xaxis_title is not None:
+        figure.update_layout(xaxis_title=xaxis_title)
+    if yaxis_title is not None:
+        figure.update_layout(yaxis_title=yaxis_title)
+    return figure
+
+
+def _empty(figure: go.Figure, title: str, message: str) -> go.Figure:
+    """An empty chart that says why it is empty."""
+    figure.update_layout(
+        title=title,
+        template="plotly_white",
+        margin=MARGIN,
+        meta={"empty": True, "message": message},
+        xaxis={"visible": False},
+        yaxis={"visible": False},
+        annotations=[{
+            "text": label(message), "showarrow": False, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5,
+            "font": {"size": 14, "color": "#757575"},
+        }],
+    )
+    return figure
+
+
+def time_origin(report: Report, fallback_ns: int | None = None) -> tuple[int, str]:
+    """(origin in ns, x-axis title) of every time axis: the first step, else the run's start."""
+    steps = report.steps
+    if not steps.empty and "begin_ns" in steps:
+        return int(steps["begin_ns"].min()), "time since first step (s)"
+    start = report.run.get("start_time_ns")
+    if start:
+        return int(start), "time since run start (s)"
+    return int(fallback_ns or 0), "time since first sample (s)"
+
+
+def _seconds(times_ns: pd.Series, origin_ns: int) -> np.ndarray:
+    # Subtract in int64: nanoseconds since 1970 do not fit a float64 exactly.
+    return (times_ns.to_numpy(dtype="int64") - origin_ns) / 1e9
+
+
+def _timeline(report: Report, name: str) -> pd.DataFrame:
+    frame = report.timelines.get(name) if report.timelines else None
+    return frame if frame is not None else pd.DataFrame()
+
+
+def _tasks(values) -> list[str]:
+    return [label(value) for value in values]
+
+
+# -- figures -----------------------------------------------------------------------------
+
+
+def step_breakdown(report: Report) -> go.Figure:
+    """Mean time per step (ms) of every worker, stacked by component (input, compute, ...)."""
+    title = "Step breakdown per worker"
+    figure = go.Figure()
+    workers = [worker for worker in report.workers if worker.get("breakdown_ms")]
+    if not workers:
+        return _empty(figure, title, "no step records")
+    tasks = _tasks(worker["task"] for worker in workers)
+    for key, name, colour in BREAKDOWN_COMPONENTS:
+        values = [worker["breakdown_ms"].get(key) for worker in workers]
+        figure.add_trace(go.Bar(
+            x=tasks, y=values, name=name, marker_color=colour,
+            hovertemplate="%{x}<br>" + name + ": %{y:.2f} ms<extra></extra>",
+        ))
+    return _style(figure, title, "worker", "time per step (ms)", barmode="stack", legend={"orientation": "h", "y": -0.2})
 
 
 def step_time_over_run(report: Report) -> go.Figure:
     """Step time (ms) of every worker against seconds since the run's first step."""
+    title = "Step time per worker"
     figure = go.Figure()
     steps = report.steps
-    if not steps.empty:
-        start_ns = steps["begin_ns"].min()
-        for task, rows in steps.groupby("task", sort=True):
-            every = max(1, len(rows) // MAX_POINTS_PER_SERIES)
-            rows = rows.iloc[::every]
-            figure.add_trace(
-                go.Scattergl(
-                    x=(rows["begin_ns"] - start_ns) / 1e9,
-                    y=rows["duration_ns"] / 1e6,
-                    mode="lines",
-                    name=str(task),
-                )
-            )
-    figure.update_layout(
-        title="Step time per worker",
-        xaxis_title="time since first step (s)",
-        yaxis_title="step time (ms)",
-        template="plotly_white",
-        margin={"l": 60, "r": 20, "t": 50, "b": 50},
-    )
-    return figure
+    if steps.empty:
+        return _empty(figure, title, "no step records")
+    origin, x_title = time_origin(report)
+    groups = list(steps.groupby("task", sort=True, observed=True))
+    budget = _points_per_series(len(groups))
+    traces = []
+    for task, rows in groups:
+        x, y = downsample(_seconds(rows["begin_ns"], origin), rows["duration_ns"].to_numpy(dtype="float64") / 1e6, budget)
+        traces.append(_line(x, y, label(task), mode="lines", hovertemplate="%{x:.1f} s: %{y:.2f} ms"))
+    figure.add_traces(traces)
+    return _style(figure, title, x_title, "step time (ms)", yaxis_rangemode="tozero")
 
 
-def worker_step_times(report: Report) -> go.Figure:
-    """Median and 95th-percentile step time (ms) of every worker, side by side."""
-    tasks = [str(worker["task"]) for worker in report.workers]
-    figure = go.Figure()
-    for key, label in (("p50", "median"), ("p95", "95th percentile")):
+def rpc_latency_heatmap(report: Report) -> go.Figure:
+    """Round-trip time (ms) of every probed link, source × destination, median and p99."""
+    title = "RPC round-trip time by link"
+    links = [link for link in report.rpc if (link.get("rtt_ms") or {}).get("p50") is not None]
+    if not links:
+        return _empty(go.Figure(), title, "no RPC probes recorded")
+    sources = sorted({link["src"] for link in links})
+    destinations = sorted({link["dst"] for link in links})
+    row, col = {s: i for i, s in enumerate(sources)}, {d: i for i, d in enumerate(destinations)}
+    figure = make_subplots(rows=1, cols=2, subplot_titles=("median (p50)", "99th percentile"), horizontal_spacing=0.12)
+    top = max(float(link["rtt_ms"].get("p99") or link["rtt_ms"]["p50"]) for link in links)
+    for index, key in enumerate(("p50", "p99")):
+        z = [[None] * len(destinations) for _ in sources]
+        text = [[""] * len(destinations) for _ in sources]
+        for link in links:
+            value = link["rtt_ms"].get(key)
+            z[row[link["src"]]][col[link["dst"]]] = value
+            text[row[link["src"]]][col[link["dst"]]] = f"{link.get('samples', 0)} probes"
         figure.add_trace(
-            go.Bar(x=tasks, y=[worker["step_time_ms"][key] for worker in report.workers], name=label)
+            go.Heatmap(
+                z=z, x=_tasks(destinations), y=_tasks(sources), text=text, coloraxis="coloraxis",
+                hovertemplate="%{y} → %{x}<br>" + key + ": %{z:.3f} ms (%{text})<extra></extra>",
+            ),
+            row=1, col=index + 1,
         )
-    figure.update_layout(
-        title="Step time by worker",
-        xaxis_title="worker",
-        yaxis_title="step time (ms)",
-        barmode="group",
-        template="plotly_white",
-        margin={"l": 60, "r": 20, "t": 50, "b": 50},
+    figure.update_xaxes(title_text="destination", type="category")
+    figure.update_yaxes(title_text="source", type="category", autorange="reversed")
+    height = int(min(1400, max(380, 160 + 16 * len(sources))))
+    return _style(
+        figure, title, height=height,
+        coloraxis={"colorscale": "YlOrRd", "cmin": 0, "cmax": top, "colorbar": {"title": {"text": "ms"}}},
     )
-    return figure
 
 
-def input_wait_by_worker(report: Report) -> go.Figure:
-    """Share of step time (%) each worker spends waiting for its input pipeline."""
-    tasks = [str(worker["task"]) for worker in report.workers]
-    figure = go.Figure(
-        go.Bar(x=tasks, y=[100 * (worker.get("input_wait_frac") or 0.0) for worker in report.workers], name="input wait")
+def rpc_latency_over_time(report: Report) -> go.Figure:
+    """Round-trip time (ms) of the RPC probes over the run, per link (per destination when many)."""
+    title = "RPC round-trip time over the run"
+    figure = go.Figure()
+    rpc = _timeline(report, "rpc")
+    if rpc.empty:
+        return _empty(figure, title, "no RPC probes recorded")
+    origin, x_title = time_origin(report, int(rpc["time_ns"].min()))
+    rpc = rpc.sort_values("time_ns", kind="stable")
+    links = rpc[["src", "dst"]].drop_duplicates()
+    if len(links) <= MAX_LINK_SERIES:
+        groups = [(f"{label(src)} → {label(dst)}", rows) for (src, dst), rows in rpc.groupby(["src", "dst"], sort=True)]
+    else:
+        groups = [(f"all → {label(dst)}", rows) for dst, rows in rpc.groupby("dst", sort=True)]
+    budget = _points_per_series(len(groups))
+    traces = []
+    for name, rows in groups:
+        x, y = downsample(_seconds(rows["time_ns"], origin), rows["rtt_ns"].to_numpy(dtype="float64") / 1e6, budget)
+        traces.append(_line(x, y, name, mode="markers", marker={"size": 4}, hovertemplate="%{x:.1f} s: %{y:.3f} ms"))
+    figure.add_traces(traces)
+    return _style(figure, title, x_title, "round-trip time (ms)", yaxis_rangemode="tozero")
+
+
+def gpu_utilization(report: Report) -> go.Figure:
+    """Utilisation (%) and memory in use (GB) of every GPU over the run."""
+    title = "GPU utilisation"
+    gpu = _timeline(report, "gpu")
+    if gpu.empty:
+        return _empty(go.Figure(), title, "no GPU samples recorded (no GPU, or NVML unavailable)")
+    origin, x_title = time_origin(report, int(gpu["time_ns"].min()))
+    figure = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
+    groups = list(gpu.sort_values("time_ns").groupby(["host", "index"], sort=True, observed=True))
+    budget = _points_per_series(2 * len(groups))
+    traces = []
+    for number, ((host, index), rows) in enumerate(groups):
+        name = f"{label(host)} GPU {int(index)}"
+        seconds = _seconds(rows["time_ns"], origin)
+        memory = rows["mem_used_bytes"].to_numpy(dtype="float64") / 1e9
+        for row, values in ((1, rows["util_pct"].to_numpy(dtype="float64")), (2, memory)):
+            x, y = downsample(seconds, values, budget)
+            traces.append(_line(x, y, name, mode="lines", legendgroup=name, showlegend=row == 1,
+                                line={"color": _colour(number)}, **_axes(row)))
+    figure.add_traces(traces)
+    figure.update_yaxes(title_text="utilisation (%)", range=[0, 105], row=1, col=1)
+    figure.update_yaxes(title_text="memory used (GB)", rangemode="tozero", row=2, col=1)
+    figure.update_xaxes(title_text=x_title, row=2, col=1)
+    return _style(figure, title, height=520)
+
+
+def host_utilization(report: Report) -> go.Figure:
+    """CPU (%), memory in use (%) and network traffic (MB/s) of every sampled host over the run."""
+    title = "Host utilisation"
+    system = _timeline(report, "system")
+    if system.empty:
+        return _empty(go.Figure(), title, "no host samples recorded")
+    origin, x_title = time_origin(report, int(system["time_ns"].min()))
+    figure = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.06)
+    # One sort and vectorised columns, then a slice per sampler: a 64-host run has 192 series.
+    system = system.assign(host=system["host"].astype(str), task=system["task"].astype(str))
+    system = system.sort_values(["host", "task", "time_ns"], kind="stable").reset_index(drop=True)
+    codes, _ = pd.factorize(system["host"] + "\x00" + system["task"])
+    starts = np.flatnonzero(np.r_[True, np.diff(codes) != 0])
+    ends = np.r_[starts[1:], len(system)]
+    seconds = _seconds(system["time_ns"], origin)
+    rate = network_rate(system)
+    rate[starts] = np.nan  # a sampler's first sample has no rate
+    columns = (
+        (1, system["cpu_pct"].to_numpy(dtype="float64")),
+        (2, system["mem_used_frac"].to_numpy(dtype="float64") * 100),
+        (3, rate / 1e6),
     )
-    figure.update_layout(
-        title="Input wait by worker",
-        xaxis_title="worker",
-        yaxis_title="input wait (% of step time)",
-        yaxis_range=[0, 100],
-        template="plotly_white",
-        margin={"l": 60, "r": 20, "t": 50, "b": 50},
-    )
-    return figure
+    budget = _points_per_series(3 * len(starts))
+    traces = []
+    for number, (start, end) in enumerate(zip(starts, ends)):
+        host, task = system.at[start, "host"], system.at[start, "task"]
+        name = f"{label(task)} ({label(host)})" if host and host != task else label(task)
+        for row, values in columns:
+            x, y = downsample(seconds[start:end], values[start:end], budget)
+            traces.append(_line(x, y, name, mode="lines", legendgroup=name, showlegend=row == 1,
+                                line={"color": _colour(number)}, **_axes(row)))
+    figure.add_traces(traces)
+    figure.update_yaxes(title_text="CPU (%)", rangemode="tozero", row=1, col=1)
+    figure.update_yaxes(title_text="memory used (%)", range=[0, 105], row=2, col=1)
+    figure.update_yaxes(title_text="network (MB/s)", rangemode="tozero", row=3, col=1)
+    figure.update_xaxes(title_text=x_title, row=3, col=1)
+    return _style(figure, title, height=640)
 
 
-# The figures of a report, in the order the HTML report shows them.
-REPORT_FIGURES = (step_time_over_run, worker_step_times, input_wait_by_worker)
+def network_rate(samples: pd.DataFrame) -> np.ndarray:
+    """Bytes per second sent plus received, from one sampler's cumulative counters (time-sorted).
+
+    The first sample has no rate (NaN); a counter that went backwards (a restart) gives NaN.
+    """
+    moved = (samples["net_sent_bytes"].astype("float64") + samples["net_recv_bytes"].astype("float64")).to_numpy()
+    times_ns = samples["time_ns"].to_numpy(dtype="int64")
+    rate = np.full(len(moved), np.nan)
+    if len(moved) > 1:
+        delta, elapsed = np.diff(moved), np.diff(times_ns) / 1e9  # differences first: ns since 1970 overflow float precision
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rate[1:] = np.where((elapsed > 0) & (delta >= 0), delta / elapsed, np.nan)
+    return rate
+
+
+def shard_balance(report: Report) -> go.Figure:
+    """Examples each worker consumed (shard records; step records when there are none)."""
+    title = "Data-shard balance"
+    figure = go.Figure()
+    rows = [(shard["task"], shard.get("examples") or 0) for shard in report.shards]
+    source = "shard counters"
+    if not rows:
+        rows = [(worker["task"], worker.get("examples") or 0) for worker in report.workers]
+        source = "step records"
+    if not rows or not any(examples for _, examples in rows):
+        return _empty(figure, title, "no shard or step records")
+    tasks = _tasks(task for task, _ in rows)
+    examples = [examples for _, examples in rows]
+    mean = float(np.mean(examples))
+    figure.add_trace(go.Bar(x=tasks, y=examples, name="examples", marker_color="#1e88e5",
+                            hovertemplate="%{x}: %{y:,} examples<extra></extra>"))
+    figure.add_hline(y=mean, line_dash="dash", line_color="#616161", annotation_text=f"mean {mean:,.0f}")
+    return _style(figure, f"{title} (from {source})", "worker", "examples consumed", showlegend=False)
+
+
+def ps_load(report: Report) -> go.Figure:
+    """Bytes (MB) and number of variables each parameter server holds."""
+    title = "Parameter-server load"
+    if not report.ps:
+        return _empty(go.Figure(), title, "no variable placement recorded (not a parameter-server run?)")
+    tasks = _tasks(ps["task"] for ps in report.ps)
+    largest = [f"largest: {label(ps.get('largest'))} ({(ps.get('largest_bytes') or 0) / 1e6:,.2f} MB)" for ps in report.ps]
+    figure = make_subplots(rows=1, cols=2, subplot_titles=("bytes held", "variables held"), horizontal_spacing=0.12)
+    figure.add_trace(go.Bar(x=tasks, y=[(ps.get("bytes") or 0) / 1e6 for ps in report.ps], name="MB", text=largest,
+                            marker_color="#8e24aa", hovertemplate="%{x}: %{y:,.2f} MB<br>%{text}<extra></extra>",
+                            textposition="none"), row=1, col=1)
+    figure.add_trace(go.Bar(x=tasks, y=[ps.get("variables") or 0 for ps in report.ps], name="variables",
+                            marker_color="#00897b", hovertemplate="%{x}: %{y} variables<extra></extra>"), row=1, col=2)
+    figure.update_xaxes(title_text="parameter server", type="category")
+    figure.update_yaxes(title_text="variable bytes (MB)", row=1, col=1)
+    figure.update_yaxes(title_text="variables", row=1, col=2)
+    return _style(figure, title, showlegend=False)
+
+
+def fault_timeline(report: Report) -> go.Figure:
+    """Failures, retries, recoveries and restarts on a time axis, one row per task."""
+    title = "Faults"
+    figure = go.Figure()
+    faults = [fault for fault in report.faults if fault.get("time_ns") is not None or fault.get("time") is not None]
+    if not faults:
+        return _empty(figure, title, "no faults recorded")
+    times = [int(fault["time_ns"]) for fault in faults if fault.get("time_ns") is not None]
+    origin, x_title = time_origin(report, min(times) if times else None)
+
+    def seconds(fault) -> float:
+        if fault.get("time_ns") is not None:
+            return (int(fault["time_ns"]) - origin) / 1e9
+        return float(fault["time"])
+
+    tasks = sorted({label(fault["task"]) for fault in faults})
+    for fault in faults:  # a failure that recovered: a bar from failure to recovery
+        if fault.get("kind") == "failure" and fault.get("recovered_after_s") is not None:
+            start = seconds(fault)
+            figure.add_trace(go.Scatter(
+                x=[start, start + float(fault["recovered_after_s"])], y=[label(fault["task"])] * 2, mode="lines",
+                line={"color": "rgba(211,47,47,0.35)", "width": 8}, showlegend=False, hoverinfo="skip",
+            ))
+    kinds = sorted({str(fault.get("kind")) for fault in faults})
+    for kind in kinds:
+        chosen = [fault for fault in faults if str(fault.get("kind")) == kind]
+        symbol, colour = FAULT_STYLES.get(kind, ("square", "#616161"))
+        figure.add_trace(go.Scatter(
+            x=[seconds(fault) for fault in chosen], y=[label(fault["task"]) for fault in chosen], mode="markers",
+            name=label(kind), marker={"symbol": symbol, "color": colour, "size": 12},
+            text=[label(_shorten(str(fault.get("message") or ""))) for fault in chosen],
+            hovertemplate="%{y} at %{x:.1f} s<br>%{text}<extra>" + label(kind) + "</extra>",
+        ))
+    figure.update_yaxes(type="category", categoryorder="array", categoryarray=tasks)
+    return _style(figure, title, x_title, "task", height=int(max(300, 160 + 30 * len(tasks))))
+
+
+def _shorten(text: str, limit: int = 160) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+
+
+def _colour(number: int) -> str:
+    return _PALETTE[number % len(_PALETTE)]
+
+
+# Name (the tab's /figure?name=) -> figure, in the order the tab and the HTML report show them.
+FIGURES: dict[str, Callable[[Report], go.Figure]] = {
+    "step_breakdown": step_breakdown,
+    "step_time": step_time_over_run,
+    "rpc_latency_heatmap": rpc_latency_heatmap,
+    "rpc_latency_over_time": rpc_latency_over_time,
+    "gpu_utilization": gpu_utilization,
+    "host_utilization": host_utilization,
+    "shard_balance": shard_balance,
+    "ps_load": ps_load,
+    "fault_timeline": fault_timeline,
+}
+
+__all__ = ["FIGURES", "downsample", "is_empty", "label", "network_rate", "time_origin", *(f.__name__ for f in FIGURES.values())]

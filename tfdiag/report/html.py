@@ -148,8 +148,11 @@ def _workers(report: Report) -> str:
 
 
 def _figures(report: Report) -> str:
-    divs = [
-        make(report).to_html(full_html=False, include_plotlyjs=False, div_id=f"tfdiag-figure-{index}")
-        for index, make in enumerate(figures.REPORT_FIGURES)
-    ]
-    return "<section>\n<h2>Figures</h2>\n" + "\n".join(divs) + "\n</section>"
+    """The figures of ``figures.FIGURES`` that have data (the TensorBoard tab shows the same ones)."""
+    divs = []
+    for name, make in figures.FIGURES.items():
+        figure = make(report)
+        if not figures.is_empty(figure):
+            divs.append(figure.to_html(full_html=False, include_plotlyjs=False, div_id=f"tfdiag-figure-{name}"))
+    inner = "\n".join(divs) if divs else "<p>No figures: the run has no step, probe or sampler records yet.</p>"
+    return "<section>\n<h2>Figures</h2>\n" + inner + "\n</section>"

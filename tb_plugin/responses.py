@@ -1,0 +1,93 @@
+"""JSON responses and argument checks shared by the plugin's routes."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from tensorboard import errors
+from werkzeug import Request, Response
+
+# Arguments longer than this are refused before any lookup (run names are paths).
+MAX_ARG_LENGTH = 4096
+
+JSON = "application/json"
+
+
+@dataclass(frozen=True)
+class JsonBody:
+    """A serialised JSON answer and its ETag, cached with the Report it came from."""
+
+    text: str
+    etag: str
+
+    @classmethod
+    def of_text(cls, text: str) -> "JsonBody":
+        return cls(text, hashlib.sha1(text.encode("utf-8")).hexdigest()[:24])
+
+    @classmethod
+    def of(cls, data: Any) -> "JsonBody":
+        return cls.of_text(json.dumps(json_safe(data), allow_nan=False, separators=(",", ":")))
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with NaN and infinities as None (JSON has neither) and numpy scalars as Python ones."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(key): json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(item) for item in value]
+    if hasattr(value, "item") and callable(value.item):  # numpy scalar
+        return json_safe(value.item())
+    return value
+
+
+def json_response(data: Any | JsonBody, status: int = 200, request: Request | None = None) -> Response:
+    """``data`` as ``application/json`` (never sniffed, always revalidated).
+
+    With a ``JsonBody`` and the ``request``, the response carries its ETag and answers a
+    matching ``If-None-Match`` with 304, so the tab's polling moves no bytes when nothing changed.
+    """
+    body = data if isinstance(data, JsonBody) else JsonBody.of(data)
+    response = Response(body.text, status=status, content_type=JSON)
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["Cache-Control"] = "no-cache, must-revalidate"
+    if isinstance(data, JsonBody) and status == 200:
+        response.set_etag(body.etag)
+        if request is not None:
+            response = response.make_conditional(request)
+    return response
+
+
+def handles_errors(route):
+    """Turns TensorBoard's public errors into JSON error responses with their HTTP code.
+
+    TensorBoard's own WSGI app does the same for plugins (as text); doing it here keeps
+    the plugin's apps self-contained, so they can be served and tested on their own.
+    """
+
+    @Request.application
+    def app(*args) -> Response:  # (request) or, on a method, (self, request)
+        try:
+            return route(*args)
+        except errors.PublicError as error:
+            return json_response({"error": str(error)}, status=error.http_code)
+
+    return functools.wraps(route)(app)
+
+
+def required_arg(request: Request, name: str) -> str:
+    """The one non-empty value of query argument ``name``; ``InvalidArgumentError`` otherwise."""
+    values = request.args.getlist(name)
+    if not values or values[0] == "":
+        raise errors.InvalidArgumentError(f"missing argument {name!r}")
+    if len(values) > 1:
+        raise errors.InvalidArgumentError(f"argument {name!r} given {len(values)} times")
+    if len(values[0]) > MAX_ARG_LENGTH or "\x00" in values[0]:
+        raise errors.InvalidArgumentError(f"argument {name!r} is malformed")
+    return values[0]
