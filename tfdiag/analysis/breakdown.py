@@ -9,44 +9,43 @@ from tfdiag.analysis.align import to_reference_clock
 
 
 def step_table(steps: pd.DataFrame, offsets: dict[str, int]) -> pd.DataFrame:
-    """One row per step on the reference clock, with its duration and the idle gap before it.
+    """One row per step on the reference clock, with its duration.
 
     Before (as logged)::
 
         task      step  begin_ns  end_ns  input_wait_ns  examples  clock_task
-        worker:0  1     1000      1500    100            32        worker:0
-        worker:0  2     1600      2100    100            32        worker:0
+        worker:0  0     1000      1900    100            32        worker:0
+        worker:0  1     2000      2500    100            32        worker:0
 
     After::
 
-        task      step  begin_ns  end_ns  duration_ns  input_wait_ns  period_ns  examples
-        worker:0  1     1000      1500    500          100            NaN        32
-        worker:0  2     1600      2100    500          100            600        32
+        task      step  begin_ns  end_ns  duration_ns  input_wait_ns  examples  warmup
+        worker:0  0     1000      1900    900          100            32        True
+        worker:0  1     2000      2500    500          100            32        False
 
-    ``period_ns`` is the time from the previous step's begin on the same worker, so
-    ``period_ns - duration_ns`` of the previous step is the worker's idle time.
     ``warmup`` marks each worker's first step, which includes tracing and graph setup.
+    Rows keep the order of the logs (grouped by writer, not sorted by time): sorting ten
+    million rows costs more memory than anything downstream needs.
     """
     if steps.empty:
-        columns = ["task", "step", "begin_ns", "end_ns", "duration_ns", "input_wait_ns", "period_ns", "examples"]
+        columns = ["task", "step", "begin_ns", "end_ns", "duration_ns", "input_wait_ns", "examples"]
         empty = pd.DataFrame({name: pd.Series(dtype="float64") for name in columns})
         return empty.astype({"task": "object"}).assign(warmup=pd.Series(dtype=bool))
-    table = pd.DataFrame(
+    task = steps["task"].astype("category")
+    begin = to_reference_clock(steps["begin_ns"], steps["clock_task"], offsets)
+    end = to_reference_clock(steps["end_ns"], steps["clock_task"], offsets)
+    return pd.DataFrame(
         {
-            "task": steps["task"].astype("category"),
+            "task": task,
             "step": steps["step"],
-            "begin_ns": to_reference_clock(steps["begin_ns"], steps["clock_task"], offsets),
-            "end_ns": to_reference_clock(steps["end_ns"], steps["clock_task"], offsets),
+            "begin_ns": begin,
+            "end_ns": end,
+            "duration_ns": end - begin,
             "input_wait_ns": steps["input_wait_ns"].fillna(0).astype("int64"),
             "examples": steps["examples"].fillna(0).astype("int64"),
+            "warmup": begin == begin.groupby(task, observed=True).transform("min"),
         }
     )
-    table = table.sort_values(["task", "begin_ns"], kind="stable").reset_index(drop=True)
-    table["duration_ns"] = table["end_ns"] - table["begin_ns"]
-    grouped = table.groupby("task", sort=False, observed=True)
-    table["period_ns"] = grouped["begin_ns"].diff()
-    table["warmup"] = grouped.cumcount() == 0
-    return table
 
 
 def worker_table(steps: pd.DataFrame) -> pd.DataFrame:
@@ -61,19 +60,23 @@ def worker_table(steps: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(
             columns=["task", "steps", "p50_ns", "p95_ns", "mean_ns", "period_ns", "input_wait_frac", "examples", "active_ns"]
         )
-    counts = steps.groupby("task", observed=True)["step"].transform("size")
-    timed = steps[~steps["warmup"] | (counts == 1)]
     grouped = steps.groupby("task", sort=True, observed=True)
-    timing = timed.groupby("task", sort=True, observed=True)
-    # The warm-up step's period is its gap to the second step: keep it out as well.
-    periods = steps[steps.groupby("task", observed=True).cumcount() >= 2].groupby("task", observed=True)["period_ns"]
+    counts = grouped["step"].transform("size")
+    # Filter only the columns each statistic needs: a copy of ten million rows of every
+    # column would double the peak memory.
+    timed = ~steps["warmup"] | (counts == 1)
+    timing = steps.loc[timed, ["task", "duration_ns", "input_wait_ns"]].groupby("task", sort=True, observed=True)
+    # The mean gap between consecutive step starts after the warm-up step telescopes to
+    # (last start - second start) / (steps - 2): no sort needed.
+    after_warmup = steps.loc[~steps["warmup"], ["task", "begin_ns"]].groupby("task", sort=True, observed=True)["begin_ns"]
+    periods = (after_warmup.max() - after_warmup.min()) / (after_warmup.size() - 1)
     table = pd.DataFrame(
         {
             "steps": grouped.size(),
             "p50_ns": timing["duration_ns"].median(),
             "p95_ns": timing["duration_ns"].quantile(0.95),
             "mean_ns": timing["duration_ns"].mean(),
-            "period_ns": periods.mean(),
+            "period_ns": periods.where(after_warmup.size() > 1),
             "input_wait_frac": timing["input_wait_ns"].sum() / timing["duration_ns"].sum().clip(lower=1),
             "examples": grouped["examples"].sum(),
             "active_ns": grouped["end_ns"].max() - grouped["begin_ns"].min(),

@@ -211,6 +211,7 @@ def step_time_over_run(report: Report) -> go.Figure:
     budget = _points_per_series(len(groups))
     traces = []
     for task, rows in groups:
+        rows = rows.sort_values("begin_ns")
         x, y = downsample(_seconds(rows["begin_ns"], origin), rows["duration_ns"].to_numpy(dtype="float64") / 1e6, budget)
         traces.append(_line(x, y, label(task), mode="lines", hovertemplate="%{x:.1f} s: %{y:.2f} ms"))
     figure.add_traces(traces)
