@@ -4,9 +4,10 @@ Importing this package is cheap: the collectors that need Keras or TensorFlow ar
 imported on first use of their name.
 
 Example:
-    >>> from tfdiag.collectors import DiagnosticsCallback, instrument_coordinator  # doctest: +SKIP
+    >>> from tfdiag.collectors import DiagnosticsCallback, DiagnosticsHook, instrument_coordinator  # doctest: +SKIP
     >>> model.fit(ds, callbacks=[DiagnosticsCallback("logs/run1")])  # doctest: +SKIP
-    >>> coordinator = instrument_coordinator(coordinator, "logs/run1")  # doctest: +SKIP
+    >>> coordinator = instrument_coordinator(coordinator, "logs/run1", variables=model)  # doctest: +SKIP
+    >>> hooks = [DiagnosticsHook("logs/run1")]  # TF1 MonitoredTrainingSession  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -15,6 +16,10 @@ import importlib
 
 _LAZY = {
     "DiagnosticsCallback": "tfdiag.collectors.callback",
+    "DiagnosticsHook": "tfdiag.collectors.hook",
+    "record_placement": "tfdiag.collectors.placement",
+    "count_examples": "tfdiag.collectors.shards",
+    "SystemSampler": "tfdiag.collectors.system",
     "instrument_coordinator": "tfdiag.collectors.coordinator",
     "InstrumentedCoordinator": "tfdiag.collectors.coordinator",
 }

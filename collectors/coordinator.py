@@ -17,6 +17,19 @@ for the closures to finish and writes one ``step`` record (task and clock
 ``worker:<index>``) and one ``closure`` record (dispatch and result time on the
 coordinator's clock) per closure into the coordinator's task file. A failed closure is
 recorded with ``ok=False`` and its error message.
+
+Besides steps and closures the instrumented coordinator runs, each on its own daemon
+thread and off the training thread:
+
+* the RPC probe (``rpc_probe``): from the coordinator to every worker and ps, and from
+  every worker to every ps (a function the coordinator runs with its timestamps on the
+  worker, outside the closure queue), every ``probe_interval_s``;
+* the system sampler (``system``) of the coordinator's host, every ``system_interval_s``;
+* fault capture (``faults``): the coordinator's own log lines about failed workers,
+  re-scheduled closures and recoveries become ``fault`` records;
+* cumulative ``shard`` records per worker (examples its closures consumed), every
+  ``SHARD_EVERY_S``;
+* and, when ``variables`` is given (or ``record_placement`` is called), ``placement``.
 """
 
 from __future__ import annotations
@@ -28,8 +41,11 @@ import logging
 import threading
 import time
 
-from tfdiag.collectors import identity
-from tfdiag.store import TaskWriter
+from tfdiag.collectors import identity, writers
+from tfdiag.collectors.faults import FaultCapture
+from tfdiag.collectors.placement import record_placement
+from tfdiag.collectors.rpc_probe import DEFAULT_INTERVAL_S, RpcProber, cluster_tasks
+from tfdiag.collectors.system import SystemSampler
 
 logger = logging.getLogger("tfdiag")
 
@@ -43,6 +59,8 @@ MAX_ERROR_CHARS = 2000
 # Closures looked at per poll: the coordinator runs at most a few per worker at once, and
 # those are the oldest in the queue.
 SCAN_LIMIT = 64
+# Cumulative per-worker example counts (``shard`` records) are written this often.
+SHARD_EVERY_S = 1.0
 
 
 def _tf():
@@ -189,14 +207,22 @@ class InstrumentedCoordinator:
     Made by :func:`instrument_coordinator`.
     """
 
-    def __init__(self, coordinator, logdir, examples_per_step: int | None = None, task: str | None = None):
+    def __init__(self, coordinator, logdir, examples_per_step: int | None = None, task: str | None = None, *,
+                 probe_interval_s: float | None = DEFAULT_INTERVAL_S, system_interval_s: float | None = 1.0,
+                 capture_faults: bool = True, variables=None, probe_workers: bool = True):
         self._coordinator = coordinator
         self.logdir = logdir
         self.examples_per_step = examples_per_step
         strategy = getattr(coordinator, "strategy", None)
         self.task = task or identity.resolve_task(strategy, default="chief:0")
         identity.write_run_manifest(logdir, self.task, strategy)
-        self._writer = TaskWriter(logdir, self.task)
+        self._writer = writers.acquire(logdir, self.task)
+        self._examples: collections.Counter = collections.Counter()
+        self._shard_written_at = 0.0
+        self._background: list = []
+        self._start_collectors(strategy, probe_interval_s, system_interval_s, capture_faults, probe_workers)
+        if variables is not None:
+            self.record_placement(variables)
         self._functions: dict[int, tuple] = {}
         self._ids = itertools.count()
         self._pending: collections.deque[_Pending] = collections.deque()
@@ -237,6 +263,10 @@ class InstrumentedCoordinator:
             self._cv.notify()
         return _user_remote_value(remote)
 
+    def record_placement(self, variables) -> list[dict]:
+        """Records where ``variables`` (a model, module or list) live: one ``placement`` record each."""
+        return record_placement(variables, writer=self._writer)
+
     def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
         """Waits (up to ``timeout_s``) for closures in flight, writes their records, closes the file."""
         with self._cv:
@@ -245,11 +275,76 @@ class InstrumentedCoordinator:
             self._closing = True
             self._close_deadline = time.monotonic() + timeout_s
             self._cv.notify()
+        for collector in self._background:
+            try:
+                collector.stop()
+            except Exception as error:  # noqa: BLE001
+                logger.warning("tfdiag: cannot stop %r: %r", collector, error)
         self._thread.join(timeout_s + 5)
-        self._writer.close()
+        self._write_shards()
+        if self._faults is not None:
+            self._faults.uninstall()
+        writers.release(self._writer)
         atexit.unregister(self.close)
 
+    @property
+    def collectors(self) -> dict:
+        """The background collectors running, by name (for tests and introspection)."""
+        return dict(self._named)
+
     # -- internals -------------------------------------------------------------------
+    def _start_collectors(self, strategy, probe_interval_s, system_interval_s, capture_faults, probe_workers):
+        self._named: dict = {}
+        self._faults = None
+        if capture_faults:
+            self._faults = self._named["faults"] = FaultCapture(self._writer).install()
+        starters = []
+        if system_interval_s:
+            starters.append(("system", lambda: SystemSampler(self._writer, self.task, system_interval_s)))
+        if probe_interval_s:
+            cluster = identity.resolve_cluster(strategy)
+            targets = cluster_tasks(cluster, jobs=("worker", "ps"))
+            ps_tasks = cluster_tasks(cluster, jobs=("ps",))
+            workers = cluster_tasks(cluster, jobs=("worker",))
+            relays = [(w, ps) for w in workers for ps in ps_tasks] if probe_workers else []
+            faults = self._faults
+            starters.append(("rpc", lambda: RpcProber(self._writer, self.task, targets, probe_interval_s,
+                                                      relays=relays,
+                                                      paused=(faults.recovering if faults else None))))
+        for name, make in starters:
+            try:
+                collector = make()
+                if name == "system":
+                    collector.start()
+            except Exception as error:  # noqa: BLE001 - a collector never breaks training
+                logger.warning("tfdiag: cannot start the %s collector (%r); it is off.", name, error)
+                continue
+            self._named[name] = collector
+            self._background.append(collector)
+        # The probes start once the first closure has come back: while the coordinator
+        # creates per-worker resources and traces the first closures, a probe closure or
+        # remote function from another thread once hung the warm-up join (slow-ps run).
+        self._probes_started = False
+
+    def _start_probes(self) -> None:
+        self._probes_started = True
+        if self._closing:
+            return
+        for name in ("rpc",):
+            collector = self._named.get(name)
+            if collector is not None:
+                try:
+                    collector.start()
+                except Exception as error:  # noqa: BLE001
+                    logger.warning("tfdiag: cannot start the %s collector (%r); it is off.", name, error)
+
+    def _write_shards(self) -> None:
+        """One cumulative ``shard`` record per worker: examples its closures consumed."""
+        self._shard_written_at = time.monotonic()
+        now = time.time_ns()
+        for worker, examples in sorted(self._examples.items()):
+            self._writer.append("shard", task=worker, time_ns=now, examples=int(examples), file="", policy="")
+
     def _instrumented(self, fn):
         entry = self._functions.get(id(fn))
         if entry is None or entry[0] is not fn:
@@ -293,6 +388,8 @@ class InstrumentedCoordinator:
                 with self._cv:
                     for item in done:
                         self._pending.remove(item)
+                if time.monotonic() - self._shard_written_at >= SHARD_EVERY_S:
+                    self._write_shards()
             else:
                 time.sleep(RESULT_POLL_S)
 
@@ -319,6 +416,9 @@ class InstrumentedCoordinator:
                     examples=max(examples, 0),
                     clock_task=worker,
                 )
+                self._examples[worker] += max(examples, 0)
+                if not self._probes_started:
+                    self._start_probes()
             self._writer.append(
                 "closure",
                 worker=worker,
@@ -333,7 +433,10 @@ class InstrumentedCoordinator:
             logger.warning("tfdiag: cannot record closure %d: %r", item.closure_id, exc)
 
 
-def instrument_coordinator(coordinator, logdir, examples_per_step: int | None = None) -> InstrumentedCoordinator:
+def instrument_coordinator(coordinator, logdir, examples_per_step: int | None = None, *,
+                           probe_interval_s: float | None = DEFAULT_INTERVAL_S,
+                           system_interval_s: float | None = 1.0, capture_faults: bool = True,
+                           variables=None) -> InstrumentedCoordinator:
     """Wraps a ``tf.distribute.coordinator.ClusterCoordinator`` so that its closures are recorded.
 
     Args:
@@ -342,6 +445,13 @@ def instrument_coordinator(coordinator, logdir, examples_per_step: int | None = 
             ``logdir/plugins/tfdiag/``.
         examples_per_step: examples one closure consumes; by default the leading
             dimension of the elements its iterators yield.
+        probe_interval_s: seconds between RPC probe rounds (coordinator → every task,
+            worker → every ps); ``None`` or 0 turns the probe off.
+        system_interval_s: seconds between system samples; ``None`` or 0: off.
+        capture_faults: turn the coordinator's log lines about failures, retries and
+            recoveries into ``fault`` records.
+        variables: a model, ``tf.Module`` or list of variables whose placement to record
+            now (or call ``record_placement`` on the result later).
 
     Returns:
         An object used like the coordinator. Call its ``close()`` after the last
@@ -355,4 +465,6 @@ def instrument_coordinator(coordinator, logdir, examples_per_step: int | None = 
     """
     if isinstance(coordinator, InstrumentedCoordinator):
         return coordinator
-    return InstrumentedCoordinator(coordinator, logdir, examples_per_step=examples_per_step)
+    return InstrumentedCoordinator(coordinator, logdir, examples_per_step=examples_per_step,
+                                   probe_interval_s=probe_interval_s, system_interval_s=system_interval_s,
+                                   capture_faults=capture_faults, variables=variables)

@@ -1,0 +1,214 @@
+"""System sampler: host CPU, memory, network and disk (psutil); GPUs through NVML.
+
+A daemon thread samples every ``interval_s`` (default 1 s) and appends one ``system``
+record for the host and one ``gpu`` record per GPU. CPU load is computed from
+``psutil.cpu_times()`` deltas kept in the sampler object, not with
+``psutil.cpu_percent()``, whose state is a module global shared with anything else in
+the process (and whose first call returns a meaningless 0.0).
+
+GPUs come from NVML (``pynvml``, package ``nvidia-ml-py``): utilization, memory, power
+and SM clock per device. No library, no driver or no GPU is recorded once as a
+``note`` and the sampler carries on with the host. A field NVML cannot read on a
+device (power on some boards) is NaN. TensorFlow's own peak GPU memory
+(``tf.config.experimental.get_memory_info``) goes into ``tf_mem_peak_bytes`` when
+TensorFlow is loaded and sees GPUs.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import socket
+import sys
+import threading
+import time
+
+from tfdiag.errors import InvalidOptionError
+
+logger = logging.getLogger("tfdiag")
+
+DEFAULT_INTERVAL_S = 1.0
+
+
+class _Nvml:
+    """The NVML calls the sampler makes; ``None`` from ``open`` when NVML is unusable."""
+
+    def __init__(self, pynvml, handles):
+        self.pynvml = pynvml
+        self.handles = handles
+
+    @classmethod
+    def open(cls):
+        """``(nvml, None)`` or ``(None, reason)``."""
+        try:
+            import pynvml
+        except ImportError as error:
+            return None, f"nvidia-ml-py is not installed ({error})"
+        try:
+            pynvml.nvmlInit()
+            count = pynvml.nvmlDeviceGetCount()
+            handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        except Exception as error:  # noqa: BLE001 - NVMLError_LibraryNotFound, DriverNotLoaded, ...
+            return None, f"NVML unavailable ({type(error).__name__}: {error})"
+        if not handles:
+            return None, "NVML sees no GPU"
+        return cls(pynvml, handles), None
+
+    def sample(self, index: int) -> dict:
+        nv, handle = self.pynvml, self.handles[index]
+
+        def read(fn, default=math.nan):
+            try:
+                return fn()
+            except Exception:  # noqa: BLE001 - NVMLError_NotSupported and friends
+                return default
+
+        memory = read(lambda: nv.nvmlDeviceGetMemoryInfo(handle), None)
+        return {
+            "util_pct": float(read(lambda: nv.nvmlDeviceGetUtilizationRates(handle).gpu)),
+            "mem_used_bytes": int(memory.used) if memory is not None else None,
+            "mem_total_bytes": int(memory.total) if memory is not None else None,
+            "power_w": float(read(lambda: nv.nvmlDeviceGetPowerUsage(handle) / 1000.0)),
+            "sm_clock_mhz": float(read(lambda: nv.nvmlDeviceGetClockInfo(handle, nv.NVML_CLOCK_SM))),
+        }
+
+    def close(self) -> None:
+        try:
+            self.pynvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def tf_gpu_peaks() -> dict[int, int]:
+    """TensorFlow's peak memory per visible GPU index, when TensorFlow is loaded and has GPUs."""
+    tf = sys.modules.get("tensorflow")
+    if tf is None:
+        return {}
+    peaks = {}
+    try:
+        gpus = tf.config.list_physical_devices("GPU")
+    except Exception:  # noqa: BLE001
+        return {}
+    for i in range(len(gpus)):
+        try:
+            peaks[i] = int(tf.config.experimental.get_memory_info(f"GPU:{i}")["peak"])
+        except Exception:  # noqa: BLE001 - e.g. a GPU TensorFlow has not initialised
+            pass
+    return peaks
+
+
+class SystemSampler:
+    """Samples this host (and its GPUs) on a background thread.
+
+    Args:
+        writer: the task's ``TaskWriter``.
+        task: the task name written in each ``system`` record.
+        interval_s: seconds between samples.
+        gpus: sample GPUs through NVML (``False``: host only).
+
+    Example:
+        >>> sampler = SystemSampler(writer, "worker:0").start()  # doctest: +SKIP
+        >>> sampler.stop()  # doctest: +SKIP
+    """
+
+    def __init__(self, writer, task: str, interval_s: float = DEFAULT_INTERVAL_S, gpus: bool = True):
+        if interval_s is None or interval_s <= 0:
+            raise InvalidOptionError(f"Invalid value for argument `system_interval_s`. Expected > 0. Received: {interval_s!r}")
+        self.writer = writer
+        self.task = task
+        self.interval_s = float(interval_s)
+        self.host = socket.gethostname()
+        self.samples = 0
+        self._gpus = gpus
+        self._nvml: _Nvml | None = None
+        self._nvml_tried = False
+        self._last_cpu = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failed = False
+
+    def start(self) -> "SystemSampler":
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="tfdiag-system", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout_s)
+        if self._nvml is not None:
+            self._nvml.close()
+            self._nvml = None
+
+    def _run(self) -> None:
+        self.sample()  # primes the CPU counters
+        while not self._stop.wait(self.interval_s):
+            self.sample()
+            if self._failed:
+                return
+
+    def sample(self) -> None:
+        """Takes one sample now (the thread calls this). Never raises."""
+        try:
+            self._sample_host()
+        except Exception as error:  # noqa: BLE001 - a collector never breaks training
+            self._failed = True
+            self._note(f"tfdiag: system sampler stopped after an error: {error!r}")
+            return
+        if self._gpus:
+            self._sample_gpus()
+        self.samples += 1
+
+    def _cpu_pct(self, psutil) -> float:
+        times = psutil.cpu_times()
+        busy = sum(times) - getattr(times, "idle", 0.0) - getattr(times, "iowait", 0.0)
+        total = sum(times)
+        last, self._last_cpu = self._last_cpu, (busy, total)
+        if last is None or total <= last[1]:
+            return math.nan
+        return 100.0 * max(0.0, busy - last[0]) / (total - last[1])
+
+    def _sample_host(self) -> None:
+        import psutil
+
+        cpu = self._cpu_pct(psutil)
+        net = psutil.net_io_counters()
+        try:
+            disk = psutil.disk_io_counters()
+        except Exception:  # noqa: BLE001 - containers without /proc/diskstats
+            disk = None
+        self.writer.append(
+            "system", host=self.host, task=self.task, time_ns=time.time_ns(), cpu_pct=cpu,
+            mem_used_frac=psutil.virtual_memory().percent / 100.0,
+            net_sent_bytes=int(net.bytes_sent) if net else 0, net_recv_bytes=int(net.bytes_recv) if net else 0,
+            disk_read_bytes=int(disk.read_bytes) if disk else 0, disk_write_bytes=int(disk.write_bytes) if disk else 0,
+        )
+
+    def _sample_gpus(self) -> None:
+        if not self._nvml_tried:
+            self._nvml_tried = True
+            self._nvml, reason = _Nvml.open()
+            if self._nvml is None:
+                self._note(f"tfdiag: no GPU metrics on {self.host}: {reason}", level="info")
+                return
+        if self._nvml is None:
+            return
+        try:
+            now = time.time_ns()
+            peaks = tf_gpu_peaks()
+            for index in range(len(self._nvml.handles)):
+                values = self._nvml.sample(index)
+                self.writer.append("gpu", host=self.host, index=index, time_ns=now,
+                                   tf_mem_peak_bytes=peaks.get(index), **values)
+        except Exception as error:  # noqa: BLE001
+            self._note(f"tfdiag: GPU sampling on {self.host} stopped after an error: {error!r}")
+            self._nvml.close()
+            self._nvml = None
+
+    def _note(self, message: str, level: str = "warning") -> None:
+        (logger.info if level == "info" else logger.warning)("%s", message)
+        try:
+            self.writer.append("note", task=self.task, time_ns=time.time_ns(), level=level, message=message)
+        except Exception:  # noqa: BLE001
+            pass

@@ -1,0 +1,44 @@
+"""One ``TaskWriter`` per (run directory, task) in a process, shared by the collectors.
+
+Two writers on one task file would each append frames through their own file handle;
+sharing one (reference-counted) keeps every frame whole and in order.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from tfdiag.store import TaskWriter
+
+_lock = threading.Lock()
+_writers: dict[tuple[str, str], list] = {}  # key -> [writer, references]
+
+
+def _key(logdir, task: str) -> tuple[str, str]:
+    return os.path.abspath(os.fspath(logdir)), task
+
+
+def acquire(logdir, task: str) -> TaskWriter:
+    """The process's writer of ``task`` in ``logdir``, opened on first use."""
+    key = _key(logdir, task)
+    with _lock:
+        entry = _writers.get(key)
+        if entry is None or entry[0]._closed.is_set():
+            entry = _writers[key] = [TaskWriter(logdir, task), 0]
+        entry[1] += 1
+        return entry[0]
+
+
+def release(writer: TaskWriter) -> None:
+    """Drops one reference; the last one closes (flushes) the writer."""
+    with _lock:
+        for key, entry in list(_writers.items()):
+            if entry[0] is writer:
+                entry[1] -= 1
+                if entry[1] > 0:
+                    writer.flush()
+                    return
+                del _writers[key]
+                break
+    writer.close()

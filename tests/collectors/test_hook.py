@@ -1,0 +1,69 @@
+"""DiagnosticsHook: RecvTensor label parsing, and a real 2 ps + 1 worker TF1 session."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tfdiag.analysis.load import load_run
+from tfdiag.sample_jobs.jobs import JobConfig
+from tfdiag.sample_jobs.launcher import LocalCluster
+
+JOB = Path(__file__).with_name("tf1_job.py")
+STEPS = 20
+TRACE_EVERY = 5  # tf1_job.py traces every 5th step
+
+
+def test_parse_recv_label_and_transfer_rows():
+    tf = pytest.importorskip("tensorflow")
+    from tfdiag.collectors.hook import parse_recv_label, transfer_rows
+
+    assert parse_recv_label("[0B] edge_3_x/NoOp from /job:ps/replica:0/task:1/device:CPU:0 to "
+                            "/job:worker/replica:0/task:2/device:CPU:0") == (
+        0, "edge_3_x/NoOp", "/job:ps/replica:0/task:1/device:CPU:0", "/job:worker/replica:0/task:2/device:CPU:0")
+    assert parse_recv_label("MatMul = MatMul(a, b)") is None
+    stats = tf.compat.v1.RunMetadata().step_stats
+    device = stats.dev_stats.add(device="/job:worker/replica:0/task:0/device:CPU:0")
+    node = device.node_stats.add(node_name="RecvTensor", all_start_micros=1_000, all_end_rel_micros=250)
+    node.timeline_label = ("[4096B] [595.78Mb/s] edge_5_matmul/ReadVariableOp from /job:ps/replica:0/task:1/device:CPU:0"
+                           " to /job:worker/replica:0/task:0/device:CPU:0")
+    device.node_stats.add(node_name="MatMul", timeline_label="MatMul = MatMul(a, b)")
+    local = device.node_stats.add(node_name="RecvTensor")
+    local.timeline_label = "[8B] x from /job:worker/replica:0/task:0/device:CPU:0 to /job:worker/replica:0/task:0/device:GPU:0"
+    assert transfer_rows(stats) == [{"src": "ps:1", "dst": "worker:0", "time_ns": 1_000_000, "bytes": 4096,
+                                     "duration_ns": 250_000, "tensor": "edge_5_matmul/ReadVariableOp"}]
+
+
+@pytest.mark.cluster
+def test_tf1_session_transfers_match_variable_sizes(tmp_path):
+    cluster = LocalCluster(JobConfig("ps_ctl", str(tmp_path), ps=2, workers=1))
+    try:
+        cluster.start(job_tasks=False)
+        env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": cluster.cluster, "task": {"type": "chief", "index": 0}}))
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        done = subprocess.run([sys.executable, str(JOB), str(tmp_path), str(STEPS)], env=env, capture_output=True,
+                              text=True, timeout=180)
+    finally:
+        cluster.stop()
+    assert done.returncode == 0, done.stderr[-4000:]
+    outcome = json.loads(done.stdout.strip().splitlines()[-1])
+    traces = STEPS // TRACE_EVERY
+    assert outcome["steps"] == STEPS and outcome["traces"] == traces
+    assert outcome["variable_bytes"] == {"ps:0": 9216, "ps:1": 128}
+
+    run = load_run(tmp_path)
+    steps = run.frame("step")
+    assert len(steps) == STEPS and (steps["examples"] == 16).all()
+    transfer = run.frame("transfer").astype({"src": str, "dst": str})
+    from_ps = transfer[transfer["src"].str.startswith("ps:")].groupby("src")["bytes"].sum() / traces
+    # Every traced step reads every variable once from the ps that holds it.
+    assert from_ps.to_dict() == outcome["variable_bytes"]
+    # ... and sends each gradient back (same sizes), plus 0-byte control edges.
+    to_ps = transfer[transfer["dst"].str.startswith("ps:")].groupby("dst")["bytes"].sum() / traces
+    assert to_ps.to_dict() == outcome["variable_bytes"]
+    assert (transfer["duration_ns"] >= 0).all() and (transfer["time_ns"] > 0).all()

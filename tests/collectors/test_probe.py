@@ -1,0 +1,74 @@
+"""RPC probe, system sampler and placement under a real ParameterServerStrategy cluster."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tfdiag.analysis.links import link_table
+from tfdiag.analysis.load import load_run
+from tfdiag.sample_jobs.jobs import JobConfig
+from tfdiag.sample_jobs.launcher import LocalCluster
+
+pytestmark = pytest.mark.cluster
+
+JOB = Path(__file__).with_name("probe_job.py")
+SECONDS = 4
+
+
+@pytest.fixture(scope="module")
+def probed_run(tmp_path_factory):
+    logdir = tmp_path_factory.mktemp("probe")
+    cluster = LocalCluster(JobConfig("ps_ctl", str(logdir), ps=2, workers=2))
+    try:
+        cluster.start(job_tasks=False)
+        env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": cluster.cluster, "task": {"type": "chief", "index": 0}}))
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        done = subprocess.run([sys.executable, str(JOB), str(logdir), str(SECONDS)], env=env, capture_output=True,
+                              text=True, timeout=180)
+    finally:
+        cluster.stop()
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "retracing" not in done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1]), load_run(logdir)
+
+
+def test_probes_cover_every_link_and_offsets_stay_within_uncertainty(probed_run):
+    outcome, run = probed_run
+    assert outcome["collectors"] == ["faults", "rpc", "system"]
+    links = link_table(run.frame("rpc")).set_index(["src", "dst"])
+    for dst in ("worker:0", "worker:1", "ps:0", "ps:1"):
+        assert links.loc[("chief:0", dst), "samples"] >= 5
+    for worker in ("worker:0", "worker:1"):
+        for ps in ("ps:0", "ps:1"):
+            assert links.loc[(worker, ps), "samples"] >= 5
+    # One host, one clock: every measured offset lies within Cristian's bound (+ 50 µs
+    # for the median over the fastest probes against the single fastest one).
+    assert (links["offset_ns"].abs() <= links["offset_uncertainty_ns"] + 50_000).all(), links
+    assert (links["rtt_p50_ns"] < 50e6).all(), links
+    rpc = run.frame("rpc")
+    assert (rpc["recv_ns"] >= rpc["send_ns"]).all()
+    assert set(rpc["payload_bytes"]) == {0, 1 << 20}
+
+
+def test_probe_closures_leave_no_step_or_closure_records(probed_run):
+    outcome, run = probed_run
+    assert len(run.frame("closure")) == outcome["steps"] == len(run.frame("step"))
+
+
+def test_placement_system_and_no_gpu_note(probed_run):
+    _, run = probed_run
+    placement = run.frame("placement").astype({"variable": str, "task": str})
+    assert sorted(zip(placement["variable"], placement["task"], placement["bytes"])) == [
+        ("bias:0", "ps:1", 128), ("kernel:0", "ps:0", 8192)]
+    system = run.frame("system")
+    assert len(system) >= SECONDS * 3 and (system["task"] == "chief:0").all()
+    assert system["cpu_pct"].dropna().between(0, 100).all()
+    notes = run.frame("note")["message"].astype(str)
+    assert notes.str.contains("no GPU metrics").sum() == 1
+    assert run.frame("gpu").empty

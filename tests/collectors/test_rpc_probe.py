@@ -1,0 +1,85 @@
+"""RPC prober logic without a cluster: records, payload rounds, dead targets, backoff."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tfdiag.collectors import rpc_probe
+from tfdiag.collectors.rpc_probe import RpcProber, device_of, probe_chain
+
+from .fakes import FakeWriter
+
+
+def test_device_names():
+    assert device_of("worker:3") == "/job:worker/replica:0/task:3/device:CPU:0"
+    assert rpc_probe.task_of_device(device_of("ps:12")) == "ps:12"
+    assert rpc_probe.cluster_tasks({"ps": ["a", "b"], "worker": ["c"], "chief": ["d"]}, ("worker", "ps")) == [
+        "worker:0", "ps:0", "ps:1"]
+
+
+def test_dead_target_is_noted_once_backed_off_and_others_still_probed(monkeypatch):
+    writer = FakeWriter("chief:0")
+    prober = RpcProber(writer, "chief:0", ["chief:0", "ps:0", "ps:1"], interval_s=0.01, payload_every=3)
+    calls = []
+
+    def probe(target, payload=False, relay=None):
+        calls.append(target)
+        if target == "ps:1":
+            raise RuntimeError("UnavailableError: failed to connect to all addresses")
+        return 1.0, 1.0005, 1.001
+
+    monkeypatch.setattr(prober, "probe", probe)
+    for _ in range(6):
+        prober._probe_once()
+        prober.probes += 1
+    assert prober.targets == ["ps:0", "ps:1"]  # never itself
+    assert calls.count("ps:0") == 6 and calls.count("ps:1") == 1  # backed off after the failure
+    rpc = writer.records["rpc"]
+    assert [r["dst"] for r in rpc] == ["ps:0"] * 6
+    assert [r["payload_bytes"] for r in rpc] == [0, 0, 1 << 20, 0, 0, 1 << 20]
+    assert rpc[0]["send_ns"] == 1_000_000_000 and rpc[0]["recv_ns"] == 1_001_000_000
+    assert len(writer.records["note"]) == 1 and "ps:1" in writer.records["note"][0]["message"]
+    assert prober.reachable("ps:0") and not prober.reachable("ps:1")
+
+
+def test_thread_survives_errors_and_stops(monkeypatch):
+    monkeypatch.setattr(rpc_probe, "MAX_BACKOFF_S", 0.01)
+    writer = FakeWriter()
+    prober = RpcProber(writer, "chief:0", ["ps:0"], interval_s=0.01)
+    monkeypatch.setattr(prober, "_probe_once", lambda: 1 / 0)
+    prober.start()
+    time.sleep(0.1)
+    prober.stop()
+    assert not prober._thread.is_alive() and len(writer.records["note"]) == 1
+
+
+def test_relayed_probes_record_the_worker_and_skip_unreachable_tasks(monkeypatch):
+    writer = FakeWriter("chief:0")
+    prober = RpcProber(writer, "chief:0", ["worker:0", "worker:1", "ps:0"], interval_s=0.01, payload_every=0,
+                       relays=[("worker:0", "ps:0"), ("worker:1", "ps:0")])
+    calls = []
+
+    def probe(target, payload=False, relay=None):
+        calls.append((relay, target))
+        if target == "worker:1":
+            raise RuntimeError("worker:1 is down")
+        return 2.0, 2.0001, 2.0002
+
+    monkeypatch.setattr(prober, "probe", probe)
+    prober._probe_once()
+    assert calls == [(None, "worker:0"), (None, "worker:1"), (None, "ps:0"), ("worker:0", "ps:0")]
+    assert [(r["src"], r["dst"]) for r in writer.records["rpc"]] == [
+        ("chief:0", "worker:0"), ("chief:0", "ps:0"), ("worker:0", "ps:0")]
+
+
+def test_probe_chain_orders_the_timestamps():
+    tf = pytest.importorskip("tensorflow")
+    times = tf.function(lambda: probe_chain(tf, ["/device:CPU:0", "/device:CPU:0"], 16))().numpy()
+    assert len(times) == 6 and (times[1:] >= times[:-1]).all()
+
+
+def test_invalid_interval():
+    with pytest.raises(ValueError, match="probe_interval_s"):
+        RpcProber(FakeWriter(), "chief:0", [], interval_s=0)

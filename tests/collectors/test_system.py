@@ -1,0 +1,129 @@
+"""System sampler: host counters, NVML through a fake pynvml, and degradation paths."""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+import types
+
+import pyarrow as pa
+
+from tfdiag.collectors.system import SystemSampler
+from tfdiag.store import TaskWriter, log_dir, read_task_file
+
+from .fakes import FakeWriter
+
+
+class NVMLError(Exception):
+    pass
+
+
+def fake_pynvml(gpus=2, power_fails=False, init_error=None):
+    """A stand-in for ``pynvml`` with the calls the sampler makes."""
+    calls = {"init": 0, "shutdown": 0}
+
+    def init():
+        calls["init"] += 1
+        if init_error:
+            raise init_error
+
+    def power(handle):
+        if power_fails:
+            raise NVMLError("Not Supported")
+        return 250_000 + handle  # milliwatts
+
+    module = types.SimpleNamespace(
+        NVML_CLOCK_SM=1,
+        nvmlInit=init,
+        nvmlShutdown=lambda: calls.__setitem__("shutdown", calls["shutdown"] + 1),
+        nvmlDeviceGetCount=lambda: gpus,
+        nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetUtilizationRates=lambda h: types.SimpleNamespace(gpu=40 + h, memory=10),
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(used=(h + 1) * 2**30, total=80 * 2**30, free=0),
+        nvmlDeviceGetPowerUsage=power,
+        nvmlDeviceGetClockInfo=lambda h, kind: 1410.0 if kind == 1 else 0.0,
+    )
+    return module, calls
+
+
+def test_host_and_gpu_records(monkeypatch):
+    module, calls = fake_pynvml(gpus=2, power_fails=True)
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    writer = FakeWriter("worker:0")
+    sampler = SystemSampler(writer, "worker:0", interval_s=0.05)
+    sampler.sample()
+    sum(i * i for i in range(200_000))  # some CPU between the samples
+    sampler.sample()
+    sampler.stop()
+    system = writer.records["system"]
+    assert len(system) == 2 and system[0]["task"] == "worker:0"
+    assert math.isnan(system[0]["cpu_pct"]) and 0 < system[1]["cpu_pct"] <= 100
+    assert 0 < system[1]["mem_used_frac"] < 1 and system[1]["net_sent_bytes"] >= system[0]["net_sent_bytes"]
+    gpu = writer.records["gpu"]
+    assert [(g["index"], g["util_pct"], g["mem_used_bytes"], g["sm_clock_mhz"]) for g in gpu[:2]] == [
+        (0, 40.0, 2**30, 1410.0), (1, 41.0, 2**31, 1410.0)]
+    assert all(math.isnan(g["power_w"]) for g in gpu)  # NotSupported → NaN, not an error
+    assert gpu[0]["tf_mem_peak_bytes"] is None
+    assert len(gpu) == 4 and calls == {"init": 1, "shutdown": 1}
+    assert "note" not in writer.records
+
+
+def test_missing_nvml_is_noted_once(monkeypatch):
+    module, calls = fake_pynvml(init_error=NVMLError("NVML Shared Library Not Found"))
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    writer = FakeWriter("worker:0")
+    sampler = SystemSampler(writer, "worker:0", interval_s=0.02).start()
+    time.sleep(0.2)
+    sampler.stop()
+    assert len(writer.records["system"]) >= 3 and calls["init"] == 1
+    notes = writer.records["note"]
+    assert len(notes) == 1 and "NVML Shared Library Not Found" in notes[0]["message"]
+
+
+def test_real_pynvml_without_driver_is_noted(monkeypatch):
+    writer = FakeWriter("worker:0")
+    SystemSampler(writer, "worker:0").sample()
+    assert len(writer.records["system"]) == 1
+    # Here: NVMLError_LibraryNotFound (no driver); on a GPU host, gpu records instead.
+    assert len(writer.records["note"]) + len(writer.records["gpu"]) >= 1
+
+
+def test_gpu_error_mid_run_stops_gpu_sampling_only(monkeypatch):
+    module, _ = fake_pynvml(gpus=1)
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    writer = FakeWriter("worker:0")
+    sampler = SystemSampler(writer, "worker:0")
+    sampler.sample()
+    module.nvmlDeviceGetMemoryInfo = None  # a TypeError inside sample(): not an NVMLError
+    module.nvmlDeviceGetUtilizationRates = lambda h: 1 / 0
+    sampler._nvml.sample = lambda index: 1 / 0
+    sampler.sample()
+    sampler.sample()
+    assert len(writer.records["system"]) == 3 and len(writer.records["gpu"]) == 1
+    assert len(writer.records["note"]) == 1
+
+
+def test_unwritable_logdir_is_survived(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    writer = TaskWriter(blocker, "worker:0", flush_interval_s=0.01)
+    sampler = SystemSampler(writer, "worker:0", interval_s=0.01).start()
+    time.sleep(0.1)
+    sampler.stop()
+    writer.close()
+    assert sampler.samples >= 3 and writer.dropped_records > 0
+
+
+def test_records_round_trip_through_the_store(tmp_path, monkeypatch):
+    module, _ = fake_pynvml(gpus=1)
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    writer = TaskWriter(tmp_path, "worker:0")
+    sampler = SystemSampler(writer, "worker:0")
+    sampler.sample()
+    sampler.sample()
+    writer.close()
+    batches = read_task_file(log_dir(tmp_path) / "worker-0.tfdiag").batches
+    gpu = pa.Table.from_batches(batches["gpu"]).to_pandas()
+    assert gpu["power_w"].tolist() == [250.0, 250.0] and "tf_mem_peak_bytes" in gpu.columns
+    assert pa.Table.from_batches(batches["system"]).num_rows == 2
