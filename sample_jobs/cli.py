@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tfdiag.errors import InvalidOptionError
-from tfdiag.sample_jobs.jobs import JOBS, JobConfig, job_spec, parse_summary
+from tfdiag.sample_jobs.jobs import JOBS, JobConfig, applicability_help, job_spec, parse_summary
 
 
 @dataclass(frozen=True)
@@ -44,22 +44,37 @@ class SampleResult:
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Adds the ``tfdiag sample`` arguments to ``parser`` and returns it."""
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = (
+        "jobs, and the --inject/--tune options that apply to each:\n"
+        + "\n".join("  " + line for line in applicability_help().splitlines())
+        + "\n\nSee docs/sample-jobs.md for every option and for launching on several hosts or Kubernetes."
+    )
     parser.add_argument("job", metavar="JOB", choices=sorted(JOBS), help="the sample job: " + ", ".join(sorted(JOBS)))
-    parser.add_argument("--ps", type=int, default=2, metavar="N", help="parameter-server tasks (default 2)")
-    parser.add_argument("--workers", type=int, default=2, metavar="N", help="worker tasks (default 2)")
-    parser.add_argument("--steps", type=int, default=200, metavar="N", help="training steps (default 200)")
-    parser.add_argument("--batch", type=int, default=64, metavar="N", help="examples per step (default 64)")
+    parser.add_argument("--ps", type=int, default=2, metavar="N", help="parameter-server tasks (default 2; ps jobs)")
+    parser.add_argument("--workers", type=int, default=2, metavar="N", help="worker tasks (default 2; not mirrored)")
+    parser.add_argument(
+        "--steps", type=int, default=200, metavar="N",
+        help="training steps (default 200): updates in all for the ps jobs and tf1_session, synchronous steps for "
+             "mwms_fit and mirrored",
+    )
+    parser.add_argument("--batch", type=int, default=0, metavar="N",
+                        help="global examples per step (default: the job's, sized for 20-40 ms steps on a CPU)")
+    parser.add_argument("--model-size", dest="model_size", type=int, default=0, metavar="N",
+                        help="hidden width of the model (default: the job's, 256); raise it to scale the step up")
     parser.add_argument(
         "--logdir", metavar="DIR", default=None,
         help="run directory (default: a new folder under the system temp dir); task logs go to DIR/tasks/",
     )
     parser.add_argument(
         "--inject", metavar="SPEC", action="append", default=[],
-        help="plant a bottleneck or fault: input-delay=MS, slow-worker=I:MS (repeatable)",
+        help="plant a bottleneck or fault (repeatable): input-delay=MS, slow-worker=I:MS, shard-skew=I:F, hot-ps=I, "
+             "slow-ps=I:MS, kill-worker=I@STEP[+restart]",
     )
     parser.add_argument(
         "--tune", metavar="KEY=VALUE", action="append", default=[],
-        help="apply a change, e.g. prefetch=on, map_parallel=on (repeatable)",
+        help="apply a change the advisor can recommend (repeatable): prefetch=on, map_parallel=on, partitioner=N, "
+             "autoshard=data|file|off|auto, batch=N, strategy=ps|mwms, mixed_precision=on",
     )
     parser.add_argument("--no-collect", dest="collect", action="store_false", help="run with every collector off")
     parser.add_argument("--timeout", type=float, default=None, metavar="S", help="stop the local cluster after S seconds")
@@ -75,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
             workers=args.workers,
             steps=args.steps,
             batch=args.batch,
+            model_size=getattr(args, "model_size", 0),
             logdir=args.logdir,
             inject=args.inject,
             tune=args.tune,
@@ -99,7 +115,8 @@ def run_sample(
     ps: int = 2,
     workers: int = 2,
     steps: int = 200,
-    batch: int = 64,
+    batch: int = 0,
+    model_size: int = 0,
     logdir=None,
     inject=(),
     tune=(),
@@ -118,7 +135,7 @@ def run_sample(
     job_spec(job)
     logdir = Path(logdir) if logdir else default_logdir(job)
     config = JobConfig(
-        job=job, logdir=str(logdir), steps=steps, batch=batch, ps=ps, workers=workers,
+        job=job, logdir=str(logdir), steps=steps, batch=batch, model_size=model_size, ps=ps, workers=workers,
         collect=collect, inject=tuple(inject or ()), tune=tuple(tune or ()),
     )
     if os.environ.get("TF_CONFIG", "").strip():

@@ -36,7 +36,15 @@ class JobSpec:
     summary_task: str = "chief:0"
     ps: bool = True
     chief: bool = True
+    single: bool = False  # one process (MirroredStrategy): --workers and --ps do not apply
+    injections: tuple[str, ...] = ()  # the --inject kinds that apply
+    tunings: tuple[str, ...] = ()  # the --tune keys that apply
+    batch: int = 256  # default examples per step (global batch)
+    model_size: int = 256  # default hidden width
 
+
+_PS_INJECT = ("input-delay", "slow-worker", "shard-skew", "hot-ps", "slow-ps", "kill-worker")
+_PIPELINE_TUNE = ("prefetch", "map_parallel", "batch")
 
 JOBS: dict[str, JobSpec] = {
     spec.name: spec
@@ -44,10 +52,76 @@ JOBS: dict[str, JobSpec] = {
         JobSpec(
             "ps_ctl",
             "tfdiag.sample_jobs.ps_ctl",
-            "ParameterServerStrategy + ClusterCoordinator custom training loop",
+            "ParameterServerStrategy + ClusterCoordinator custom training loop (tf.Module MLP)",
+            injections=_PS_INJECT,
+            tunings=_PIPELINE_TUNE + ("partitioner",),
+            batch=1024,
+            model_size=256,
+        ),
+        JobSpec(
+            "ps_fit",
+            "tfdiag.sample_jobs.ps_fit",
+            "ParameterServerStrategy + tf-keras model.fit (two-input, two-output click/conversion model)",
+            injections=_PS_INJECT,
+            tunings=_PIPELINE_TUNE + ("partitioner", "strategy", "mixed_precision"),
+            batch=512,
+            model_size=256,
+        ),
+        JobSpec(
+            "mwms_fit",
+            "tfdiag.sample_jobs.mwms_fit",
+            "MultiWorkerMirroredStrategy + tf-keras model.fit (same model and data as ps_fit)",
+            job_roles=("worker",),
+            summary_task="worker:0",
+            ps=False,
+            chief=False,
+            injections=("input-delay", "slow-worker", "shard-skew", "kill-worker"),
+            tunings=_PIPELINE_TUNE + ("autoshard", "strategy", "mixed_precision"),
+            batch=512,
+            model_size=256,
+        ),
+        JobSpec(
+            "mirrored",
+            "tfdiag.sample_jobs.mirrored",
+            "MirroredStrategy over all local GPUs (CPU without one), Keras 3 model.fit with a custom layer",
+            job_roles=("worker",),
+            summary_task="worker:0",
+            ps=False,
+            chief=False,
+            single=True,
+            injections=("input-delay",),
+            tunings=_PIPELINE_TUNE + ("mixed_precision",),
+            batch=1024,
+            model_size=256,
+        ),
+        JobSpec(
+            "tf1_session",
+            "tfdiag.sample_jobs.tf1_session",
+            "TF1 graph: ClusterSpec, Server per task, replica_device_setter, MonitoredTrainingSession (chief = worker 0)",
+            job_roles=("worker",),
+            summary_task="worker:0",
+            chief=False,
+            injections=("input-delay", "slow-worker", "shard-skew", "hot-ps", "slow-ps", "kill-worker"),
+            tunings=_PIPELINE_TUNE + ("partitioner",),
+            batch=1024,
+            model_size=256,
         ),
     )
 }
+
+# --tune strategy=ps|mwms runs the same model and data under the other strategy.
+STRATEGY_JOBS = {"ps": "ps_fit", "mwms": "mwms_fit"}
+
+
+def applicability_help() -> str:
+    """One line per job: which --inject kinds and --tune keys apply (for --help)."""
+    lines = []
+    for spec in JOBS.values():
+        lines.append(
+            f"{spec.name}: {spec.description}. inject: {', '.join(spec.injections) or '-'}; "
+            f"tune: {', '.join(spec.tunings) or '-'}"
+        )
+    return "\n".join(lines)
 
 
 def job_spec(name: str) -> JobSpec:
@@ -65,24 +139,71 @@ class JobConfig:
     job: str
     logdir: str
     steps: int = 200
-    batch: int = 64
+    batch: int = 0  # 0: the job's default
     ps: int = 2
     workers: int = 2
     collect: bool = True
     inject: tuple[str, ...] = ()
     tune: tuple[str, ...] = ()
+    model_size: int = 0  # hidden width; 0: the job's default
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        for name in ("steps", "batch", "workers"):
+        for name in ("steps", "workers"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise InvalidOptionError(f"Invalid value for option `--{name}`. Expected an integer >= 1. Received: {value!r}")
-        if not isinstance(self.ps, int) or self.ps < 0:
-            raise InvalidOptionError(f"Invalid value for option `--ps`. Expected an integer >= 0. Received: {self.ps!r}")
+        for name in ("batch", "model_size", "ps"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 0:
+                option = name.replace("_", "-")
+                raise InvalidOptionError(f"Invalid value for option `--{option}`. Expected an integer >= 0. Received: {value!r}")
         plan = Plan.parse(self.inject, self.tune)  # validates; stores normalised specs
         object.__setattr__(self, "inject", tuple(plan.specs["inject"]))
         object.__setattr__(self, "tune", tuple(plan.specs["tune"]))
+        spec = job_spec(self.job)
+        for tuning in plan.tunings:
+            if tuning.key not in spec.tunings:
+                raise InvalidOptionError(
+                    f"Invalid value for option `--tune`. {tuning.key} does not apply to {self.job} "
+                    f"(it takes: {', '.join(spec.tunings) or 'none'}). Received: {tuning.spec!r}"
+                )
+        spec = self.spec  # the job that runs, after --tune strategy=
+        for injection in plan.injections:
+            if injection.kind not in spec.injections:
+                raise InvalidOptionError(
+                    f"Invalid value for option `--inject`. {injection.kind} does not apply to {spec.name} "
+                    f"(it takes: {', '.join(spec.injections) or 'none'}). Received: {injection.spec!r}"
+                )
+            index = getattr(injection, "worker", None)
+            if index is not None and not spec.single and index >= self.workers:
+                raise InvalidOptionError(
+                    f"Invalid value for option `--inject`. There is no worker {index} in a cluster of "
+                    f"{self.workers} workers. Received: {injection.spec!r}"
+                )
+            index = getattr(injection, "ps", None)
+            if index is not None and index >= self.ps:
+                raise InvalidOptionError(
+                    f"Invalid value for option `--inject`. There is no ps {index} in a cluster of {self.ps} ps. "
+                    f"Received: {injection.spec!r}"
+                )
+        if spec.ps and not spec.single and self.ps < 1:
+            raise InvalidOptionError(f"Invalid value for option `--ps`. {spec.name} needs at least 1 ps. Received: {self.ps!r}")
+
+    @property
+    def effective_job(self) -> str:
+        """The job that actually runs: ``--tune strategy=ps|mwms`` may switch ps_fit and mwms_fit."""
+        strategy = self.plan.tuned("strategy")
+        return STRATEGY_JOBS.get(strategy, self.job) if strategy else self.job
+
+    @property
+    def spec(self) -> JobSpec:
+        return job_spec(self.effective_job)
+
+    @property
+    def hidden(self) -> int:
+        """The model's hidden width: ``--model-size`` or the job's default."""
+        return self.model_size or self.spec.model_size
 
     @property
     def plan(self) -> Plan:
@@ -90,8 +211,8 @@ class JobConfig:
 
     @property
     def batch_size(self) -> int:
-        """The batch size after ``--tune batch=N``."""
-        return int(self.plan.tuned("batch", str(self.batch)))
+        """The global batch size: ``--tune batch=N``, else ``--batch``, else the job's default."""
+        return int(self.plan.tuned("batch", str(self.batch or self.spec.batch)))
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

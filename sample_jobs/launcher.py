@@ -8,6 +8,13 @@ then stops them in order) and get ``SIGTERM`` from the kernel if the launcher di
 (``PR_SET_PDEATHSIG``); ``stop()`` sends ``SIGTERM`` to each group, then ``SIGKILL``
 after ``STOP_GRACE_S``.
 
+Injections that act from outside TensorFlow live here: ``slow-ps=I:MS`` starts a
+delaying TCP proxy (``tfdiag.sample_jobs.proxy``) in front of ps I and gives every
+other task the proxy's port as ps I's address; ``kill-worker=I@STEP[+restart]`` sends
+``SIGKILL`` to worker I once the summary task reports reaching STEP (through the file
+named by ``TFDIAG_SAMPLE_PROGRESS``) and, with ``+restart``, starts it again on the
+same port ``RESTART_PAUSE_S`` later.
+
 Example:
     >>> result = launch(JobConfig("ps_ctl", "logs/run1", steps=50))  # doctest: +SKIP
     >>> result.returncode, result.summary_line  # doctest: +SKIP
@@ -30,11 +37,18 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tfdiag.sample_jobs.jobs import JobConfig, JobSpec, job_spec, parse_summary
+from tfdiag.sample_jobs.common import PROGRESS_ENV, read_progress
+from tfdiag.sample_jobs.inject import KillWorker, SlowPs
+from tfdiag.sample_jobs.jobs import JobConfig, JobSpec, parse_summary
 
 HOST = "127.0.0.1"
 STOP_GRACE_S = 5.0
 POLL_S = 0.2
+# While a kill is pending the launcher looks at the progress file this often.
+KILL_POLL_S = 0.02
+# How long a killed worker stays down before ``+restart`` starts it again: long enough
+# for the coordinator to notice (its RPCs fail at once on a refused connection).
+RESTART_PAUSE_S = 1.0
 TAIL_LINES = 25
 _PR_SET_PDEATHSIG = 1
 
@@ -55,6 +69,8 @@ def pick_free_ports(count: int, host: str = HOST) -> list[int]:
 
 def cluster_layout(spec: JobSpec, config: JobConfig) -> dict[str, int]:
     """How many tasks each job of the cluster has: ``{"chief": 1, "ps": 2, "worker": 2}``."""
+    if spec.single:
+        return {"worker": 1}
     layout = {}
     if spec.chief:
         layout["chief"] = 1
@@ -88,6 +104,7 @@ class TaskProcess:
     log: Path
     process: subprocess.Popen
     reported: bool = False
+    killed: bool = False  # by a kill-worker injection: its death is not a failure
 
     @property
     def job(self) -> str:
@@ -110,12 +127,17 @@ class LocalCluster:
 
     def __init__(self, config: JobConfig, *, python: str = sys.executable, stderr=None):
         self.config = config
-        self.spec = job_spec(config.job)
+        self.spec = config.spec  # after --tune strategy=
+        self.plan = config.plan
         self.python = python
         self.stderr = stderr or sys.stderr
         self.logdir = Path(config.logdir)
         self.tasks: dict[str, TaskProcess] = {}
-        self.cluster: dict[str, list[str]] = {}
+        self.cluster: dict[str, list[str]] = {}  # where each task listens
+        self.advertised: dict[str, list[str]] = {}  # what the other tasks dial (proxies)
+        self.progress_file = self.logdir / "tasks" / "progress"
+        self._kills = list(self.plan.of(KillWorker))
+        self._restarts: list[tuple[float, str, int]] = []  # (due, job, index)
         self._lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------------------
@@ -123,10 +145,25 @@ class LocalCluster:
         """Picks ports and starts the tasks; ``job_tasks=False`` starts only the servers
         (the caller then plays the job's role itself, as tests do)."""
         layout = cluster_layout(self.spec, self.config)
-        ports = iter(pick_free_ports(sum(layout.values())))
+        slow_ps = {i.ps: i.ms for i in self.plan.of(SlowPs)} if "ps" in layout else {}
+        ports = iter(pick_free_ports(sum(layout.values()) + len(slow_ps)))
         self.cluster = {job: [f"{HOST}:{next(ports)}" for _ in range(n)] for job, n in layout.items()}
+        self.advertised = {job: list(addresses) for job, addresses in self.cluster.items()}
         (self.logdir / "tasks").mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            self.progress_file.unlink()
         atexit.register(self.stop)
+        for index, ms in sorted(slow_ps.items()):
+            listen = next(ports)
+            self.advertised["ps"][index] = f"{HOST}:{listen}"
+            target = int(self.cluster["ps"][index].rpartition(":")[2])
+            self._spawn_process(
+                f"proxy:{index}",
+                self.logdir / "tasks" / f"proxy-ps-{index}.log",
+                [self.python, "-u", "-m", "tfdiag.sample_jobs.proxy", "--listen", str(listen), "--target", str(target),
+                 "--delay-ms", f"{ms / 2:g}"],
+                dict(os.environ),
+            )
         # Servers first, the job's tasks last: they wait for the servers' ports anyway.
         order = sorted(
             ((job, i) for job, n in layout.items() for i in range(n)),
@@ -136,14 +173,31 @@ class LocalCluster:
             if job_tasks or job not in self.spec.job_roles:
                 self._spawn(job, index)
 
+    def tf_config(self, job: str, index: int) -> dict:
+        """The ``TF_CONFIG`` of one task: its own address is where it listens, the others'
+        are what it dials (a slow-ps proxy instead of that ps)."""
+        cluster = {name: list(addresses) for name, addresses in self.advertised.items()}
+        cluster[job][index] = self.cluster[job][index]
+        return {"cluster": cluster, "task": {"type": job, "index": index}}
+
     def _spawn(self, job: str, index: int) -> None:
         task = f"{job}:{index}"
         log = self.logdir / "tasks" / f"{job}-{index}.log"
         env = dict(os.environ)
-        env["TF_CONFIG"] = json.dumps({"cluster": self.cluster, "task": {"type": job, "index": index}})
+        env["TF_CONFIG"] = json.dumps(self.tf_config(job, index))
         env["PYTHONUNBUFFERED"] = "1"
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        # Every task of a local cluster shares this host's cores; give each one a fair
+        # share (as if it had a host of its own) instead of one thread pool per core each.
+        threads = str(max(1, (os.cpu_count() or 1) // max(1, self.config.workers)))
+        env.setdefault("TF_NUM_INTRAOP_THREADS", threads)
+        env.pop(PROGRESS_ENV, None)
+        if self._kills and task == self.spec.summary_task:
+            env[PROGRESS_ENV] = str(self.progress_file)
         command = [self.python, "-u", "-m", "tfdiag.sample_jobs.task", "--config", self.config.to_json()]
+        self._spawn_process(task, log, command, env)
+
+    def _spawn_process(self, task: str, log: Path, command: list[str], env: dict) -> None:
         with open(log, "ab") as out:
             process = subprocess.Popen(
                 command,
@@ -160,12 +214,16 @@ class LocalCluster:
     def wait(self, timeout_s: float | None = None) -> int:
         """Waits for the job's tasks; returns 0, or 1 when a task failed or time ran out."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        job_tasks = [t for t in self.tasks.values() if t.job in self.spec.job_roles]
         while True:
+            self._inject_kills()
+            job_tasks = [t for t in self.tasks.values() if t.job in self.spec.job_roles and not t.killed]
             failed = False
-            for task in self.tasks.values():
+            for task in list(self.tasks.values()):
                 code = task.process.poll()
                 if code is None or task.reported:
+                    continue
+                if task.killed:
+                    task.reported = True
                     continue
                 if code != 0:
                     task.reported = True
@@ -183,7 +241,33 @@ class LocalCluster:
             if deadline is not None and time.monotonic() > deadline:
                 self._say(f"timed out after {timeout_s:.0f} s; stopping the cluster")
                 return 1
-            time.sleep(POLL_S)
+            time.sleep(KILL_POLL_S if self._kills or self._restarts else POLL_S)
+
+    def _inject_kills(self) -> None:
+        """Carries out ``kill-worker`` injections that are due, and their restarts."""
+        if self._kills:
+            reached = read_progress(self.progress_file)
+            for kill in [k for k in self._kills if reached >= k.step]:
+                self._kills.remove(kill)
+                task = self.tasks.get(f"worker:{kill.worker}")
+                if task is None or task.process.poll() is not None:
+                    continue
+                task.killed = True
+                _signal_group(task.process, signal.SIGKILL)
+                self._say(f"killed worker:{kill.worker} (SIGKILL) at step {reached}" + (
+                    f"; restarting it in {RESTART_PAUSE_S:g} s" if kill.restart else ""))
+                if kill.restart:
+                    self._restarts.append((time.monotonic() + RESTART_PAUSE_S, "worker", kill.worker))
+        for due, job, index in list(self._restarts):
+            if time.monotonic() >= due:
+                self._restarts.remove((due, job, index))
+                old = self.tasks[f"{job}:{index}"]
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    old.process.wait(STOP_GRACE_S)
+                with open(old.log, "ab") as out:
+                    out.write(b"\n----- tfdiag sample: restarted after kill-worker -----\n")
+                self._spawn(job, index)
+                self._say(f"restarted {job}:{index} on {self.cluster[job][index]}")
 
     def stop(self) -> None:
         """Terminates every task still running (SIGTERM, then SIGKILL). Safe to call twice."""

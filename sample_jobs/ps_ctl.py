@@ -1,20 +1,31 @@
 """``ps_ctl``: ParameterServerStrategy + ClusterCoordinator custom training loop.
 
 The loop a user would write (and copy): a synthetic regression dataset generated
-in-graph on each worker through ``create_per_worker_dataset``, a small MLP as a
-``tf.Module`` (works with variable partitioners, unlike a Keras 3 model under
-ParameterServerStrategy, see TF-NOTES), plain SGD, one ``coordinator.schedule`` per
-step and a final ``coordinator.join()``. tfdiag is attached with one line,
-``instrument_coordinator``, unless ``--no-collect``.
+in-graph on each worker through ``create_per_worker_dataset``, an MLP as a
+``tf.Module``-style object of plain ``tf.Variable``s (works with variable partitioners,
+unlike a Keras 3 model under ParameterServerStrategy, see TF-NOTES), plain SGD, one
+``coordinator.schedule`` per step and a final ``coordinator.join()``. tfdiag is attached
+with one line, ``instrument_coordinator``, unless ``--no-collect``.
 
-One step consumes one dataset element: examples are batched *before* the
-``input-delay`` map, so ``input-delay=MS`` costs MS per step (per batch). ``--tune
-map_parallel=on`` runs that map with ``num_parallel_calls=AUTOTUNE`` and ``--tune
-prefetch=on`` adds ``prefetch(AUTOTUNE)`` after it.
+Size: ``--model-size`` is the hidden width (three hidden layers), ``--batch`` the
+examples per step; the defaults (256, 1024) make a step about 20-30 ms of compute on
+one CPU core, so a clean run is not dominated by the coordinator's dispatch gap.
 
-Delays never burn CPU: they are ``SleepDataset`` ops (``tf.data.experimental``'s
-testing ``sleep``) on a one-element dataset read in-graph, so they run on the remote
-worker — ``tf.py_function`` cannot (its Python lives in the coordinator process).
+Input: each dataset element is a whole batch, generated vectorised from its index
+(``stateless_normal``), so the pipeline costs well under a millisecond per step.
+``input-delay=MS`` adds a map that sleeps MS per element (per batch, i.e. per step);
+``--tune map_parallel=on`` runs that map with ``num_parallel_calls=AUTOTUNE`` and
+``--tune prefetch=on`` adds ``prefetch(AUTOTUNE)``.
+
+Injections: ``slow-worker=I:MS`` sleeps MS in-graph before worker I's step;
+``shard-skew=I:F`` makes worker I's batches F times larger (the per-worker dataset
+function reads the worker index), so it consumes F times the examples per step;
+``hot-ps=I`` adds a 4 MB dense layer whose kernel is created colocated with a variable
+that sits on ps I (verified through ``variable.device``); ``--tune partitioner=N``
+creates the strategy with ``MinSizePartitioner(max_shards=N)``, which splits that kernel
+over the ps tasks; ``kill-worker=I@STEP`` is done by the launcher — the loop joins at
+STEP and reports progress, the coordinator re-schedules the closures that the dead
+worker held and picks the worker up again once it is restarted.
 """
 
 from __future__ import annotations
@@ -22,91 +33,124 @@ from __future__ import annotations
 import logging
 import time
 
-from tfdiag.sample_jobs.inject import InputDelay, SlowWorker
+from tfdiag.sample_jobs.common import Progress, on_ps, per_worker_value, pipeline_options, sleep_us
+from tfdiag.sample_jobs.inject import HotPs, InputDelay, KillWorker, ShardSkew, SlowWorker
 from tfdiag.sample_jobs.jobs import JobConfig, JobSummary
 
 logger = logging.getLogger("tfdiag.sample_jobs")
 
 FEATURES = 32
-HIDDEN = 64
+LAYERS = 3
 LEARNING_RATE = 0.05
-# Closures the coordinator may hold in flight before ``schedule`` blocks; a join every
-# so often keeps a slow worker from being starved of the queue's tail.
-JOIN_EVERY = 0  # 0: one join at the end, as most user loops do
+# hot-ps: a dense layer of HOT_UNITS outputs on top of the hidden layers; at the
+# default width its kernel is 256 x 4096 float32 = 4 MB, read and updated every step.
+HOT_UNITS = 4096
+# A partitioned variable is split into shards of at least this many bytes.
+MIN_SHARD_BYTES = 256 << 10
 
-
-def sleep_us(tf, microseconds, value=None):
-    """An in-graph, non-busy sleep: returns ``value`` (or 0) after ``microseconds``.
-
-    ``take(1)`` stops the iterator before a second ``GetNext``, which would sleep again.
-    """
-    from tensorflow.python.data.experimental.ops import testing
-
-    element = tf.constant(0, tf.int64) if value is None else value
-    dataset = tf.data.Dataset.from_tensors(element).apply(testing.sleep(tf.cast(microseconds, tf.int64))).take(1)
-    return dataset.get_single_element()
+__all__ = ["run", "sleep_us"]
 
 
 def make_dataset_fn(tf, config: JobConfig):
-    """The per-worker input pipeline: generate → batch → (delay map) → (prefetch)."""
+    """The per-worker input pipeline: batches generated from their index → (delay) → (prefetch)."""
     plan = config.plan
     batch = config.batch_size
+    skew = {i.worker: int(round(batch * i.factor)) for i in plan.of(ShardSkew)}
     delay_us = int(sum(i.ms for i in plan.of(InputDelay)) * 1000)
     parallel = tf.data.AUTOTUNE if plan.is_on("map_parallel") else None
-    prefetch = plan.is_on("prefetch")
     true_w = tf.linspace(-1.0, 1.0, FEATURES)[:, None]
 
-    def make_example(index):
-        seed = tf.stack([index, tf.constant(7, tf.int64)])
-        x = tf.random.stateless_normal([FEATURES], seed=seed)
-        noise = tf.random.stateless_normal([1], seed=seed + 1)
-        y = tf.tanh(tf.matmul(x[None, :], true_w))[0] + 0.05 * noise
-        return x, y
-
     def dataset_fn():
-        dataset = tf.data.Dataset.counter().map(make_example).batch(batch, drop_remainder=True)
+        # Worker I of shard-skew=I:F reads batches F times larger (resolved per worker).
+        worker = tf.distribute.coordinator.experimental_get_current_worker_index() if skew else 0
+        size = per_worker_value(tf, skew, worker, default=batch, dtype=tf.int32) if skew else batch
+
+        def make_batch(index):
+            seed = tf.stack([index, tf.constant(7, tf.int64)])
+            x = tf.random.stateless_normal([size, FEATURES], seed=seed)
+            noise = tf.random.stateless_normal([size, 1], seed=seed + 1)
+            return x, tf.tanh(tf.matmul(x, true_w)) + 0.05 * noise
+
+        dataset = tf.data.Dataset.counter().map(make_batch)
         if delay_us:
             dataset = dataset.map(lambda x, y: (sleep_us(tf, delay_us, x), y), num_parallel_calls=parallel)
-        if prefetch:
+        if plan.is_on("prefetch"):
             dataset = dataset.prefetch(tf.data.AUTOTUNE)
-        # tf.data's default graph rewrites would parallelise the delay map and inject a
-        # prefetch after it, hiding an input bottleneck the job is asked to plant; the
-        # baseline pipeline is exactly what is written above, and the tunings are the
-        # explicit `num_parallel_calls` and `prefetch`.
-        options = tf.data.Options()
-        options.experimental_optimization.map_parallelization = False
-        options.experimental_optimization.inject_prefetch = False
-        return dataset.with_options(options)
+        return dataset.with_options(pipeline_options(tf, plan))
 
     return dataset_fn
 
 
-class MLP:
-    """A two-layer perceptron as plain ``tf.Variable``s (created under the strategy scope)."""
+def dense_value(tf, variable):
+    """The full value of a variable, partitioned (``ShardedVariable``) or not."""
+    shards = getattr(variable, "variables", None)
+    return tf.concat(list(shards), axis=0) if shards else variable
 
-    def __init__(self, tf):
-        init = tf.random_normal_initializer(stddev=0.1, seed=1)
-        self.w1 = tf.Variable(init([FEATURES, HIDDEN]), name="dense1/kernel")
-        self.b1 = tf.Variable(tf.zeros([HIDDEN]), name="dense1/bias")
-        self.w2 = tf.Variable(init([HIDDEN, 1]), name="dense2/kernel")
-        self.b2 = tf.Variable(tf.zeros([1]), name="dense2/bias")
-        self.variables = [self.w1, self.b1, self.w2, self.b2]
+
+class MLP:
+    """``LAYERS`` ReLU layers of width ``hidden`` and a linear output, as plain variables.
+
+    Created under ``strategy.scope()``: ParameterServerStrategy places each variable on a
+    ps (round-robin, or split by the partitioner). With ``hot_ps`` set, a wide extra layer
+    is created colocated with a variable that already sits on that ps.
+    """
+
+    def __init__(self, tf, strategy, hidden: int, hot_ps: int | None = None):
+        init = tf.random_normal_initializer(stddev=0.05, seed=1)
+        self.layers = []
+        width = FEATURES
+        for i in range(LAYERS):
+            kernel = tf.Variable(init([width, hidden]), name=f"dense{i}/kernel")
+            bias = tf.Variable(tf.zeros([hidden]), name=f"dense{i}/bias")
+            self.layers.append((kernel, bias))
+            width = hidden
+        self.hot = None
+        if hot_ps is not None:
+            anchor = on_ps(tf, strategy, hot_ps, [v for layer in self.layers for v in layer])
+            partitioned = strategy.extended._variable_partitioner is not None  # noqa: SLF001 - see hot_kernel()
+            with strategy.extended.colocate_vars_with(anchor) if not partitioned else _nullcontext():
+                kernel = tf.Variable(init([width, HOT_UNITS]), name="hot/kernel")
+            self.hot = (kernel, tf.Variable(init([HOT_UNITS, 1]), name="hot/out"))
+        self.out = tf.Variable(init([width, 1]), name="out/kernel")
+        self.out_bias = tf.Variable(tf.zeros([1]), name="out/bias")
+
+    @property
+    def variables(self) -> list:
+        """Every trainable variable (the shards of a partitioned one, each)."""
+        found = [v for layer in self.layers for v in layer] + [self.out, self.out_bias]
+        if self.hot:
+            found += list(self.hot)
+        flat = []
+        for variable in found:
+            flat.extend(getattr(variable, "variables", None) or [variable])
+        return flat
 
     def __call__(self, tf, x):
-        hidden = tf.nn.relu(tf.matmul(x, self.w1) + self.b1)
-        return tf.matmul(hidden, self.w2) + self.b2
+        for kernel, bias in self.layers:
+            x = tf.nn.relu(tf.matmul(x, dense_value(tf, kernel)) + dense_value(tf, bias))
+        y = tf.matmul(x, dense_value(tf, self.out)) + self.out_bias
+        if self.hot:
+            wide = tf.nn.relu(tf.matmul(x, dense_value(tf, self.hot[0])))
+            y += 0.01 * tf.matmul(wide, dense_value(tf, self.hot[1]))
+        return y
+
+
+class _nullcontext:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def log_placement(model: MLP) -> None:
+    """Logs where every variable landed (what tfdiag's placement capture records)."""
+    for variable in model.variables:
+        logger.info("ps_ctl: variable %s %s on %s", variable.name, variable.shape.as_list(), variable.device)
 
 
 def make_train_step(tf, strategy, model: MLP, config: JobConfig):
-    slow = {i.worker: i.ms for i in config.plan.of(SlowWorker)}
-
-    def extra_delay_us():
-        """Microseconds this worker sleeps per step (``slow-worker=I:MS``)."""
-        index = tf.cast(tf.distribute.coordinator.experimental_get_current_worker_index(), tf.int64)
-        delay = tf.constant(0, tf.int64)
-        for worker, ms in slow.items():
-            delay += tf.where(tf.equal(index, worker), tf.constant(int(ms * 1000), tf.int64), 0)
-        return delay
+    slow = {i.worker: int(i.ms * 1000) for i in config.plan.of(SlowWorker)}
 
     @tf.function
     def train_step(iterator):
@@ -120,12 +164,25 @@ def make_train_step(tf, strategy, model: MLP, config: JobConfig):
             return loss
 
         x, y = next(iterator)
-        if slow:
-            x = sleep_us(tf, extra_delay_us(), x)  # the step cannot start before the delay ends
+        if slow:  # slow-worker=I:MS: the step cannot start before the delay ends
+            worker = tf.distribute.coordinator.experimental_get_current_worker_index()
+            x = sleep_us(tf, per_worker_value(tf, slow, worker), x)
         loss = strategy.run(replica_fn, args=(x, y))
         return strategy.reduce(tf.distribute.ReduceOp.MEAN, loss, axis=None)
 
     return train_step
+
+
+def make_strategy(tf, config: JobConfig):
+    """ParameterServerStrategy from ``TF_CONFIG``, with the ``--tune partitioner=N`` partitioner."""
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    shards = config.plan.tuned("partitioner")
+    partitioner = None
+    if shards:
+        partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
+            min_shard_bytes=MIN_SHARD_BYTES, max_shards=int(shards)
+        )
+    return resolver, tf.distribute.experimental.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
 
 
 def run(config: JobConfig) -> JobSummary:
@@ -135,17 +192,19 @@ def run(config: JobConfig) -> JobSummary:
     from tfdiag.collectors import identity
     from tfdiag.sample_jobs.task import wait_for_cluster
 
-    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    tf.get_logger().setLevel("INFO")  # the coordinator's worker-failure and recovery lines
+    resolver, strategy = make_strategy(tf, config)
     wait_for_cluster(resolver.cluster_spec().as_dict(), identity.resolve_task(default="chief:0"))
-    strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
     if config.collect:
         from tfdiag.collectors import instrument_coordinator
 
         coordinator = instrument_coordinator(coordinator, config.logdir)
 
+    hot = config.plan.of(HotPs)
     with strategy.scope():
-        model = MLP(tf)
+        model = MLP(tf, strategy, config.hidden, hot_ps=hot[-1].ps if hot else None)
+    log_placement(model)
     train_step = make_train_step(tf, strategy, model, config)
     dataset_fn = make_dataset_fn(tf, config)
 
@@ -166,12 +225,15 @@ def run(config: JobConfig) -> JobSummary:
     coordinator.schedule(train_step, args=(per_worker_iterator,))
     coordinator.join()
 
+    progress = Progress()
+    kill_steps = {k.step for k in config.plan.of(KillWorker)}
     start = time.perf_counter()
     loss = None
-    for step in range(config.steps):
+    for step in range(1, config.steps + 1):
         loss = coordinator.schedule(train_step, args=(per_worker_iterator,))
-        if JOIN_EVERY and (step + 1) % JOIN_EVERY == 0:
-            coordinator.join()
+        if step in kill_steps:
+            coordinator.join()  # every step up to here is done: "reached STEP" is exact
+            progress.update(step)
     coordinator.join()
     wall_s = time.perf_counter() - start
     logger.info("ps_ctl: final loss %.4f", float(loss.fetch()))

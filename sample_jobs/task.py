@@ -21,7 +21,7 @@ import sys
 import time
 
 from tfdiag.collectors import identity
-from tfdiag.sample_jobs.jobs import JobConfig, job_spec
+from tfdiag.sample_jobs.jobs import JobConfig
 
 # Servers take a few seconds to start (TF-NOTES); five processes on two cores can take
 # longer, so the job waits this long for every port before giving up.
@@ -60,13 +60,16 @@ def run_server(task_type: str, task_index: int) -> None:
 
 def run_task(config: JobConfig) -> int:
     """Runs this process's part of ``config.job``, as named by ``TF_CONFIG``; returns an exit code."""
-    spec = job_spec(config.job)
+    spec = config.spec  # after --tune strategy=
     task = identity.resolve_task(default=spec.summary_task)
     task_type, _, index = task.partition(":")
+    module = __import__(spec.module, fromlist=["run"])
+    prepare = getattr(module, "prepare", None)
+    if prepare is not None:  # e.g. data files every worker reads
+        prepare(config)
     if task_type not in spec.job_roles:
         run_server(task_type, int(index or 0))
         return 0
-    module = __import__(spec.module, fromlist=["run"])
     summary = module.run(config)
     if task == spec.summary_task:
         print(summary.line(), file=sys.stderr, flush=True)

@@ -35,6 +35,7 @@ def assert_no_children():
 
 def run(tmp_path, name, **kwargs):
     stderr = io.StringIO()
+    kwargs.setdefault("batch", 64)
     result = run_sample("ps_ctl", ps=2, workers=2, steps=STEPS, logdir=tmp_path / name, timeout_s=TIMEOUT_S,
                         stderr=stderr, **kwargs)
     assert result.ok, stderr.getvalue() + "".join(

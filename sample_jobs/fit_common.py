@@ -1,0 +1,83 @@
+"""What the tf-keras ``model.fit`` jobs (ps_fit, mwms_fit) share: Keras import, layers, callbacks.
+
+``import_tf_keras`` sets ``TF_USE_LEGACY_KERAS=1`` before TensorFlow is imported, so
+``tf.keras`` is tf-keras too (Keras 3's ``model.fit`` fails under both multi-worker
+strategies, see TF-NOTES).
+"""
+
+from __future__ import annotations
+
+import os
+
+from tfdiag.sample_jobs.common import Progress, per_worker_value, say_once, sleep_us
+
+
+def import_tf_keras():
+    """``(tf, tf_keras)`` with ``tf.keras`` resolving to tf-keras."""
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    import tensorflow as tf
+    import tf_keras
+
+    return tf, tf_keras
+
+
+def set_mixed_precision(tf, keras, plan) -> str:
+    """``--tune mixed_precision=on``: ``mixed_float16`` on GPUs, ``mixed_bfloat16`` on CPUs."""
+    if not plan.is_on("mixed_precision"):
+        return "float32"
+    policy = "mixed_float16" if tf.config.list_physical_devices("GPU") else "mixed_bfloat16"
+    keras.mixed_precision.set_global_policy(policy)
+    say_once(f"mixed precision: {policy}")
+    return policy
+
+
+def worker_delay_layer(tf, keras, delays_us: dict, worker_index):
+    """An identity layer that first sleeps ``delays_us[worker]`` µs in-graph (``slow-worker``).
+
+    ``worker_index`` is an int (MultiWorkerMirroredStrategy: this process's index) or a
+    callable returning a tensor (ParameterServerStrategy: resolved per closure).
+    """
+
+    class WorkerDelay(keras.layers.Layer):
+        """Identity, after a per-worker sleep: a slow host without burning CPU."""
+
+        def call(self, inputs):
+            index = worker_index() if callable(worker_index) else worker_index
+            delay = per_worker_value(tf, delays_us, index)
+            return sleep_us(tf, delay, inputs)
+
+    return WorkerDelay(name="injected_worker_delay")
+
+
+def progress_callback(keras, offset: int = 0):
+    """Reports the step reached to the launcher (``kill-worker``); None when not asked for."""
+    progress = Progress()
+    if not progress.enabled:
+        return None
+
+    class ReportProgress(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self._supports_tf_logs = True  # allowed under ParameterServerStrategy
+            self.steps = offset
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.steps += 1
+            progress.update(self.steps)
+
+    return ReportProgress()
+
+
+def step_counter(keras):
+    """A callback counting the training batches run (EarlyStopping may end fit early)."""
+
+    class CountSteps(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self._supports_tf_logs = True  # allowed under ParameterServerStrategy
+            self.steps = 0
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.steps += 1
+
+    return CountSteps()

@@ -1,0 +1,144 @@
+"""Every sample job in small form on a real local cluster, and each injection's effect."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tfdiag.analysis import analyze
+from tfdiag.sample_jobs import run_sample
+from tfdiag.sample_jobs.jobs import JobConfig
+from tfdiag.sample_jobs.launcher import LocalCluster
+from tfdiag.store import read_manifest
+
+pytestmark = pytest.mark.cluster
+
+STEPS = 24
+TIMEOUT_S = 150
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def sample(logdir, job, **kwargs):
+    stderr = io.StringIO()
+    kwargs.setdefault("steps", STEPS)
+    kwargs.setdefault("ps", 2)
+    result = run_sample(job, workers=2, logdir=logdir, timeout_s=TIMEOUT_S, stderr=stderr, **kwargs)
+    assert result.ok, stderr.getvalue() + "".join(
+        f"\n--- {task}\n" + path.read_text()[-3000:] for task, path in result.task_logs.items()
+    )
+    assert result.summary_line in stderr.getvalue()
+    children = psutil.Process().children(recursive=True)
+    _, alive = psutil.wait_procs(children, timeout=5)
+    assert not alive, f"orphan processes: {alive}"
+    return result
+
+
+
+
+def workers_of(logdir) -> dict:
+    from tfdiag.report import render_json
+
+    report = json.loads(render_json(analyze(str(logdir))))
+    return {w["task"]: w for w in report["workers"]}
+
+
+def log_lines(result, task, pattern):
+    return re.findall(pattern, result.task_logs[task].read_text())
+
+
+# -- every job, clean -------------------------------------------------------------------
+@pytest.fixture(scope="module", params=["ps_ctl", "ps_fit", "mwms_fit", "mirrored", "tf1_session"])
+def clean_run(request, tmp_path_factory):
+    job = request.param
+    return job, sample(tmp_path_factory.mktemp(job) / "run", job)
+
+
+def test_every_job_runs_and_records_every_worker(clean_run):
+    job, result = clean_run
+    assert result.steps == STEPS and result.examples_per_s > 0
+    workers = workers_of(result.logdir)
+    expected_workers = {"worker:0"} if job == "mirrored" else {"worker:0", "worker:1"}
+    assert set(workers) == expected_workers, workers
+    assert all(w["steps"] > 0 for w in workers.values())
+    if job in ("mwms_fit", "mirrored"):  # synchronous: every worker runs every step
+        assert all(w["steps"] == STEPS for w in workers.values()), workers
+    assert read_manifest(result.logdir)["strategy"]
+
+
+# -- injections -------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def ps_ctl_injected(tmp_path_factory):
+    """One ps_ctl run with shard-skew and hot-ps together (their effects do not overlap)."""
+    return sample(tmp_path_factory.mktemp("ps_ctl_inj") / "run", "ps_ctl", batch=64,
+                  inject=["shard-skew=1:3", "hot-ps=1"])
+
+
+def test_shard_skew_gives_worker_more_examples_per_step(ps_ctl_injected):
+    workers = workers_of(ps_ctl_injected.logdir)
+    per_step = {task: w["examples"] / w["steps"] for task, w in workers.items()}
+    assert per_step["worker:0"] == pytest.approx(64, rel=0.1)
+    assert per_step["worker:1"] == pytest.approx(192, rel=0.1)
+
+
+def test_hot_ps_places_the_big_kernel_on_that_ps(ps_ctl_injected):
+    devices = log_lines(ps_ctl_injected, "chief:0", r"variable hot/kernel:0 \[\d+, 4096\] on (\S+)")
+    assert devices and "/job:ps/replica:0/task:1/" in devices[0]
+
+
+def test_partitioner_splits_the_hot_kernel(tmp_path):
+    result = sample(tmp_path / "run", "ps_ctl", steps=8, batch=64, inject=["hot-ps=0"], tune=["partitioner=2"])
+    devices = log_lines(result, "chief:0", r"variable hot/kernel/part_\d+:0 \[\d+, 4096\] on (\S+)")
+    assert len(devices) == 2 and {d.split("/task:")[1][0] for d in devices} == {"0", "1"}, devices
+
+
+def test_kill_worker_with_restart_finishes_every_step(tmp_path):
+    # Long enough after the kill for the restarted worker to start (a few seconds here).
+    result = sample(tmp_path / "run", "ps_ctl", steps=400, inject=["kill-worker=1@30+restart"])
+    assert result.steps == 400
+    chief = result.task_logs["chief:0"].read_text()
+    assert "Putting back a closure after it failed" in chief  # the kill hit a running closure
+    log = result.task_logs["worker:1"].read_text()
+    assert "restarted after kill-worker" in log
+    # Whether the coordinator re-admits the restarted worker before the job ends depends
+    # on how fast it imports TensorFlow (seconds on a loaded 2-core machine) and on the
+    # coordinator's reconnection polling; the contract is that every step finishes.
+
+
+def test_mwms_shard_skew_is_examples_per_worker(tmp_path):
+    result = sample(tmp_path / "run", "mwms_fit", steps=10, batch=256, inject=["shard-skew=1:2"])
+    workers = workers_of(result.logdir)
+    assert workers["worker:1"]["examples"] == 2 * workers["worker:0"]["examples"] > 0
+
+
+def test_strategy_switch_runs_the_other_strategy(tmp_path):
+    result = sample(tmp_path / "run", "ps_fit", steps=10, tune=["strategy=mwms"])
+    assert read_manifest(result.logdir)["strategy"] in ("MultiWorkerMirroredStrategy", "CollectiveAllReduceStrategy")
+    assert set(workers_of(result.logdir)) == {"worker:0", "worker:1"}
+
+
+def test_slow_ps_adds_round_trip_latency_measured_outside_tfdiag(tmp_path):
+    config = JobConfig("ps_ctl", str(tmp_path), ps=2, workers=1, inject=("slow-ps=1:25",))
+    cluster = LocalCluster(config)
+    cluster.start(job_tasks=False)
+    try:
+        env = dict(os.environ, TF_CONFIG=json.dumps(cluster.tf_config("chief", 0)), TF_CPP_MIN_LOG_LEVEL="2")
+        from tfdiag.sample_jobs.task import wait_for_cluster
+
+        wait_for_cluster(cluster.advertised, "chief:0")
+        probe = subprocess.run([sys.executable, "-m", "tests.sample_jobs.rtt_probe"], cwd=ROOT, env=env,
+                               capture_output=True, text=True, timeout=120)
+    finally:
+        cluster.stop()
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    rtt = json.loads(probe.stdout.strip().splitlines()[-1])
+    # One eager remote call is two RPC round trips (run the function, fetch its result),
+    # each 25 ms slower through the proxy.
+    assert 25 <= rtt["ps:1"] - rtt["ps:0"] < 2 * 25 + 25, rtt
