@@ -147,6 +147,7 @@ def _instrument(fn):
                 tf.add_n(timing.waits) if timing.waits else zero,
                 tf.cast(tf.add_n(timing.examples), tf.float64) if timing.examples else tf.constant(-1.0, tf.float64),
                 tf.cast(tf.distribute.coordinator.experimental_get_current_worker_index(), tf.float64),
+                tf.constant(float(max(len(timing.waits), 1)), tf.float64),
             ]
         )
         return outputs, stats
@@ -195,7 +196,7 @@ def _finished(remote) -> bool | None:
     return remote._error is not None or getattr(status, "name", "") == "ABORTED"
 
 
-_STATS = ("begin", "end", "wait", "examples", "worker")  # the order of the stats vector
+_STATS = ("begin", "end", "wait", "examples", "worker", "steps")  # the order of the stats vector
 _Pending = collections.namedtuple("_Pending", "closure_id dispatch_ns remote")
 
 
@@ -415,6 +416,7 @@ class InstrumentedCoordinator:
                     input_wait_ns=int(round(float(stats["wait"]) * 1e9)),
                     examples=max(examples, 0),
                     clock_task=worker,
+                    steps=int(stats["steps"]),
                 )
                 self._examples[worker] += max(examples, 0)
                 if not self._probes_started:

@@ -164,6 +164,7 @@ TUNING_VALUES: dict[str, tuple[str, ...] | type] = {
     "mixed_precision": _ON_OFF,
     "partitioner": int,
     "batch": int,
+    "steps_per_closure": int,
     "autoshard": ("data", "file", "off", "auto"),
     "strategy": ("ps", "mwms"),
 }

@@ -54,7 +54,7 @@ JOBS: dict[str, JobSpec] = {
             "tfdiag.sample_jobs.ps_ctl",
             "ParameterServerStrategy + ClusterCoordinator custom training loop (tf.Module MLP)",
             injections=_PS_INJECT,
-            tunings=_PIPELINE_TUNE + ("partitioner",),
+            tunings=_PIPELINE_TUNE + ("partitioner", "steps_per_closure"),
             batch=1024,
             model_size=256,
         ),

@@ -14,6 +14,7 @@ one CPU core, so a clean run is not dominated by the coordinator's dispatch gap.
 Input: each dataset element is a whole batch, generated vectorised from its index
 (``stateless_normal``), so the pipeline costs well under a millisecond per step.
 ``input-delay=MS`` adds a map that sleeps MS per element (per batch, i.e. per step);
+each closure runs ``STEPS_PER_CLOSURE`` steps (``--tune steps_per_closure=N``);
 ``--tune map_parallel=on`` runs that map with ``num_parallel_calls=AUTOTUNE`` and
 ``--tune prefetch=on`` adds ``prefetch(AUTOTUNE)``.
 
@@ -45,6 +46,12 @@ LEARNING_RATE = 0.05
 # hot-ps: a dense layer of HOT_UNITS outputs on top of the hidden layers; at the
 # default width its kernel is 256 x 4096 float32 = 4 MB, read and updated every step.
 HOT_UNITS = 4096
+# Training steps per scheduled closure (``--tune steps_per_closure=N``). Each closure
+# costs the coordinator a dispatch and a result round trip; with steps of a few ms on a
+# shared 2-core machine, one step per closure leaves workers idle most of the time
+# (tfdiag calls that ``coordinator_bound``). Ten steps per closure is what the advisor
+# recommends then, and what a user with small steps should copy.
+STEPS_PER_CLOSURE = 10
 # A partitioned variable is split into shards of at least this many bytes.
 MIN_SHARD_BYTES = 256 << 10
 
@@ -149,28 +156,40 @@ def log_placement(model: MLP) -> None:
         logger.info("ps_ctl: variable %s %s on %s", variable.name, variable.shape.as_list(), variable.device)
 
 
-def make_train_step(tf, strategy, model: MLP, config: JobConfig):
+def steps_per_closure(config: JobConfig) -> int:
+    """Training steps per scheduled closure: ``--tune steps_per_closure=N``, else the default."""
+    return int(config.plan.tuned("steps_per_closure") or STEPS_PER_CLOSURE)
+
+
+def make_train_steps(tf, strategy, model: MLP, config: JobConfig, steps: int):
+    """A tf.function that runs ``steps`` training steps on one worker (one closure)."""
     slow = {i.worker: int(i.ms * 1000) for i in config.plan.of(SlowWorker)}
 
+    def replica_fn(x, y):
+        # Reading the variables waits for the batch, so a delay cannot overlap them.
+        with tf.control_dependencies([x]), tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(tf, x) - y))
+        grads = tape.gradient(loss, model.variables)
+        for variable, grad in zip(model.variables, grads):
+            variable.assign_sub(LEARNING_RATE * grad)
+        return loss
+
     @tf.function
-    def train_step(iterator):
-        def replica_fn(x, y):
-            # Reading the variables waits for the batch, so a delay cannot overlap them.
-            with tf.control_dependencies([x]), tf.GradientTape() as tape:
-                loss = tf.reduce_mean(tf.square(model(tf, x) - y))
-            grads = tape.gradient(loss, model.variables)
-            for variable, grad in zip(model.variables, grads):
-                variable.assign_sub(LEARNING_RATE * grad)
-            return loss
+    def train_steps(iterator):
+        loss = tf.constant(0.0)
+        for _ in range(steps):  # a Python loop: unrolled, each step its own next()
+            # Read the next batch only after the previous step is done, as a loop of
+            # one-step closures would: without it the unrolled graph reads ahead, an
+            # implicit prefetch that --tune prefetch=on is there to make explicit.
+            with tf.control_dependencies([loss]):
+                x, y = next(iterator)
+            if slow:  # slow-worker=I:MS: the step cannot start before the delay ends
+                worker = tf.distribute.coordinator.experimental_get_current_worker_index()
+                x = sleep_us(tf, per_worker_value(tf, slow, worker), x)
+            loss = strategy.reduce(tf.distribute.ReduceOp.MEAN, strategy.run(replica_fn, args=(x, y)), axis=None)
+        return loss
 
-        x, y = next(iterator)
-        if slow:  # slow-worker=I:MS: the step cannot start before the delay ends
-            worker = tf.distribute.coordinator.experimental_get_current_worker_index()
-            x = sleep_us(tf, per_worker_value(tf, slow, worker), x)
-        loss = strategy.run(replica_fn, args=(x, y))
-        return strategy.reduce(tf.distribute.ReduceOp.MEAN, loss, axis=None)
-
-    return train_step
+    return train_steps
 
 
 def make_strategy(tf, config: JobConfig):
@@ -205,7 +224,14 @@ def run(config: JobConfig) -> JobSummary:
     with strategy.scope():
         model = MLP(tf, strategy, config.hidden, hot_ps=hot[-1].ps if hot else None)
     log_placement(model)
-    train_step = make_train_step(tf, strategy, model, config)
+    per_closure = steps_per_closure(config)
+    closure_fns = {}
+
+    def closure_fn(steps: int):
+        if steps not in closure_fns:
+            closure_fns[steps] = make_train_steps(tf, strategy, model, config, steps)
+        return closure_fns[steps]
+
     dataset_fn = make_dataset_fn(tf, config)
 
     # dataset_fn runs on each worker and its dataset is read directly. (Wrapping it in
@@ -222,18 +248,22 @@ def run(config: JobConfig) -> JobSummary:
     per_worker_iterator = iter(per_worker_dataset)
 
     # Warm-up: trace and ship the function to every worker before the clock starts.
-    coordinator.schedule(train_step, args=(per_worker_iterator,))
+    coordinator.schedule(closure_fn(per_closure), args=(per_worker_iterator,))
     coordinator.join()
 
     progress = Progress()
-    kill_steps = {k.step for k in config.plan.of(KillWorker)}
+    kill_steps = sorted(k.step for k in config.plan.of(KillWorker))
     start = time.perf_counter()
     loss = None
-    for step in range(1, config.steps + 1):
-        loss = coordinator.schedule(train_step, args=(per_worker_iterator,))
-        if step in kill_steps:
+    done = 0
+    while done < config.steps:
+        steps = min(per_closure, config.steps - done)
+        loss = coordinator.schedule(closure_fn(steps), args=(per_worker_iterator,))
+        done += steps
+        if kill_steps and done >= kill_steps[0]:
             coordinator.join()  # every step up to here is done: "reached STEP" is exact
-            progress.update(step)
+            progress.update(done)
+            kill_steps.pop(0)
     coordinator.join()
     wall_s = time.perf_counter() - start
     logger.info("ps_ctl: final loss %.4f", float(loss.fetch()))

@@ -59,6 +59,7 @@ STEP = RecordKind(
         ("examples", "int64"),
         ("clock_task", "string"),  # whose clock begin/end are on
         ("device_ns", "int64"),  # device (GPU) compute time of the step where known, else null
+        ("steps", "int64"),  # training steps the record covers (a closure may run several); null: 1
     ),
 )
 

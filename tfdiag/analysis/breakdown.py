@@ -24,25 +24,30 @@ def step_table(steps: pd.DataFrame, offsets: dict[str, int]) -> pd.DataFrame:
         worker:0  1     2000      2500    500          100            32        False
 
     ``warmup`` marks each worker's first step, which includes tracing and graph setup.
+    A record may cover several training steps (a ParameterServerStrategy closure that
+    runs ten): ``steps`` says how many, and ``duration_ns`` and ``input_wait_ns`` are then
+    per training step, so every worker's timing is comparable.
     Rows keep the order of the logs (grouped by writer, not sorted by time): sorting ten
     million rows costs more memory than anything downstream needs.
     """
     if steps.empty:
-        columns = ["task", "step", "begin_ns", "end_ns", "duration_ns", "input_wait_ns", "examples"]
+        columns = ["task", "step", "begin_ns", "end_ns", "duration_ns", "input_wait_ns", "examples", "steps"]
         empty = pd.DataFrame({name: pd.Series(dtype="float64") for name in columns})
         return empty.astype({"task": "object"}).assign(warmup=pd.Series(dtype=bool))
     task = steps["task"].astype("category")
     begin = to_reference_clock(steps["begin_ns"], steps["clock_task"], offsets)
     end = to_reference_clock(steps["end_ns"], steps["clock_task"], offsets)
+    covered = steps["steps"].fillna(1).clip(lower=1).astype("int64") if "steps" in steps else 1
     return pd.DataFrame(
         {
             "task": task,
             "step": steps["step"],
             "begin_ns": begin,
             "end_ns": end,
-            "duration_ns": end - begin,
-            "input_wait_ns": steps["input_wait_ns"].fillna(0).astype("int64"),
+            "duration_ns": (end - begin) // covered,
+            "input_wait_ns": steps["input_wait_ns"].fillna(0).astype("int64") // covered,
             "examples": steps["examples"].fillna(0).astype("int64"),
+            "steps": covered if "steps" in steps else pd.Series(1, index=steps.index, dtype="int64"),
             "warmup": begin == begin.groupby(task, observed=True).transform("min"),
         }
     )
@@ -52,7 +57,7 @@ def worker_table(steps: pd.DataFrame) -> pd.DataFrame:
     """Per-worker summary of a ``step_table``: one row per worker.
 
     Columns: ``task``, ``steps``, ``p50_ns``, ``p95_ns``, ``mean_ns`` (step duration),
-    ``period_ns`` (mean time between step starts), ``input_wait_frac``, ``examples``,
+    ``period_ns`` (mean time between training-step starts), ``input_wait_frac``, ``examples``,
     ``active_ns`` (first begin to last end). Timing leaves out each worker's warm-up step
     unless it is the worker's only one; ``steps`` and ``examples`` count every step.
     """
@@ -68,15 +73,17 @@ def worker_table(steps: pd.DataFrame) -> pd.DataFrame:
     timing = steps.loc[timed, ["task", "duration_ns", "input_wait_ns"]].groupby("task", sort=True, observed=True)
     # The mean gap between consecutive step starts after the warm-up step telescopes to
     # (last start - second start) / (steps - 2): no sort needed.
-    after_warmup = steps.loc[~steps["warmup"], ["task", "begin_ns"]].groupby("task", sort=True, observed=True)["begin_ns"]
-    periods = (after_warmup.max() - after_warmup.min()) / (after_warmup.size() - 1)
+    after_warmup = steps.loc[~steps["warmup"], ["task", "begin_ns", "steps"]].groupby("task", sort=True, observed=True)
+    starts = after_warmup["begin_ns"]
+    steps_per_record = after_warmup["steps"].mean()
+    periods = (starts.max() - starts.min()) / (starts.size() - 1) / steps_per_record
     table = pd.DataFrame(
         {
-            "steps": grouped.size(),
+            "steps": grouped["steps"].sum(),
             "p50_ns": timing["duration_ns"].median(),
             "p95_ns": timing["duration_ns"].quantile(0.95),
             "mean_ns": timing["duration_ns"].mean(),
-            "period_ns": periods.where(after_warmup.size() > 1),
+            "period_ns": periods.where(starts.size() > 1),
             "input_wait_frac": timing["input_wait_ns"].sum() / timing["duration_ns"].sum().clip(lower=1),
             "examples": grouped["examples"].sum(),
             "active_ns": grouped["end_ns"].max() - grouped["begin_ns"].min(),

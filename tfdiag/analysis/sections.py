@@ -45,7 +45,7 @@ def summary_section(measured: Measurements, findings: list[Finding]) -> dict:
         "primary_bottleneck": findings[0].kind if findings else None,
         "step_time_ms": _number(step_ms),
         "examples_per_s": _number(examples_per_s, 2),
-        "steps": int(len(measured.steps)),
+        "steps": int(measured.steps["steps"].sum()) if not measured.steps.empty else 0,
         "findings": len(findings),
     }
 

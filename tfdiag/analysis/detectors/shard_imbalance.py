@@ -15,35 +15,52 @@ WARNING_IMBALANCE = 1.5
 CRITICAL_IMBALANCE = 3.0
 
 
+def consumption(measured: Measurements) -> np.ndarray:
+    """Per worker of the shard table, the examples it consumed that speed does not explain.
+
+    Synchronous training steps every worker in lockstep, so total examples compare
+    directly. Asynchronous workers each run as fast as they can, and a faster worker
+    consumes more without any imbalance: there the share is examples per step.
+    """
+    examples = measured.shards["examples"].astype(float).to_numpy()
+    if measured.synchronous or measured.workers.empty:
+        return examples
+    steps = measured.shards["task"].map(dict(zip(measured.workers["task"], measured.workers["steps"])))
+    return examples / steps.fillna(1).clip(lower=1).to_numpy(dtype=float)
+
+
 def detect(measured: Measurements) -> list[Finding]:
     shards = measured.shards
     if len(shards) < 2:
         return []
-    examples = shards["examples"].astype(float).to_numpy()
-    findings = []
-    worst = int(np.argmax(examples))
-    others = float(np.median(np.delete(examples, worst)))
-    imbalance = examples[worst] / max(others, 1.0)
+    share = consumption(measured)
+    worst = int(np.argmax(share))
+    others = float(np.median(np.delete(share, worst)))
+    imbalance = share[worst] / max(others, 1e-9)
     if imbalance < WARNING_IMBALANCE:
-        return findings
+        return []
     task = str(shards["task"].iloc[worst])
+    examples = shards["examples"].astype(float).to_numpy()
     # An epoch ends when the largest shard is done; balanced, every worker finishes at the
     # same time. Throughput over the epoch rises by the largest share over the mean share.
-    speedup = float(examples.max() / examples.mean())
+    speedup = float(share.max() / share.mean())
     policy = next((p for p in shards["policy"] if p), None)
+    unit = "examples" if measured.synchronous else "examples per step"
     return [
         Finding(
             kind="shard_imbalance",
             severity=Severity.CRITICAL if imbalance >= CRITICAL_IMBALANCE else Severity.WARNING,
-            title=f"{task} consumed {imbalance:.1f}x the examples of the other workers",
+            title=f"{task} consumed {imbalance:.1f}x the {unit} of the other workers",
             summary=(
-                f"Workers {task_list(shards['task'])} consumed {', '.join(str(int(n)) for n in examples)} examples; "
-                f"the epoch lasts as long as {task}'s shard while the others idle or loop."
+                f"Workers {task_list(shards['task'])} consumed {', '.join(str(int(n)) for n in examples)} examples "
+                f"({unit}: {', '.join(f'{v:.0f}' for v in share)}); the epoch lasts as long as {task}'s shard "
+                "while the others idle or loop."
                 + (f" Auto-shard policy: {policy}." if policy else "")
             ),
             tasks=(task,),
             evidence={
                 "examples": {row.task: int(row.examples) for row in shards.itertuples()},
+                unit.replace(" ", "_"): {str(t): round(float(v), 1) for t, v in zip(shards["task"], share)},
                 "imbalance": round(imbalance, 2),
                 "auto_shard_policy": policy,
                 "files": {row.task: row.files for row in shards.itertuples() if row.files},

@@ -1,4 +1,4 @@
-"""``slow_link``: round trips to one task take much longer than to its peers."""
+"""``slow_link``: round trips to one parameter server take much longer than to the others."""
 
 from __future__ import annotations
 
@@ -23,8 +23,11 @@ def detect(measured: Measurements) -> list[Finding]:
     links = measured.links
     if links.empty:
         return []
-    # Judge each destination by the median over its sources, against the other destinations.
-    per_dst = links.groupby("dst")["rtt_p50_ns"].median()
+    # Judge each parameter server by the median over its sources, against the other ps.
+    # Probes to workers are answered by the worker's own busy threads, so their round
+    # trips measure its load as much as the network; they are left to `straggler`.
+    to_ps = links[links["dst"].str.startswith("ps:")]
+    per_dst = to_ps.groupby("dst")["rtt_p50_ns"].median()
     if len(per_dst) < 2:
         return []
     findings = []
