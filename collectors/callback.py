@@ -40,6 +40,10 @@ def _is_multi_worker(strategy) -> bool:
     return bool(getattr(extended, "_num_workers", 2) > 1)
 
 
+def _is_parameter_server(strategy) -> bool:
+    return strategy is not None and "ParameterServer" in type(strategy).__name__
+
+
 def _allreduce_function(strategy, size_bytes: int):
     """A ``tf.function`` summing a float32 vector of ``size_bytes`` over every replica."""
     import tensorflow as tf
@@ -72,6 +76,12 @@ class DiagnosticsCallback(_KerasCallback):
     callback reaches training: the first error is logged on the ``tfdiag`` logger and
     the callback then stops recording.
 
+    Under ParameterServerStrategy (tf-keras ``model.fit``), Python batch hooks run on
+    the coordinator when a closure is *dispatched*, not when a worker runs it, so the
+    callback records no batches there: it wraps the strategy's ``ClusterCoordinator``
+    with ``instrument_coordinator`` instead, which records every closure on the worker
+    that ran it (in-graph timing, input waits, RPC probes, faults).
+
     At ``on_train_begin`` it also records the placement of the model's variables and
     starts the system sampler of this host (a background thread, every
     ``system_interval_s``). Under MultiWorkerMirroredStrategy every
@@ -94,6 +104,8 @@ class DiagnosticsCallback(_KerasCallback):
     # tf-keras: pass logs through untouched (we never read them), which also keeps
     # ParameterServerStrategy's "no batch-level callbacks" check from rejecting us.
     _supports_tf_logs = True
+    # Under ParameterServerStrategy the callback instruments the strategy's coordinator.
+    handles_coordinator = True
 
     def __init__(self, logdir, examples_per_step: int | None = None, *, system_interval_s: float | None = 1.0,
                  allreduce_every: int = DEFAULT_ALLREDUCE_EVERY, allreduce_bytes: int = DEFAULT_ALLREDUCE_BYTES):
@@ -118,6 +130,7 @@ class DiagnosticsCallback(_KerasCallback):
         self._writer = None
         self._sampler = None
         self._allreduce = None
+        self._coordinator = None
         self._failed = False
         self._reset()
 
@@ -157,6 +170,9 @@ class DiagnosticsCallback(_KerasCallback):
             strategy = self._strategy()
             self.task = identity.resolve_task(strategy)
             identity.write_run_manifest(self.logdir, self.task, strategy)
+            if _is_parameter_server(strategy):
+                self._instrument_coordinator(strategy)
+                return
             if self._writer is None:
                 self._writer = writers.acquire(self.logdir, self.task)
         except Exception as error:  # noqa: BLE001 - a collector never breaks training
@@ -169,7 +185,7 @@ class DiagnosticsCallback(_KerasCallback):
 
     def on_train_batch_end(self, batch, logs=None):
         end_ns = time.time_ns()
-        if self._failed:
+        if self._failed or self._coordinator is not None:
             return
         try:
             if self._writer is None:
@@ -192,6 +208,9 @@ class DiagnosticsCallback(_KerasCallback):
             self._time_allreduce()
 
     def on_train_end(self, logs=None):
+        coordinator, self._coordinator = self._coordinator, None
+        if coordinator is not None:
+            coordinator.close()  # writes the records of the last closures
         sampler, self._sampler = self._sampler, None
         if sampler is not None:
             sampler.stop()
@@ -202,6 +221,27 @@ class DiagnosticsCallback(_KerasCallback):
                 writers.release(writer)
             except Exception as error:  # noqa: BLE001
                 self._fail(error)
+
+    # -- ParameterServerStrategy -----------------------------------------------------
+    def _instrument_coordinator(self, strategy) -> None:
+        """Swaps the strategy's (and the model's) coordinator for an instrumented one.
+
+        tf-keras schedules every train closure through ``model._cluster_coordinator``,
+        looked up at each call, and ``ClusterCoordinator`` is one object per strategy
+        (``strategy._cluster_coordinator``); both are private, so anything unexpected
+        leaves training as it was and only turns this collector off.
+        """
+        from tfdiag.collectors.coordinator import instrument_coordinator
+
+        model = getattr(self, "_model", None) or getattr(self, "model", None)
+        coordinator = getattr(model, "_cluster_coordinator", None) or getattr(strategy, "_cluster_coordinator", None)
+        if coordinator is None:
+            logger.warning("tfdiag: no ClusterCoordinator found under ParameterServerStrategy; no step records.")
+            return
+        self._coordinator = instrument_coordinator(coordinator, self.logdir, examples_per_step=self.examples_per_step,
+                                                   system_interval_s=self.system_interval_s, variables=model)
+        model._cluster_coordinator = self._coordinator  # noqa: SLF001 - see the docstring
+        strategy._cluster_coordinator = self._coordinator  # noqa: SLF001
 
     # -- side collectors -------------------------------------------------------------
     def _start_side_collectors(self, strategy) -> None:

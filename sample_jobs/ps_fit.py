@@ -8,15 +8,10 @@ EarlyStopping, ModelCheckpoint, ReduceLROnPlateau — next to tfdiag's
 ``DiagnosticsCallback``. It runs on the chief (the coordinator); ps and workers are plain
 ``tf.distribute.Server``s.
 
-tfdiag under ``model.fit``: ``DiagnosticsCallback`` would run on the coordinator, where
-Keras calls the batch hooks when a step is *scheduled*, not when it finishes — its
-records (task ``chief:0``, about 1 ms "steps") look like a fast third worker to the
-analysis (measured: a false ``straggler`` finding). So this job records per-worker steps
-by handing Keras an instrumented coordinator instead: ``ClusterCoordinator`` is one
-object per strategy (its ``__new__`` returns ``strategy._cluster_coordinator``), so
-setting that attribute to ``instrument_coordinator(...)`` before ``fit`` makes Keras
-schedule through it. The callback is attached only when it declares that it handles
-ParameterServerStrategy itself (``DiagnosticsCallback.handles_coordinator``).
+tfdiag under ``model.fit``: the same ``DiagnosticsCallback`` as everywhere. Under
+ParameterServerStrategy it records each closure on the worker that ran it by wrapping
+the strategy's coordinator (Keras calls the batch hooks when a step is *scheduled*, on
+the coordinator, which says nothing about the workers).
 
 Injections: ``input-delay`` and ``shard-skew`` act in the per-worker dataset function
 (worker I reads batches F times larger); ``slow-worker`` is an identity layer that sleeps
@@ -87,13 +82,9 @@ def run(config: JobConfig) -> JobSummary:
 
     callbacks = click_model.standard_callbacks(keras, config.logdir)
     if config.collect:
-        from tfdiag.collectors import DiagnosticsCallback, instrument_coordinator
+        from tfdiag.collectors import DiagnosticsCallback
 
-        # Keras takes the strategy's one coordinator: make it the instrumented one.
-        coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
-        strategy._cluster_coordinator = instrument_coordinator(coordinator, config.logdir)  # noqa: SLF001
-        if getattr(DiagnosticsCallback, "handles_coordinator", False):
-            callbacks.append(DiagnosticsCallback(config.logdir, examples_per_step=config.batch_size))
+        callbacks.append(DiagnosticsCallback(config.logdir, examples_per_step=config.batch_size))
 
     slow = {i.worker: int(i.ms * 1000) for i in plan.of(SlowWorker)}
     hot = plan.of(HotPs)

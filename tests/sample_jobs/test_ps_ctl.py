@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 
 from tfdiag.sample_jobs import run_sample
+from tfdiag.sample_jobs.ps_ctl import STEPS_PER_CLOSURE
 from tfdiag.store import log_dir, read_manifest, read_task_file
 
 pytestmark = pytest.mark.cluster
@@ -22,8 +23,9 @@ def load(run_dir):
     assert not result.skipped
     frame = lambda kind: pa.Table.from_batches(result.batches[kind]).to_pandas()  # noqa: E731
     steps, closures = frame("step"), frame("closure")
-    steps["step_ms"] = (steps["end_ns"] - steps["begin_ns"]) / 1e6
-    steps["wait_ms"] = steps["input_wait_ns"] / 1e6
+    # A closure runs several training steps (ps_ctl.STEPS_PER_CLOSURE); times per step.
+    steps["step_ms"] = (steps["end_ns"] - steps["begin_ns"]) / 1e6 / steps["steps"]
+    steps["wait_ms"] = steps["input_wait_ns"] / 1e6 / steps["steps"]
     return steps[steps["step"] > 0], closures  # step 0 is the warm-up closure (tracing)
 
 
@@ -54,11 +56,13 @@ def test_clean_run_records_both_workers(tmp_path):
     steps, closures = load(result.logdir)
     assert set(steps["task"]) == {"worker:0", "worker:1"}
     assert (steps["task"] == steps["clock_task"]).all()
-    assert len(closures) == STEPS + 1 and closures["ok"].all()
+    closure_count = STEPS // STEPS_PER_CLOSURE + 1  # and the warm-up closure
+    assert len(closures) == closure_count and closures["ok"].all()
     assert (closures["result_ns"] >= closures["dispatch_ns"]).all()
-    assert sorted(closures["closure_id"]) == list(range(STEPS + 1))
+    assert sorted(closures["closure_id"]) == list(range(closure_count))
     assert (steps["end_ns"] > steps["begin_ns"]).all()
-    assert (steps["examples"] == 64).all()
+    assert (steps["steps"] == STEPS_PER_CLOSURE).all()
+    assert (steps["examples"] == 64 * STEPS_PER_CLOSURE).all()
     manifest = read_manifest(result.logdir)
     assert manifest["strategy"] == "ParameterServerStrategyV2"
     assert sorted(manifest["cluster"]) == ["chief", "ps", "worker"] and manifest["task"] == "chief:0"
