@@ -46,20 +46,34 @@ from tfdiag.sample_jobs.jobs import JobConfig, JobSummary
 logger = logging.getLogger("tfdiag.sample_jobs")
 
 
+def worker_batches(config: JobConfig, workers: int) -> list[int]:
+    """Examples each worker reads per step: equal shares, or F times more for shard-skew=I:F.
+
+    ``--tune autoshard=data`` is the advisor's fix for an imbalance: every worker then
+    reads an equal share of global batches again, whatever shard-skew planted.
+    """
+    per_worker = max(1, config.batch_size // workers)
+    skew = {i.worker: i.factor for i in config.plan.of(ShardSkew)}
+    if config.plan.tuned("autoshard") == "data":
+        skew = {}
+    return [int(round(per_worker * skew.get(worker, 1.0))) for worker in range(workers)]
+
+
 def make_input(tf, keras, config: JobConfig, files, worker: int, workers: int):
     """``(dataset or DatasetCreator, examples this worker consumes per step)``."""
     plan = config.plan
     batch = config.batch_size
     delay_us = int(sum(i.ms for i in plan.of(InputDelay)) * 1000)
-    skew = {i.worker: i.factor for i in plan.of(ShardSkew)}
-    if not skew:
+    batches = worker_batches(config, workers)
+    if len(set(batches)) == 1:
+        if plan.of(ShardSkew):
+            say_once("autoshard=data: every worker reads an equal share; shard-skew has no effect")
         options = pipeline_options(tf, plan, autoshard=True)
         dataset = click_model.make_dataset(tf, files, batch, plan, delay_us=delay_us, options=options)
         return dataset, batch // workers
 
-    per_worker = max(1, batch // workers)
-    local = int(round(per_worker * skew.get(worker, 1.0)))
-    say_once(f"shard-skew: worker {worker} reads {local} examples per step (others {per_worker})")
+    local = batches[worker]
+    say_once(f"shard-skew: worker {worker} reads {local} examples per step (others {min(batches)})")
 
     def dataset_fn(input_context):
         own = [f for i, f in enumerate(files) if i % input_context.num_input_pipelines == input_context.input_pipeline_id]
@@ -104,4 +118,4 @@ def run(config: JobConfig) -> JobSummary:
     history = model.fit(dataset, epochs=epochs, steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=0)
     wall_s = time.perf_counter() - start
     logger.info("mwms_fit: loss by epoch %s", [round(v, 4) for v in history.history.get("loss", [])])
-    return JobSummary(steps=counter.steps, wall_s=wall_s, examples=counter.steps * config.batch_size)
+    return JobSummary(steps=counter.steps, wall_s=wall_s, examples=counter.steps * sum(worker_batches(config, workers)))

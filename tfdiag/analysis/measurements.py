@@ -13,7 +13,7 @@ from tfdiag.analysis.faults import fault_table
 from tfdiag.analysis.links import link_table
 from tfdiag.analysis.load import LoadedRun
 from tfdiag.analysis.placement import ps_load_table
-from tfdiag.analysis.shards import shard_table
+from tfdiag.analysis.shards import shard_table, shards_from_steps
 from tfdiag.analysis.whatif import is_synchronous
 
 
@@ -48,6 +48,10 @@ def measure(run: LoadedRun) -> Measurements:
     links = link_table(run.frame("rpc"))
     offsets = clock_offsets(links, reference)
     steps = step_table(run.frame("step"), offsets)
+    workers = worker_table(steps)
+    shards = shard_table(run.frame("shard"))
+    if shards.empty and not workers.empty and workers["examples"].sum() > 0:
+        shards = shards_from_steps(workers)
     return Measurements(
         run=run,
         strategy=strategy,
@@ -55,9 +59,9 @@ def measure(run: LoadedRun) -> Measurements:
         reference_task=reference,
         offsets=offsets,
         steps=steps,
-        workers=worker_table(steps),
+        workers=workers,
         links=links,
-        shards=shard_table(run.frame("shard")),
+        shards=shards,
         gpus=gpu_table(run.frame("gpu")),
         hosts=host_table(run.frame("system")),
         faults=fault_table(run.frame("fault")),

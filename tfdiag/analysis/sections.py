@@ -84,7 +84,8 @@ def rpc_section(measured: Measurements) -> list[dict]:
 
 def shards_section(measured: Measurements) -> list[dict]:
     return [
-        {"task": row.task, "examples": int(row.examples), "files": row.files, "policy": row.policy}
+        {"task": row.task, "examples": int(row.examples), "files": row.files, "policy": row.policy,
+         "source": row.source}
         for row in measured.shards.itertuples()
     ]
 

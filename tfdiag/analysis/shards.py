@@ -6,12 +6,13 @@ import pandas as pd
 
 
 def shard_table(shard: pd.DataFrame) -> pd.DataFrame:
-    """One row per worker: ``task``, ``examples``, ``files`` ({file: examples}), ``policy``.
+    """One row per worker: ``task``, ``examples``, ``files`` ({file: examples}), ``policy``,
+    ``source`` (``"shard counters"``).
 
     Shard records are cumulative counters, so the last value of each (task, file) counts.
     A row with ``file == ""`` is the worker's total; without one, the files are summed.
     """
-    columns = ["task", "examples", "files", "policy"]
+    columns = ["task", "examples", "files", "policy", "source"]
     if shard.empty:
         return pd.DataFrame(columns=columns)
     latest = shard.sort_values("time_ns").groupby(["task", "file"], observed=True).last().reset_index()
@@ -26,5 +27,13 @@ def shard_table(shard: pd.DataFrame) -> pd.DataFrame:
             "examples": examples,
             "files": {str(row.file): int(row.examples) for row in per_file.itertuples()},
             "policy": policies[0] if policies else None,
+            "source": "shard counters",
         })
     return pd.DataFrame(rows, columns=columns).sort_values("task").reset_index(drop=True)
+
+
+def shards_from_steps(workers: pd.DataFrame) -> pd.DataFrame:
+    """A ``shard_table`` from the step records' examples, for runs without shard counters
+    (Keras callbacks know each worker's batch, not what its pipeline read)."""
+    table = pd.DataFrame({"task": workers["task"], "examples": workers["examples"].astype("int64")})
+    return table.assign(files=[{} for _ in range(len(table))], policy=None, source="step records")

@@ -37,9 +37,12 @@ def predicted_speedup(workers: pd.DataFrame, new_duration_ns: pd.Series, synchro
     return float((1.0 / new_period).sum() / (1.0 / old_period).sum())
 
 
-# Sequential round trips a worker makes to each ps per step: one to read the variables,
-# one to apply the gradients (reads of several variables on one ps travel together).
-PS_ROUND_TRIPS_PER_STEP = 2
+# Round trips per step that a worker waits for on each ps link. A TF2 step is one
+# multi-device function: its part on a ps is a single component-function call whose
+# request and reply each cross the link once, and the worker's fetch of the variable
+# values overlaps that call. (Counting reads and updates as two sequential round trips
+# over-predicted the slow-ps fix 5.1x against 1.9x measured: docs/benchmarks.md.)
+PS_ROUND_TRIPS_PER_STEP = 1
 
 
 def ps_communication_ns(
@@ -55,7 +58,7 @@ def ps_communication_ns(
     all-reduce, whose per-worker traffic does not grow with the number of workers.)
 
     >>> ps_communication_ns({"ps:0": 1e6, "ps:1": 0.0}, {"ps:0": 1e5, "ps:1": 1e5}, {"ps:0": 1e9, "ps:1": 1e9})
-    2200000.0
+    2100000.0
     """
     costs = [
         PS_ROUND_TRIPS_PER_STEP * rtt_ns.get(ps, 0.0) + 2 * workers * size / bandwidth_bps[ps] * 1e9

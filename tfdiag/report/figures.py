@@ -360,10 +360,7 @@ def shard_balance(report: Report) -> go.Figure:
     title = "Data-shard balance"
     figure = go.Figure()
     rows = [(shard["task"], shard.get("examples") or 0) for shard in report.shards]
-    source = "shard counters"
-    if not rows:
-        rows = [(worker["task"], worker.get("examples") or 0) for worker in report.workers]
-        source = "step records"
+    source = report.shards[0].get("source", "shard counters") if report.shards else ""
     if not rows or not any(examples for _, examples in rows):
         return _empty(figure, title, "no shard or step records")
     tasks = _tasks(task for task, _ in rows)

@@ -8,9 +8,9 @@ from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.measurements import Measurements
 from tfdiag.analysis.whatif import predicted_speedup
 
-# Share of a worker's step period spent idle between closures. The coordinator's own
-# dispatch costs about 1-2 ms per closure (Python, one RPC); when workers idle for
-# 40 % of their time or more, that cost rivals the work.
+# Share of a worker's step period spent idle between closures. Every closure costs the
+# coordinator Python dispatch and a round trip for its result; when workers idle for 40 %
+# of their time or more, that fixed cost rivals the work itself.
 WARNING_IDLE_FRACTION = 0.4
 CRITICAL_IDLE_FRACTION = 0.7
 # The change advised: run this many steps inside each scheduled function.
@@ -53,7 +53,7 @@ def detect(measured: Measurements) -> list[Finding]:
                 action=f"Do more work per closure: run {STEPS_PER_CLOSURE} steps inside each scheduled tf.function.",
                 change=(
                     f"@tf.function\ndef train_steps(iterator):\n    for _ in tf.range({STEPS_PER_CLOSURE}): train_step(next(iterator))"
-                    f"  # model.fit: steps_per_execution={STEPS_PER_CLOSURE}"
+                    f"  # model.fit: steps_per_execution={STEPS_PER_CLOSURE}; sample jobs: --tune steps_per_closure={STEPS_PER_CLOSURE}"
                 ),
                 predicted_speedup=speedup,
             ),

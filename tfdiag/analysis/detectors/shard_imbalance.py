@@ -18,12 +18,15 @@ CRITICAL_IMBALANCE = 3.0
 def consumption(measured: Measurements) -> np.ndarray:
     """Per worker of the shard table, the examples it consumed that speed does not explain.
 
-    Synchronous training steps every worker in lockstep, so total examples compare
-    directly. Asynchronous workers each run as fast as they can, and a faster worker
-    consumes more without any imbalance: there the share is examples per step.
+    Synchronous training steps every worker in lockstep, so the totals of shard counters
+    compare directly. Asynchronous workers each run as fast as they can, and a faster
+    worker consumes more without any imbalance; and counts taken from step records may
+    stop at different steps in a run still being written: there the share is examples
+    per step.
     """
     examples = measured.shards["examples"].astype(float).to_numpy()
-    if measured.synchronous or measured.workers.empty:
+    counted = (measured.shards["source"] == "shard counters").all()
+    if (measured.synchronous and counted) or measured.workers.empty:
         return examples
     steps = measured.shards["task"].map(dict(zip(measured.workers["task"], measured.workers["steps"])))
     return examples / steps.fillna(1).clip(lower=1).to_numpy(dtype=float)
@@ -45,7 +48,7 @@ def detect(measured: Measurements) -> list[Finding]:
     # same time. Throughput over the epoch rises by the largest share over the mean share.
     speedup = float(share.max() / share.mean())
     policy = next((p for p in shards["policy"] if p), None)
-    unit = "examples" if measured.synchronous else "examples per step"
+    unit = "examples" if measured.synchronous and (shards["source"] == "shard counters").all() else "examples per step"
     return [
         Finding(
             kind="shard_imbalance",
