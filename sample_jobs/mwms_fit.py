@@ -49,28 +49,29 @@ logger = logging.getLogger("tfdiag.sample_jobs")
 def worker_batches(config: JobConfig, workers: int) -> list[int]:
     """Examples each worker reads per step: equal shares, or F times more for shard-skew=I:F.
 
-    ``--tune autoshard=data`` is the advisor's fix for an imbalance: every worker then
-    reads an equal share of global batches again, whatever shard-skew planted.
+    ``--tune autoshard=data`` is the advisor's fix for an imbalance: the same examples
+    per step, split evenly over the workers again.
     """
     per_worker = max(1, config.batch_size // workers)
     skew = {i.worker: i.factor for i in config.plan.of(ShardSkew)}
+    batches = [int(round(per_worker * skew.get(worker, 1.0))) for worker in range(workers)]
     if config.plan.tuned("autoshard") == "data":
-        skew = {}
-    return [int(round(per_worker * skew.get(worker, 1.0))) for worker in range(workers)]
+        return [sum(batches) // workers] * workers
+    return batches
 
 
 def make_input(tf, keras, config: JobConfig, files, worker: int, workers: int):
     """``(dataset or DatasetCreator, examples this worker consumes per step)``."""
     plan = config.plan
-    batch = config.batch_size
     delay_us = int(sum(i.ms for i in plan.of(InputDelay)) * 1000)
     batches = worker_batches(config, workers)
     if len(set(batches)) == 1:
         if plan.of(ShardSkew):
-            say_once("autoshard=data: every worker reads an equal share; shard-skew has no effect")
+            say_once(f"autoshard=data: every worker reads an equal share, {batches[0]} examples per step")
         options = pipeline_options(tf, plan, autoshard=True)
-        dataset = click_model.make_dataset(tf, files, batch, plan, delay_us=delay_us, options=options)
-        return dataset, batch // workers
+        global_batch = sum(batches)
+        dataset = click_model.make_dataset(tf, files, global_batch, plan, delay_us=delay_us, options=options)
+        return dataset, batches[0]
 
     local = batches[worker]
     say_once(f"shard-skew: worker {worker} reads {local} examples per step (others {min(batches)})")
