@@ -50,9 +50,10 @@ from tfdiag.collectors.system import SystemSampler
 logger = logging.getLogger("tfdiag")
 
 # How often the result thread looks for finished closures. A closure's result_ns is late
-# by at most this much; 2 ms is below the step time of any real job and costs a few µs
-# of CPU per look.
-RESULT_POLL_S = 0.002
+# by at most this much (step timing comes from in-graph timestamps and is exact). Polling
+# every 2 ms instead cost ps_ctl about 5 % more throughput on 2 cores in alternating
+# benchmarks/overhead.py runs: GIL time taken from the coordinator's dispatch threads.
+RESULT_POLL_S = 0.05
 # How long ``close()`` waits for closures still in flight before dropping their records.
 CLOSE_TIMEOUT_S = 30.0
 MAX_ERROR_CHARS = 2000
