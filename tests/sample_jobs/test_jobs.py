@@ -142,3 +142,32 @@ def test_slow_ps_adds_round_trip_latency_measured_outside_tfdiag(tmp_path):
     # One eager remote call is two RPC round trips (run the function, fetch its result),
     # each 25 ms slower through the proxy.
     assert 25 <= rtt["ps:1"] - rtt["ps:0"] < 2 * 25 + 25, rtt
+
+
+def test_with_tf_config_each_process_runs_one_task_of_a_real_cluster(tmp_path):
+    """`tfdiag sample` as one task per process, as on separate hosts: no local launcher."""
+    from tfdiag.sample_jobs.launcher import pick_free_ports
+
+    ps_port, worker_port, chief_port = pick_free_ports(3)
+    cluster = {"ps": [f"127.0.0.1:{ps_port}"], "worker": [f"127.0.0.1:{worker_port}"],
+               "chief": [f"127.0.0.1:{chief_port}"]}
+    command = [sys.executable, "-m", "tfdiag.cli", "sample", "ps_ctl", "--ps", "1", "--workers", "1", "--steps", "20",
+               "--logdir", str(tmp_path / "run")]
+
+    def start(job):
+        env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": job, "index": 0}}))
+        return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    servers = [start("ps"), start("worker")]
+    try:
+        chief = start("chief")
+        _, stderr = chief.communicate(timeout=240)
+    finally:
+        for server in servers:
+            server.terminate()
+        for server in servers:
+            server.wait(timeout=30)
+    assert chief.returncode == 0, stderr[-3000:]
+    assert re.search(r"tfdiag-sample: steps=20 ", stderr)
+    assert set(workers_of(tmp_path / "run")) == {"worker:0"}
+    assert read_manifest(tmp_path / "run")["cluster"] == cluster

@@ -15,6 +15,9 @@ from tfdiag.analysis.whatif import PS_ROUND_TRIPS_PER_STEP, predicted_speedup
 # ps_ctl run on the 2-core CI machine measure 0.7-2.4 ms on every link
 # (tests/collectors), so 3x and 2 ms stay clear of that noise.
 SLOW_RATIO = 3.0
+# Probes per link before a link is judged: the probe runs once a second, and one or two
+# round trips of a short run on a loaded machine say more about that moment than the link.
+MIN_SAMPLES = 3
 MIN_EXTRA_NS = 2_000_000
 CRITICAL_EXTRA_NS = 20_000_000
 
@@ -26,7 +29,7 @@ def detect(measured: Measurements) -> list[Finding]:
     # Judge each parameter server by the median over its sources, against the other ps.
     # Probes to workers are answered by the worker's own busy threads, so their round
     # trips measure its load as much as the network; they are left to `straggler`.
-    to_ps = links[links["dst"].str.startswith("ps:")]
+    to_ps = links[links["dst"].str.startswith("ps:") & (links["samples"] >= MIN_SAMPLES)]
     per_dst = to_ps.groupby("dst")["rtt_p50_ns"].median()
     if len(per_dst) < 2:
         return []
