@@ -40,8 +40,8 @@ def predicted_speedup(workers: pd.DataFrame, new_duration_ns: pd.Series, synchro
 # Round trips per step that a worker waits for on each ps link. A TF2 step is one
 # multi-device function: its part on a ps is a single component-function call whose
 # request and reply each cross the link once, and the worker's fetch of the variable
-# values overlaps that call. (Counting reads and updates as two sequential round trips
-# over-predicted the slow-ps fix 5.1x against 1.9x measured: docs/benchmarks.md.)
+# values overlaps that call. The slow-ps scenario still measures less than this predicts
+# (docs/benchmarks.md explains why its proxy delays only one direction).
 PS_ROUND_TRIPS_PER_STEP = 1
 
 
