@@ -62,11 +62,9 @@ def test_tf1_session_transfers_match_variable_sizes(tmp_path):
     transfer = run.frame("transfer").astype({"src": str, "dst": str})
     # Every traced step reads every variable once from the ps that holds it, and sends each
     # gradient back (same sizes, plus 0-byte control edges). Under load a traced step's
-    # RunMetadata can come back without its RecvTensor entries (seen once in CI: 3 of 4),
-    # so count whole traces: the same number of variable-sized transfers from every ps.
+    # RunMetadata can miss some RecvTensor entries (seen in CI), so count each tensor edge
+    # once over all traces: the distinct edges from and to each ps carry its variables.
     for column in ("src", "dst"):
-        moved = transfer[transfer[column].str.startswith("ps:")].groupby(column)["bytes"].sum()
-        traced = {ps: moved[ps] / size for ps, size in outcome["variable_bytes"].items()}
-        assert len(set(traced.values())) == 1, (column, moved.to_dict())
-        assert next(iter(traced.values())) in range(1, traces + 1), (column, moved.to_dict())
+        edges = transfer[transfer[column].str.startswith("ps:")].drop_duplicates(subset=[column, "tensor"])
+        assert edges.groupby(column)["bytes"].sum().to_dict() == outcome["variable_bytes"], column
     assert (transfer["duration_ns"] >= 0).all() and (transfer["time_ns"] > 0).all()
