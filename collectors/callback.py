@@ -14,9 +14,9 @@ import sys
 import time
 
 from tfdiag.collectors import identity, writers
+from tfdiag.collectors.arguments import check_count, check_logdir
 from tfdiag.collectors.placement import record_placement
 from tfdiag.collectors.system import SystemSampler
-from tfdiag.errors import InvalidOptionError
 
 logger = logging.getLogger("tfdiag")
 
@@ -111,16 +111,9 @@ class DiagnosticsCallback(_KerasCallback):
                  allreduce_every: int = DEFAULT_ALLREDUCE_EVERY, allreduce_bytes: int = DEFAULT_ALLREDUCE_BYTES):
         if _KerasCallback is not object:
             super().__init__()
-        if not logdir:
-            raise InvalidOptionError(f"Invalid value for argument `logdir`. Expected a directory. Received: {logdir!r}")
-        if examples_per_step is not None and (not isinstance(examples_per_step, int) or examples_per_step < 0):
-            raise InvalidOptionError(
-                f"Invalid value for argument `examples_per_step`. Expected a non-negative int or None. "
-                f"Received: {examples_per_step!r}"
-            )
-        if not isinstance(allreduce_every, int) or allreduce_every < 0:
-            raise InvalidOptionError(
-                f"Invalid value for argument `allreduce_every`. Expected an int >= 0. Received: {allreduce_every!r}")
+        check_logdir(logdir)
+        check_count("examples_per_step", examples_per_step, optional=True)
+        check_count("allreduce_every", allreduce_every)
         self.logdir = logdir
         self.examples_per_step = examples_per_step
         self.system_interval_s = system_interval_s

@@ -27,9 +27,9 @@ import time
 import tensorflow as tf
 
 from tfdiag.collectors import identity, writers
+from tfdiag.collectors.arguments import check_count, check_logdir
 from tfdiag.collectors.rpc_probe import task_of_device
 from tfdiag.collectors.system import SystemSampler
-from tfdiag.errors import InvalidOptionError
 
 logger = logging.getLogger("tfdiag")
 
@@ -95,11 +95,9 @@ class DiagnosticsHook(tf.compat.v1.train.SessionRunHook):
 
     def __init__(self, logdir, task: str | None = None, examples_per_step: int | None = None,
                  trace_every: int = DEFAULT_TRACE_EVERY, system_interval_s: float | None = 1.0):
-        if not logdir:
-            raise InvalidOptionError(f"Invalid value for argument `logdir`. Expected a directory. Received: {logdir!r}")
-        if not isinstance(trace_every, int) or trace_every < 0:
-            raise InvalidOptionError(
-                f"Invalid value for argument `trace_every`. Expected an int >= 0. Received: {trace_every!r}")
+        check_logdir(logdir)
+        check_count("trace_every", trace_every)
+        check_count("examples_per_step", examples_per_step, optional=True)
         self.logdir = logdir
         self.task = task
         self.examples_per_step = examples_per_step

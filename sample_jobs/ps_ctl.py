@@ -32,6 +32,7 @@ worker held and picks the worker up again once it is restarted.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 
@@ -120,7 +121,7 @@ class MLP:
         if hot_ps is not None:
             anchor = on_ps(tf, strategy, hot_ps, [v for layer in self.layers for v in layer])
             partitioned = strategy.extended._variable_partitioner is not None  # noqa: SLF001 - see hot_kernel()
-            with strategy.extended.colocate_vars_with(anchor) if not partitioned else _nullcontext():
+            with strategy.extended.colocate_vars_with(anchor) if not partitioned else contextlib.nullcontext():
                 kernel = tf.Variable(init([width, HOT_UNITS]), name="hot/kernel")
             self.hot = (kernel, tf.Variable(init([HOT_UNITS, 1]), name="hot/out"))
         self.out = tf.Variable(init([width, 1]), name="out/kernel")
@@ -145,14 +146,6 @@ class MLP:
             wide = tf.nn.relu(tf.matmul(x, dense_value(tf, self.hot[0])))
             y += 0.01 * tf.matmul(wide, dense_value(tf, self.hot[1]))
         return y
-
-
-class _nullcontext:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def log_placement(model: MLP) -> None:

@@ -10,6 +10,7 @@ MODULES = [
     "tfdiag.analysis.whatif",
     "tfdiag.analysis.detectors.evidence",
     "tfdiag.events",
+    "tfdiag.collectors.arguments",
 ]
 
 
