@@ -53,7 +53,9 @@ def test_host_and_gpu_records(monkeypatch):
     writer = FakeWriter("worker:0")
     sampler = SystemSampler(writer, "worker:0", interval_s=0.05)
     sampler.sample()
-    sum(i * i for i in range(200_000))  # some CPU between the samples
+    busy_until = time.process_time() + 0.1  # several clock ticks of CPU between the samples
+    while time.process_time() < busy_until:
+        pass
     sampler.sample()
     sampler.stop()
     system = writer.records["system"]
