@@ -7,6 +7,10 @@ hardware or network), and compare the measured speed-up with the predicted one.
 
     python benchmarks/scenarios.py --steps 200 --out docs/benchmarks-scenarios.md
 
+With ``--workdir DIR`` the runs and their measured throughputs (``DIR/rates.json``) are
+kept; ``--rescore DIR`` then analyses those runs again without re-running any job, to
+check a change to the analysis against the same measurements.
+
 Throughput comes from each job's own `tfdiag-sample: ... examples_per_s=E` line (not from
 tfdiag's logs), so the measurement does not depend on the thing being measured.
 """
@@ -14,6 +18,7 @@ tfdiag's logs), so the measurement does not depend on the thing being measured.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import statistics
@@ -73,17 +78,24 @@ def analyse(logdir: Path) -> dict:
     return json.loads(result.stdout)
 
 
-def evaluate(scenario: Scenario, workdir: Path, steps: int, repeats: int) -> dict:
+def measure_rates(scenario: Scenario, workdir: Path, steps: int, repeats: int) -> dict:
+    """Runs the scenario and its fix ``repeats`` times each; their examples/s."""
     slug = scenario.name.replace(" ", "-")
-    base_rates, fixed_rates, report = [], [], None
+    rates = {"base": [], "fixed": []}
     for attempt in range(repeats):
-        base_dir = workdir / f"{slug}-{attempt}"
-        base_rates.append(run_job(scenario.job, base_dir, steps, scenario.ps, scenario.inject))
-        report = report or analyse(base_dir)
+        rates["base"].append(run_job(scenario.job, workdir / f"{slug}-{attempt}", steps, scenario.ps, scenario.inject))
         if scenario.expected_kind is not None:
             inject = () if scenario.fix_removes_injection else scenario.inject
-            fixed_rates.append(run_job(scenario.job, workdir / f"{slug}-fixed-{attempt}", steps, scenario.ps, inject,
-                                       scenario.fix))
+            rates["fixed"].append(run_job(scenario.job, workdir / f"{slug}-fixed-{attempt}", steps, scenario.ps,
+                                          inject, scenario.fix))
+    return rates
+
+
+def evaluate(scenario: Scenario, workdir: Path, rates: dict) -> dict:
+    """Analyses the scenario's first run and scores its prediction against ``rates``."""
+    slug = scenario.name.replace(" ", "-")
+    base_rates, fixed_rates = rates["base"], rates["fixed"]
+    report = analyse(workdir / f"{slug}-0")
     primary = report["findings"][0] if report["findings"] else None
     found_kind = primary["kind"] if primary else None
     found_tasks = primary["tasks"] if primary else []
@@ -127,15 +139,26 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=1, help="runs per side; the median throughput counts")
     parser.add_argument("--only", action="append", help="run only scenarios whose name contains this")
     parser.add_argument("--out", type=Path, help="also write the markdown table here")
+    parser.add_argument("--workdir", type=Path, help="keep the runs and their throughputs here")
+    parser.add_argument("--rescore", type=Path, metavar="WORKDIR",
+                        help="analyse the runs a --workdir run kept again; run no job")
     args = parser.parse_args(argv)
     scenarios = [s for s in SCENARIOS if not args.only or any(o in s.name for o in args.only)]
     rows = []
-    with tempfile.TemporaryDirectory(prefix="tfdiag-scenarios-") as workdir:
+    with contextlib.ExitStack() as stack:
+        workdir = args.rescore or args.workdir or Path(stack.enter_context(
+            tempfile.TemporaryDirectory(prefix="tfdiag-scenarios-")))
+        workdir.mkdir(parents=True, exist_ok=True)
+        rates_file = workdir / "rates.json"
+        all_rates = json.loads(rates_file.read_text()) if rates_file.exists() else {}
         for scenario in scenarios:
             print(f"scenario: {scenario.name}", file=sys.stderr, flush=True)
             try:
-                rows.append(evaluate(scenario, Path(workdir), args.steps, args.repeats))
-            except RuntimeError as error:
+                if not args.rescore:
+                    all_rates[scenario.name] = measure_rates(scenario, workdir, args.steps, args.repeats)
+                    rates_file.write_text(json.dumps(all_rates, indent=1))
+                rows.append(evaluate(scenario, workdir, all_rates[scenario.name]))
+            except (RuntimeError, KeyError) as error:
                 print(f"scenario {scenario.name!r} could not run: {error}", file=sys.stderr)
                 rows.append({"scenario": scenario.name, "expected": _label(scenario.expected_kind, scenario.expected_task),
                              "found": "job failed", "correct": False, "predicted": None, "measured": None, "error": None,
