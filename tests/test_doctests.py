@@ -8,6 +8,7 @@ import pytest
 MODULES = [
     "tfdiag.analysis.align",
     "tfdiag.analysis.whatif",
+    "tfdiag.analysis.advisor",
     "tfdiag.analysis.detectors.evidence",
     "tfdiag.events",
     "tfdiag.collectors.arguments",

@@ -57,6 +57,13 @@ class RunBuilder:
                                              sm_clock_mhz=1500.0)))
         return self
 
+    def system(self, host, task, cpu_pct, count=20, every_ms=100.0):
+        for i in range(count):
+            self.records.append(("system", dict(host=host, task=task, time_ns=START_NS + int(i * every_ms * MS),
+                                                cpu_pct=cpu_pct, mem_used_frac=0.5, net_sent_bytes=0, net_recv_bytes=0,
+                                                disk_read_bytes=0, disk_write_bytes=0)))
+        return self
+
     def fault(self, task, kind, at_ms, message="UnavailableError: Socket closed"):
         self.records.append(("fault", dict(task=task, time_ns=START_NS + int(at_ms * MS), kind=kind, message=message)))
         return self

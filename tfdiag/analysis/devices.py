@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pandas as pd
 
 
@@ -53,3 +55,58 @@ def host_table(system: pd.DataFrame) -> pd.DataFrame:
             "disk_bytes_per_s": rate("disk_read_bytes", "disk_write_bytes"),
         })
     return pd.DataFrame(rows, columns=columns)
+
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
+# CPU samples needed inside the training window before the shared host's CPU use counts.
+MIN_CPU_SAMPLES = 2
+
+
+@dataclass(frozen=True)
+class SharedHost:
+    """The one CPU-only host every worker runs on, and its CPU use while they stepped."""
+
+    host: str
+    cpu_pct: float  # mean of the host's samples between the workers' first and last step
+    samples: int
+
+
+def shared_worker_host(cluster: dict, reference_task: str | None, system: pd.DataFrame, gpu: pd.DataFrame,
+                       steps: pd.DataFrame) -> SharedHost | None:
+    """The host all workers share (a local cluster, a one-machine job), or None.
+
+    A worker's host comes from its own system samples (the callback and the hook sample
+    every task) or, where it runs no tfdiag code (ParameterServerStrategy workers), from
+    its cluster address: a loopback address means the reference task's host, a sampled
+    host name means that host. None when the workers span hosts or any is unknown, when
+    the host has GPUs (the CPU does not bound the step there), or when fewer than
+    ``MIN_CPU_SAMPLES`` samples fall between the first and the last timed step.
+    """
+    if system.empty or steps.empty:
+        return None
+    system = system.assign(host=system["host"].astype(str), task=system["task"].astype(str))
+    sampled = set(system["host"])
+    reference_hosts = set(system.loc[system["task"] == reference_task, "host"])
+    addresses = cluster.get("worker") or []
+    hosts = set()
+    for worker in steps["task"].astype(str).unique():
+        own = set(system.loc[system["task"] == worker, "host"])
+        if not own:
+            job, _, index = worker.partition(":")
+            address = addresses[int(index)] if job == "worker" and int(index or 0) < len(addresses) else ""
+            name = address.rsplit(":", 1)[0]
+            own = reference_hosts if name in LOOPBACK_HOSTS else {name} & sampled
+        if len(own) != 1:
+            return None
+        hosts |= own
+    if len(hosts) != 1:
+        return None
+    host = hosts.pop()
+    if not gpu.empty and host in set(gpu["host"].astype(str)):
+        return None
+    timed = steps.loc[~steps["warmup"]] if (~steps["warmup"]).any() else steps
+    window = system[(system["host"] == host) & system["time_ns"].between(timed["begin_ns"].min(), timed["end_ns"].max())]
+    cpu = window["cpu_pct"].dropna()
+    if len(cpu) < MIN_CPU_SAMPLES:
+        return None
+    return SharedHost(host=host, cpu_pct=float(cpu.mean()), samples=int(len(cpu)))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 
 from tfdiag.analysis import sections
+from tfdiag.analysis.advisor import advise
 from tfdiag.analysis.detectors import DETECTORS
-from tfdiag.analysis.findings import Finding
 from tfdiag.analysis.load import LoadedRun, ProgressCallback, load_run
 from tfdiag.analysis.measurements import measure
 from tfdiag.analysis.result import Report
@@ -23,7 +23,7 @@ def analyze(run: str | os.PathLike | LoadedRun, progress: ProgressCallback | Non
     """
     loaded = run if isinstance(run, LoadedRun) else load_run(run, progress)
     measured = measure(loaded)
-    findings = rank_findings([finding for detect in DETECTORS for finding in detect(measured)])
+    findings = advise([finding for detect in DETECTORS for finding in detect(measured)], measured)
     return Report(
         run=sections.run_section(measured),
         summary=sections.summary_section(measured, findings),
@@ -39,7 +39,3 @@ def analyze(run: str | os.PathLike | LoadedRun, progress: ProgressCallback | Non
         timelines=build_timelines(measured),
     )
 
-
-def rank_findings(findings: list[Finding]) -> list[Finding]:
-    """Largest predicted speed-up first; severity breaks ties."""
-    return sorted(findings, key=lambda f: (f.predicted_speedup, f.severity.rank), reverse=True)

@@ -8,7 +8,7 @@ import pandas as pd
 
 from tfdiag.analysis.align import clock_offsets
 from tfdiag.analysis.breakdown import step_table, worker_table
-from tfdiag.analysis.devices import gpu_table, host_table
+from tfdiag.analysis.devices import SharedHost, gpu_table, host_table, shared_worker_host
 from tfdiag.analysis.faults import fault_table
 from tfdiag.analysis.links import link_table
 from tfdiag.analysis.load import LoadedRun
@@ -34,6 +34,7 @@ class Measurements:
     hosts: pd.DataFrame  # devices.host_table
     faults: pd.DataFrame  # faults.fault_table
     ps_load: pd.DataFrame  # placement.ps_load_table
+    shared_host: SharedHost | None  # devices.shared_worker_host
 
     @property
     def ps_tasks(self) -> list[str]:
@@ -52,6 +53,8 @@ def measure(run: LoadedRun) -> Measurements:
     shards = shard_table(run.frame("shard"))
     if shards.empty and not workers.empty and workers["examples"].sum() > 0:
         shards = shards_from_steps(workers)
+    system, gpu = run.frame("system"), run.frame("gpu")
+    cluster = (run.manifest or {}).get("cluster") or {}
     return Measurements(
         run=run,
         strategy=strategy,
@@ -62,10 +65,11 @@ def measure(run: LoadedRun) -> Measurements:
         workers=workers,
         links=links,
         shards=shards,
-        gpus=gpu_table(run.frame("gpu")),
-        hosts=host_table(run.frame("system")),
+        gpus=gpu_table(gpu),
+        hosts=host_table(system),
         faults=fault_table(run.frame("fault")),
         ps_load=ps_load_table(run.frame("placement"), run.frame("transfer")),
+        shared_host=shared_worker_host(cluster, reference, system, gpu, steps),
     )
 
 

@@ -1,0 +1,54 @@
+"""The advisor: holds each prediction to what the workers' host allows, then ranks findings.
+
+The detectors predict from step times alone, as if every worker had a machine of its
+own. When all workers share one CPU-only host, that host's idle CPU bounds every
+change that keeps the work per example (repairing a straggler, restoring a worker,
+prefetching, partitioning, a faster link): at a mean ``u`` % CPU while the workers
+stepped, throughput can grow by at most ``100 / u``. A prediction above that bound is
+lowered to it, with ``host_cpu_limit`` in the finding's evidence.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tfdiag.analysis.devices import SharedHost
+from tfdiag.analysis.findings import Finding
+from tfdiag.analysis.measurements import Measurements
+
+
+def cpu_speedup_limit(host: SharedHost | None) -> float:
+    """The largest throughput gain the shared host's idle CPU allows (inf when unbounded).
+
+    >>> cpu_speedup_limit(SharedHost("vm", cpu_pct=80.0, samples=10))
+    1.25
+    >>> cpu_speedup_limit(None)
+    inf
+    """
+    if host is None:
+        return float("inf")
+    return 100.0 / min(max(host.cpu_pct, 1.0), 100.0)
+
+
+def advise(findings: list[Finding], measured: Measurements) -> list[Finding]:
+    """Findings with predictions held to the host's CPU, largest predicted speed-up first.
+
+    Ties (two changes held to the same limit) go to the larger prediction before the
+    limit, then to the more severe finding.
+    """
+    limit = cpu_speedup_limit(measured.shared_host)
+    ranked = sorted(findings, key=lambda f: (min(f.predicted_speedup, limit), f.predicted_speedup, f.severity.rank),
+                    reverse=True)
+    return [_held_to(finding, limit, measured.shared_host) for finding in ranked]
+
+
+def _held_to(finding: Finding, limit: float, host: SharedHost | None) -> Finding:
+    predicted = finding.recommendation.predicted_speedup
+    if host is None or predicted is None or predicted <= limit:
+        return finding
+    evidence = dict(finding.evidence, host_cpu_limit={
+        "host": host.host, "cpu_pct": round(host.cpu_pct, 1), "max_speedup": round(limit, 3),
+        "unlimited_speedup": round(predicted, 3),
+    })
+    recommendation = dataclasses.replace(finding.recommendation, predicted_speedup=limit)
+    return dataclasses.replace(finding, evidence=evidence, recommendation=recommendation)
