@@ -9,12 +9,13 @@ calls ``fn`` and also returns, measured in-graph on the worker:
 * ``wait``: the time spent in ``next()`` on the per-worker iterators passed as arguments
   (each ``next`` is bracketed by ``tf.timestamp()`` with control dependencies on the
   element), and ``examples``: the leading dimension of the first component of each
-  element;
-* ``worker``: ``tf.distribute.coordinator.experimental_get_current_worker_index()``.
+  element.
 
-The caller gets back a RemoteValue of ``fn``'s own outputs. A background thread waits
-for the closures to finish and writes one ``step`` record (task and clock
-``worker:<index>``) and one ``closure`` record (dispatch and result time on the
+The worker that ran a closure is the device its outputs stay on until they are fetched
+(asking in-graph, with ``experimental_get_current_worker_index()``, would feed the
+index to every call as an extra input). The caller gets back a RemoteValue of ``fn``'s
+own outputs. A background thread waits for the closures to finish and writes one
+``step`` record (task and clock ``worker:<index>``) and one ``closure`` record (dispatch and result time on the
 coordinator's clock) per closure into the coordinator's task file. A failed closure is
 recorded with ``ok=False`` and its error message.
 
@@ -44,7 +45,7 @@ import time
 from tfdiag.collectors import identity, writers
 from tfdiag.collectors.faults import FaultCapture
 from tfdiag.collectors.placement import record_placement
-from tfdiag.collectors.rpc_probe import DEFAULT_INTERVAL_S, RpcProber, cluster_tasks
+from tfdiag.collectors.rpc_probe import DEFAULT_INTERVAL_S, RpcProber, cluster_tasks, task_of_device
 from tfdiag.collectors.system import SystemSampler
 
 logger = logging.getLogger("tfdiag")
@@ -147,7 +148,6 @@ def _instrument(fn):
                 end,
                 tf.add_n(timing.waits) if timing.waits else zero,
                 tf.cast(tf.add_n(timing.examples), tf.float64) if timing.examples else tf.constant(-1.0, tf.float64),
-                tf.cast(tf.distribute.coordinator.experimental_get_current_worker_index(), tf.float64),
                 tf.constant(float(max(len(timing.waits), 1)), tf.float64),
             ]
         )
@@ -197,7 +197,13 @@ def _finished(remote) -> bool | None:
     return remote._error is not None or getattr(status, "name", "") == "ABORTED"
 
 
-_STATS = ("begin", "end", "wait", "examples", "worker", "steps")  # the order of the stats vector
+def _worker_of(remote) -> str:
+    """The task that ran a closure: the device its outputs stay on until fetched."""
+    outputs = remote._values  # noqa: SLF001 - (fn's outputs, stats), remote handles on the worker
+    return task_of_device(outputs[1].device) or "worker:?"
+
+
+_STATS = ("begin", "end", "wait", "examples", "steps")  # the order of the stats vector
 _Pending = collections.namedtuple("_Pending", "closure_id dispatch_ns remote")
 
 
@@ -405,8 +411,7 @@ class InstrumentedCoordinator:
             result_ns = time.time_ns()
             worker = ""
             if stats is not None:
-                index = int(stats["worker"])
-                worker = f"worker:{index}"
+                worker = _worker_of(item.remote)
                 examples = self.examples_per_step if self.examples_per_step is not None else int(stats["examples"])
                 self._writer.append(
                     "step",

@@ -83,25 +83,25 @@ def _tf():
     return tf
 
 
-def probe_chain(tf, remote_devices, payload_elements: int = 0, local_device: str | None = None):
-    """Traces, inside a ``tf.function``, one probe per remote device, one after another.
+def probe_chain(tf, legs, payload_elements: int = 0):
+    """Traces, inside a ``tf.function``, one probe per leg, one after another.
 
-    Returns a float64 vector ``[send_0, remote_0, recv_0, send_1, ...]`` in seconds. With
-    ``payload_elements`` > 0 each remote task also fills that many float64 and ships
-    them to this task before ``recv`` is read. ``local_device`` moves "this task" to
-    another device (a worker, when the coordinator probes worker → ps).
+    ``legs`` are ``(local_device, remote_device)`` pairs; a ``local_device`` of None is
+    this task, another device (a worker) makes that leg run between it and the remote
+    (worker → ps, driven by the coordinator). Returns a float64 vector ``[send_0,
+    remote_0, recv_0, send_1, ...]`` in seconds, each leg's ``send`` and ``recv`` on its
+    local device. With ``payload_elements`` > 0 each remote also fills that many float64
+    and ships them to the leg's local device before ``recv`` is read.
     """
     import contextlib
 
-    def local():
-        return tf.device(local_device) if local_device else contextlib.nullcontext()
-
     times = []
     previous = []
-    for device in remote_devices:
+    for local_device, remote_device in legs:
+        local = (lambda: tf.device(local_device)) if local_device else contextlib.nullcontext
         with local(), tf.control_dependencies(previous):
             send = tf.timestamp()
-        with tf.device(device), tf.control_dependencies([send]):
+        with tf.device(remote_device), tf.control_dependencies([send]):
             remote = tf.timestamp()
             payload = tf.fill([payload_elements], remote) if payload_elements else None
         arrived = [remote]
@@ -119,23 +119,16 @@ class _ProbeFn:
     """The Python body of one probe ``tf.function``.
 
     A callable object, not a lambda: ``tf.function`` counts traces per code object, so
-    the probes of several targets made from one lambda would trip its "excessive
+    the probes of several leg sets made from one lambda would trip its "excessive
     retracing" warning although each traces once.
     """
 
-    def __init__(self, devices, payload_elements: int, worker_index: bool = False, local_device: str | None = None):
-        self.devices = list(devices)
+    def __init__(self, legs, payload_elements: int):
+        self.legs = list(legs)
         self.payload_elements = payload_elements
-        self.worker_index = worker_index
-        self.local_device = local_device
 
     def __call__(self):
-        tf = _tf()
-        times = probe_chain(tf, self.devices, self.payload_elements, self.local_device)
-        if not self.worker_index:
-            return times
-        index = tf.cast(tf.distribute.coordinator.experimental_get_current_worker_index(), tf.float64)
-        return tf.concat([[index], times], axis=0)
+        return probe_chain(_tf(), self.legs, self.payload_elements)
 
 
 def _ns(seconds: float) -> int:
@@ -230,7 +223,12 @@ class _ProberBase:
 
 
 class RpcProber(_ProberBase):
-    """Probes ``targets`` (task names) from this process, one ``tf.function`` per target.
+    """Probes ``targets`` (task names) from this process, and ``relays``, once per round.
+
+    A round is one ``tf.function`` call: the probes of every target and relay that is
+    not backing off, chained one after another (``probe_chain``), so a round costs one
+    function call, whatever the size of the cluster. When the call fails (a task is
+    down), each probe of the round runs on its own, to find which.
 
     Args:
         writer: the ``TaskWriter`` of this task.
@@ -239,6 +237,8 @@ class RpcProber(_ProberBase):
         interval_s: seconds between probe rounds (each round probes every target once).
         payload_every: every this many rounds, probes also move ``payload_bytes``; 0: never.
         payload_bytes: the payload size.
+        relays: ``(worker, ps)`` pairs to probe from the worker (see the module docstring).
+        paused: a callable; while it returns true no round runs.
 
     Example:
         >>> prober = RpcProber(writer, "chief:0", ["ps:0", "worker:0"]).start()  # doctest: +SKIP
@@ -256,52 +256,73 @@ class RpcProber(_ProberBase):
         # (relay, dst): probes that run on `relay` (a worker) towards `dst` (a ps), driven
         # from here; their timestamps are on the relay's clock and src is the relay.
         self.relays = [(relay, dst) for relay, dst in relays if relay != dst]
+        self._legs = [(None, target) for target in self.targets] + self.relays
         self._functions: dict[tuple, object] = {}
-        self._backoff = {target: _Backoff() for target in self.targets}
-        self._backoff.update({pair: _Backoff() for pair in self.relays})
+        self._backoff = {leg: _Backoff() for leg in self._legs}
         self._reached: set[str] = set()
+        self._down: set[str] = set()
 
     def reachable(self, target: str) -> bool:
         """Whether the last probe of ``target`` succeeded."""
         return target in self._reached
 
-    def probe(self, target: str, payload: bool = False, relay: str | None = None) -> tuple[float, float, float]:
-        """Runs one probe to ``target`` (from ``relay`` if given) now; returns ``(send, remote, recv)`` in s."""
-        key = (target, payload, relay)
+    def probe(self, legs, payload: bool = False) -> list[tuple[float, float, float]]:
+        """Runs the probes of ``legs`` (``(relay or None, target)`` pairs) now, in one call.
+
+        Returns one ``(send, remote, recv)`` in seconds per leg.
+        """
+        key = (tuple(legs), payload)
         function = self._functions.get(key)
         if function is None:
             elements = self.payload_elements if payload else 0
-            local = device_of(relay) if relay else None
-            function = self._functions[key] = _tf().function(_ProbeFn([device_of(target)], elements, local_device=local))
-        send, remote, recv = function().numpy().tolist()
-        return send, remote, recv
+            devices = [(device_of(relay) if relay else None, device_of(target)) for relay, target in legs]
+            function = self._functions[key] = _tf().function(_ProbeFn(devices, elements))
+        times = function().numpy().tolist()
+        return [tuple(times[i:i + 3]) for i in range(0, len(times), 3)]
 
     def _probe_once(self) -> None:
         if self.paused():
             return
         payload = self._payload_now()
-        for relay, target in [(None, t) for t in self.targets] + self.relays:
-            if self._stop.is_set():
-                return
-            if relay is not None and not (self.reachable(relay) and self.reachable(target)):
-                continue  # a dead relay or target: its direct probe is already backing off
-            key = target if relay is None else (relay, target)
-            src = relay or self.src
-            backoff = self._backoff[key]
-            if time.monotonic() < backoff.next_try:
-                continue
-            try:
-                send, remote, recv = self.probe(target, payload, relay)
-            except Exception as error:  # noqa: BLE001 - a dead task must not stop the others
-                if relay is None:
-                    self._reached.discard(target)
-                delay = backoff.failed(time.monotonic(), self.interval_s)
-                self._note_once(f"target:{key}", f"tfdiag: RPC probe {src} -> {target} failed "
-                                f"({type(error).__name__}: {str(error)[:300]}); backing off (next try in {delay:.0f} s)")
-                continue
-            if backoff.failures:
-                self._noted.discard(f"target:{key}")
-            backoff.ok()
+        now = time.monotonic()
+        legs = [leg for leg in self._legs if now >= self._backoff[leg].next_try
+                and not (leg[0] is not None and {leg[0], leg[1]} & self._down)]  # a dead relay or target
+        if not legs or self._stop.is_set():
+            return
+        try:
+            results = self.probe(legs, payload)
+        except Exception:  # noqa: BLE001 - some task is down: find which, leg by leg
+            for leg in legs:
+                if self._stop.is_set():
+                    return
+                self._probe_leg(leg, payload)
+            return
+        for leg, times in zip(legs, results):
+            self._succeeded(leg, times, payload)
+
+    def _probe_leg(self, leg, payload: bool) -> None:
+        relay, target = leg
+        if relay is not None and {relay, target} & self._down:
+            return  # its direct probe failed earlier in this round and is backing off
+        try:
+            (times,) = self.probe([leg], payload)
+        except Exception as error:  # noqa: BLE001 - a dead task must not stop the others
             if relay is None:
-                self._reached.add(target)
-            self._write(src, target, send, remote, recv, payload)
+                self._reached.discard(target)
+                self._down.add(target)
+            delay = self._backoff[leg].failed(time.monotonic(), self.interval_s)
+            self._note_once(f"target:{leg}", f"tfdiag: RPC probe {relay or self.src} -> {target} failed "
+                            f"({type(error).__name__}: {str(error)[:300]}); backing off (next try in {delay:.0f} s)")
+            return
+        self._succeeded(leg, times, payload)
+
+    def _succeeded(self, leg, times: tuple[float, float, float], payload: bool) -> None:
+        relay, target = leg
+        backoff = self._backoff[leg]
+        if backoff.failures:
+            self._noted.discard(f"target:{leg}")
+        backoff.ok()
+        if relay is None:
+            self._reached.add(target)
+            self._down.discard(target)
+        self._write(relay or self.src, target, *times, payload)

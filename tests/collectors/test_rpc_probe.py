@@ -19,29 +19,64 @@ def test_device_names():
         "worker:0", "ps:0", "ps:1"]
 
 
-def test_dead_target_is_noted_once_backed_off_and_others_still_probed(monkeypatch):
+def fake_probe(calls, down=()):
+    """A stand-in for ``RpcProber.probe``: records each call's legs; a leg to a task in ``down`` fails."""
+
+    def probe(legs, payload=False):
+        calls.append(list(legs))
+        if any(target in down or relay in down for relay, target in legs):
+            raise RuntimeError("UnavailableError: failed to connect to all addresses")
+        return [(1.0, 1.0005, 1.001)] * len(legs)
+
+    return probe
+
+
+def test_one_call_per_round_and_records_per_leg(monkeypatch):
+    writer = FakeWriter("chief:0")
+    prober = RpcProber(writer, "chief:0", ["worker:0", "ps:0"], interval_s=0.01, payload_every=0,
+                       relays=[("worker:0", "ps:0")])
+    calls = []
+    monkeypatch.setattr(prober, "probe", fake_probe(calls))
+    prober._probe_once()
+    assert calls == [[(None, "worker:0"), (None, "ps:0"), ("worker:0", "ps:0")]]
+    assert [(r["src"], r["dst"]) for r in writer.records["rpc"]] == [
+        ("chief:0", "worker:0"), ("chief:0", "ps:0"), ("worker:0", "ps:0")]
+    assert writer.records["rpc"][0]["send_ns"] == 1_000_000_000 and writer.records["rpc"][0]["recv_ns"] == 1_001_000_000
+
+
+def test_dead_target_is_found_noted_once_backed_off_and_others_still_probed(monkeypatch):
     writer = FakeWriter("chief:0")
     prober = RpcProber(writer, "chief:0", ["chief:0", "ps:0", "ps:1"], interval_s=0.01, payload_every=3)
     calls = []
-
-    def probe(target, payload=False, relay=None):
-        calls.append(target)
-        if target == "ps:1":
-            raise RuntimeError("UnavailableError: failed to connect to all addresses")
-        return 1.0, 1.0005, 1.001
-
-    monkeypatch.setattr(prober, "probe", probe)
+    monkeypatch.setattr(prober, "probe", fake_probe(calls, down={"ps:1"}))
     for _ in range(6):
         prober._probe_once()
         prober.probes += 1
     assert prober.targets == ["ps:0", "ps:1"]  # never itself
-    assert calls.count("ps:0") == 6 and calls.count("ps:1") == 1  # backed off after the failure
+    # Round 1: the joint call fails, then each leg alone finds ps:1; later rounds leave it out (backoff).
+    assert calls[:3] == [[(None, "ps:0"), (None, "ps:1")], [(None, "ps:0")], [(None, "ps:1")]]
+    assert calls[3:] == [[(None, "ps:0")]] * 5
     rpc = writer.records["rpc"]
     assert [r["dst"] for r in rpc] == ["ps:0"] * 6
     assert [r["payload_bytes"] for r in rpc] == [0, 0, 1 << 20, 0, 0, 1 << 20]
-    assert rpc[0]["send_ns"] == 1_000_000_000 and rpc[0]["recv_ns"] == 1_001_000_000
     assert len(writer.records["note"]) == 1 and "ps:1" in writer.records["note"][0]["message"]
     assert prober.reachable("ps:0") and not prober.reachable("ps:1")
+
+
+def test_relayed_probes_skip_a_dead_relay(monkeypatch):
+    writer = FakeWriter("chief:0")
+    prober = RpcProber(writer, "chief:0", ["worker:0", "worker:1", "ps:0"], interval_s=0.01, payload_every=0,
+                       relays=[("worker:0", "ps:0"), ("worker:1", "ps:0")])
+    calls = []
+    monkeypatch.setattr(prober, "probe", fake_probe(calls, down={"worker:1"}))
+    prober._probe_once()
+    # Leg by leg after the joint call failed: the relay through worker:1 is skipped once worker:1 is found down.
+    assert calls[1:] == [[(None, "worker:0")], [(None, "worker:1")], [(None, "ps:0")], [("worker:0", "ps:0")]]
+    assert [(r["src"], r["dst"]) for r in writer.records["rpc"]] == [
+        ("chief:0", "worker:0"), ("chief:0", "ps:0"), ("worker:0", "ps:0")]
+    calls.clear()
+    prober._probe_once()  # worker:1 is backing off: one joint call without it or its relay
+    assert calls == [[(None, "worker:0"), (None, "ps:0"), ("worker:0", "ps:0")]]
 
 
 def test_thread_survives_errors_and_stops(monkeypatch):
@@ -55,28 +90,10 @@ def test_thread_survives_errors_and_stops(monkeypatch):
     assert not prober._thread.is_alive() and len(writer.records["note"]) == 1
 
 
-def test_relayed_probes_record_the_worker_and_skip_unreachable_tasks(monkeypatch):
-    writer = FakeWriter("chief:0")
-    prober = RpcProber(writer, "chief:0", ["worker:0", "worker:1", "ps:0"], interval_s=0.01, payload_every=0,
-                       relays=[("worker:0", "ps:0"), ("worker:1", "ps:0")])
-    calls = []
-
-    def probe(target, payload=False, relay=None):
-        calls.append((relay, target))
-        if target == "worker:1":
-            raise RuntimeError("worker:1 is down")
-        return 2.0, 2.0001, 2.0002
-
-    monkeypatch.setattr(prober, "probe", probe)
-    prober._probe_once()
-    assert calls == [(None, "worker:0"), (None, "worker:1"), (None, "ps:0"), ("worker:0", "ps:0")]
-    assert [(r["src"], r["dst"]) for r in writer.records["rpc"]] == [
-        ("chief:0", "worker:0"), ("chief:0", "ps:0"), ("worker:0", "ps:0")]
-
-
 def test_probe_chain_orders_the_timestamps():
     tf = pytest.importorskip("tensorflow")
-    times = tf.function(lambda: probe_chain(tf, ["/device:CPU:0", "/device:CPU:0"], 16))().numpy()
+    legs = [(None, "/device:CPU:0"), ("/device:CPU:0", "/device:CPU:0")]
+    times = tf.function(lambda: probe_chain(tf, legs, 16))().numpy()
     assert len(times) == 6 and (times[1:] >= times[:-1]).all()
 
 
