@@ -55,6 +55,10 @@ logger = logging.getLogger("tfdiag")
 # every 2 ms instead cost ps_ctl about 5 % more throughput on 2 cores in alternating
 # benchmarks/overhead.py runs: GIL time taken from the coordinator's dispatch threads.
 RESULT_POLL_S = 0.05
+# How often the timings of finished closures are copied from the workers (and whenever
+# no closure is left in flight). One copy per closure cost the training tasks about 2 %
+# more CPU on ps_ctl (benchmarks/overhead_ab.py); batched, it is one per worker per second.
+FETCH_EVERY_S = 1.0
 # How long ``close()`` waits for closures still in flight before dropping their records.
 CLOSE_TIMEOUT_S = 30.0
 MAX_ERROR_CHARS = 2000
@@ -184,27 +188,56 @@ def _user_remote_value(remote):
     return _remote_value_class(remote)
 
 
-def _finished(remote) -> bool | None:
-    """Whether a closure's result is in; None when this TensorFlow hides it (then block)."""
-    if getattr(remote, "_has_fetched_to_local", False):
-        return True
-    event = getattr(remote, "_status_available_event", None)
-    if event is None or not hasattr(remote, "_error"):
-        return None
-    if not event.is_set():
-        return False
-    status = getattr(remote, "_status", None)
-    return remote._error is not None or getattr(status, "name", "") == "ABORTED"
+# What the result thread reads of a RemoteValueImpl (TensorFlow 2.21); checked per closure.
+_REMOTE_VALUE_STATE = ("_status_available_event", "_status", "_error", "_values")
 
 
-def _worker_of(remote) -> str:
-    """The task that ran a closure: the device its outputs stay on until fetched."""
-    outputs = remote._values  # noqa: SLF001 - (fn's outputs, stats), remote handles on the worker
-    return task_of_device(outputs[1].device) or "worker:?"
+def _finished(remote) -> bool:
+    """Whether a closure's result (or its error) is in."""
+    return remote._status_available_event.is_set()  # noqa: SLF001 - see _REMOTE_VALUE_STATE
+
+
+def _closure_error(remote) -> BaseException | None:
+    """The error a finished closure ended with, None when it succeeded."""
+    if remote._error is not None:  # noqa: SLF001
+        return remote._error
+    if getattr(remote._status, "name", "") == "ABORTED":  # noqa: SLF001
+        return _tf().errors.CancelledError(None, None, "the closure was aborted (its worker failed)")
+    return None
+
+
+def _stats_handle(remote):
+    """The stats vector of a finished closure, still on the worker: ``(fn's outputs, stats)[1]``."""
+    return remote._values[1]  # noqa: SLF001
+
+
+def _fetch_stats(remotes) -> list[list[float] | None]:
+    """Copies the stats vectors of finished closures: one op and one copy per worker.
+
+    Copying each closure's vector on its own costs the worker an op run and a reply per
+    closure; stacking them on the worker first makes that one per fetch. A worker that
+    fails before its vectors are read loses them (None), not its closures' records.
+    """
+    tf = _tf()
+    by_device = collections.defaultdict(list)
+    for position, remote in enumerate(remotes):
+        by_device[_stats_handle(remote).device].append(position)
+    stats: list[list[float] | None] = [None] * len(remotes)
+    for device, positions in by_device.items():
+        try:
+            with tf.device(device):
+                rows = tf.stack([_stats_handle(remotes[p]) for p in positions]).numpy().tolist()
+        except Exception as error:  # noqa: BLE001 - a worker gone since; its closures still count
+            logger.warning("tfdiag: cannot read the timings of %d closures from %s (%r).", len(positions), device, error)
+            continue
+        for position, row in zip(positions, rows):
+            stats[position] = row
+    return stats
 
 
 _STATS = ("begin", "end", "wait", "examples", "steps")  # the order of the stats vector
 _Pending = collections.namedtuple("_Pending", "closure_id dispatch_ns remote")
+_Finished = collections.namedtuple("_Finished", "pending result_ns error")
 
 
 class InstrumentedCoordinator:
@@ -266,6 +299,10 @@ class InstrumentedCoordinator:
                 raise  # fn traced before: this is the coordinator reporting a failure
             return self._disable(error, fn, args, kwargs)
         self._mark_traced(fn)
+        if not all(hasattr(remote, name) for name in _REMOTE_VALUE_STATE):
+            logger.warning("tfdiag: this TensorFlow's RemoteValue hides its state; scheduling without step records.")
+            self._disabled = True
+            return _user_remote_value(remote)
         with self._cv:
             self._pending.append(_Pending(next(self._ids), dispatch_ns, remote))
             self._cv.notify()
@@ -373,72 +410,80 @@ class InstrumentedCoordinator:
         return self._coordinator.schedule(fn, args=args, kwargs=kwargs)
 
     def _track(self) -> None:
+        finished: list[_Finished] = []  # whose timings are still on the workers
+        fetched_at = time.monotonic()
         while True:
             with self._cv:
-                while not self._pending and not self._closing:
-                    self._cv.wait()
-                if not self._pending:
-                    return
+                if not self._pending and not self._closing:
+                    self._cv.wait(timeout=FETCH_EVERY_S if finished else None)
                 pending = list(self._pending)
                 closing = self._closing
-            if closing and time.monotonic() > self._close_deadline:
+            if closing and pending and time.monotonic() > self._close_deadline:
                 logger.warning("tfdiag: %d closures still running at close; their records are dropped.", len(pending))
-                return
-            done = []
-            for item in pending[:SCAN_LIMIT]:
-                state = _finished(item.remote)
-                if state is None:  # cannot peek: wait for the oldest, in order
-                    state = True
-                if state:
-                    done.append(item)
-                    self._record(item)
+                pending = []
+            done = [item for item in pending[:SCAN_LIMIT] if _finished(item.remote)]
+            now_ns = time.time_ns()
+            finished.extend(_Finished(item, now_ns, _closure_error(item.remote)) for item in done)
             if done:
                 with self._cv:
                     for item in done:
                         self._pending.remove(item)
+            idle = len(done) == len(pending)  # nothing left in flight
+            if finished and (idle or time.monotonic() - fetched_at >= FETCH_EVERY_S):
+                self._record(finished)
+                finished, fetched_at = [], time.monotonic()
                 if time.monotonic() - self._shard_written_at >= SHARD_EVERY_S:
                     self._write_shards()
-            else:
+            if closing and idle:
+                return
+            if not done and not idle:
                 time.sleep(RESULT_POLL_S)
 
-    def _record(self, item: _Pending) -> None:
+    def _record(self, finished: list[_Finished]) -> None:
+        """Writes the ``step`` and ``closure`` records of finished closures."""
         try:
+            succeeded = [f for f in finished if f.error is None]
+            stats = dict(zip((f.pending.closure_id for f in succeeded), _fetch_stats([f.pending.remote for f in succeeded])))
+        except Exception as error:  # noqa: BLE001 - never let bookkeeping die
+            logger.warning("tfdiag: cannot read closure timings (%r).", error)
+            stats = {}
+        for item, result_ns, error in finished:
             try:
-                stats = dict(zip(_STATS, item.remote.fetch()[1].tolist()))
-                error = None
-            except Exception as exc:  # noqa: BLE001 - the user's closure failed
-                stats, error = None, exc
-            result_ns = time.time_ns()
-            worker = ""
-            if stats is not None:
-                worker = _worker_of(item.remote)
-                examples = self.examples_per_step if self.examples_per_step is not None else int(stats["examples"])
+                worker = ""
+                row = stats.get(item.closure_id)
+                if error is None:
+                    worker = task_of_device(_stats_handle(item.remote).device) or ""
+                if row is not None:
+                    self._write_step(item.closure_id, worker, dict(zip(_STATS, row)))
                 self._writer.append(
-                    "step",
-                    task=worker,
-                    step=item.closure_id,
-                    begin_ns=int(round(float(stats["begin"]) * 1e9)),
-                    end_ns=int(round(float(stats["end"]) * 1e9)),
-                    input_wait_ns=int(round(float(stats["wait"]) * 1e9)),
-                    examples=max(examples, 0),
-                    clock_task=worker,
-                    steps=int(stats["steps"]),
+                    "closure",
+                    worker=worker,
+                    closure_id=item.closure_id,
+                    dispatch_ns=item.dispatch_ns,
+                    result_ns=result_ns,
+                    ok=error is None,
+                    error="" if error is None else f"{type(error).__name__}: {error}"[:MAX_ERROR_CHARS],
                 )
-                self._examples[worker] += max(examples, 0)
-                if not self._probes_started:
-                    self._start_probes()
-            self._writer.append(
-                "closure",
-                worker=worker,
-                closure_id=item.closure_id,
-                dispatch_ns=item.dispatch_ns,
-                result_ns=result_ns,
-                ok=error is None,
-                error="" if error is None else f"{type(error).__name__}: {error}"[:MAX_ERROR_CHARS],
-            )
-            self.closures_recorded += 1
-        except Exception as exc:  # noqa: BLE001 - never let bookkeeping die
-            logger.warning("tfdiag: cannot record closure %d: %r", item.closure_id, exc)
+                self.closures_recorded += 1
+            except Exception as exc:  # noqa: BLE001 - never let bookkeeping die
+                logger.warning("tfdiag: cannot record closure %d: %r", item.closure_id, exc)
+
+    def _write_step(self, closure_id: int, worker: str, stats: dict) -> None:
+        examples = self.examples_per_step if self.examples_per_step is not None else int(stats["examples"])
+        self._writer.append(
+            "step",
+            task=worker,
+            step=closure_id,
+            begin_ns=int(round(stats["begin"] * 1e9)),
+            end_ns=int(round(stats["end"] * 1e9)),
+            input_wait_ns=int(round(stats["wait"] * 1e9)),
+            examples=max(examples, 0),
+            clock_task=worker,
+            steps=int(stats["steps"]),
+        )
+        self._examples[worker] += max(examples, 0)
+        if not self._probes_started:
+            self._start_probes()
 
 
 def instrument_coordinator(coordinator, logdir, examples_per_step: int | None = None, *,

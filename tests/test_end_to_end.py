@@ -50,7 +50,11 @@ def test_slow_worker_is_named_the_straggler(analysed, capsys):
     assert report["summary"]["primary_bottleneck"] == "straggler"
     [straggler] = [f for f in report["findings"] if f["kind"] == "straggler"]
     assert straggler["tasks"] == ["worker:1"]
-    assert straggler["recommendation"]["predicted_speedup"] > 1.2
+    # All five tasks share this host's cores: the advisor holds the gain to the idle CPU
+    # (1.15-1.5 here, by the load), below the model's own ~1.5.
+    assert straggler["recommendation"]["predicted_speedup"] > 1.05
+    limit = straggler["evidence"].get("host_cpu_limit")
+    assert (limit["unlimited_speedup"] if limit else straggler["recommendation"]["predicted_speedup"]) > 1.2
     assert report["run"]["skipped_records"] == 0
     assert {w["task"] for w in report["workers"]} == {"worker:0", "worker:1"}
 

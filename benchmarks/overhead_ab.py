@@ -1,0 +1,159 @@
+"""Collector overhead on ps_ctl, A/B inside one cluster: plain against instrumented closures.
+
+``overhead.py`` compares whole runs with and without collectors; on a shared 2-core
+machine its pairs scatter by several per cent, more than the effect. This benchmark
+removes run-to-run variation: it starts ps_ctl's servers (2 ps, 2 workers) once, plays
+the coordinator itself, and alternates phases of ``--closures`` closures scheduled
+through the plain ``ClusterCoordinator`` (A) and through ``instrument_coordinator``'s
+wrapper of the same coordinator (B): same processes, model, iterator and warm state.
+The ratio of each B phase's throughput to the mean of its neighbouring A phases is
+the per-closure cost (in-graph timing, result fetch, records). Each phase also counts
+CPU seconds per closure, split between the training tasks (workers and ps) and the
+coordinator: on a real cluster the coordinator has a host of its own, and only the
+first can slow training; here all five processes share two cores.
+
+The collectors' background threads (RPC probe, system sampler, writer) run through both
+phases, so the A/B cannot see them; their cost is measured instead as the CPU time of
+their threads against the CPU time of every process of the job over the same window.
+
+    python benchmarks/overhead_ab.py --phases 16 --closures 20     # under tools/loopback-only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+import psutil
+
+from tfdiag.sample_jobs.jobs import JobConfig
+from tfdiag.sample_jobs.launcher import LocalCluster
+
+BACKGROUND_THREADS = ("tfdiag-rpc-probe", "tfdiag-system", "tfdiag-writer")
+
+
+def thread_cpu_s(names) -> float:
+    """CPU seconds so far of this process's threads whose name starts with one of ``names``."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for thread in threading.enumerate():
+        if not thread.name.startswith(tuple(names)) or thread.native_id is None:
+            continue
+        try:
+            with open(f"/proc/self/task/{thread.native_id}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return total
+
+
+def cpu_s(pids) -> float:
+    """CPU seconds so far of the processes ``pids``."""
+    total = 0.0
+    for pid in pids:
+        try:
+            times = psutil.Process(pid).cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system
+    return total
+
+
+def run_phases(coordinators: dict, train, iterator, phases: int, closures: int, examples_per_closure: int,
+               task_pids) -> dict:
+    """Alternates A and B phases (ABBA order).
+
+    Returns, by coordinator name, each phase's examples/s and the CPU seconds per closure
+    of the training tasks (``task_pids``) and of this process (the coordinator).
+    """
+    phase_results = {name: {"rate": [], "task_cpu": [], "coordinator_cpu": []} for name in coordinators}
+    names = list(coordinators)
+    for phase in range(phases):
+        for name in names if phase % 2 == 0 else reversed(names):
+            coordinator, result = coordinators[name], phase_results[name]
+            tasks_before, own_before, start = cpu_s(task_pids), cpu_s([os.getpid()]), time.perf_counter()
+            for _ in range(closures):
+                coordinator.schedule(train, args=(iterator,))
+            coordinator.join()
+            result["rate"].append(closures * examples_per_closure / (time.perf_counter() - start))
+            result["task_cpu"].append((cpu_s(task_pids) - tasks_before) / closures)
+            result["coordinator_cpu"].append((cpu_s([os.getpid()]) - own_before) / closures)
+        print(f"  phase {phase}: " + ", ".join(f"{n}={phase_results[n]['rate'][-1]:.0f}" for n in names),
+              file=sys.stderr, flush=True)
+    return phase_results
+
+
+def measure(phases: int, closures: int, logdir: str) -> dict:
+    config = JobConfig("ps_ctl", logdir, ps=2, workers=2)
+    cluster = LocalCluster(config)
+    try:
+        cluster.start(job_tasks=False)
+        os.environ["TF_CONFIG"] = json.dumps({"cluster": cluster.cluster, "task": {"type": "chief", "index": 0}})
+        import tensorflow as tf
+
+        from tfdiag.collectors import instrument_coordinator
+        from tfdiag.sample_jobs import ps_ctl
+        from tfdiag.sample_jobs.task import wait_for_cluster
+
+        _, strategy = ps_ctl.make_strategy(tf, config)
+        wait_for_cluster(cluster.cluster, "chief:0")
+        plain = tf.distribute.coordinator.ClusterCoordinator(strategy)
+        instrumented = instrument_coordinator(plain, logdir)
+        with strategy.scope():
+            model = ps_ctl.MLP(tf, strategy, config.hidden)
+        instrumented.record_placement(model.variables)
+        steps = ps_ctl.STEPS_PER_CLOSURE
+        train = ps_ctl.make_train_steps(tf, strategy, model, config, steps)
+        dataset_fn = ps_ctl.make_dataset_fn(tf, config)
+        iterator = iter(plain.create_per_worker_dataset(tf.function(lambda: dataset_fn())))
+        coordinators = {"plain": plain, "instrumented": instrumented}
+        task_pids = [task.process.pid for task in cluster.tasks.values()]
+        examples = steps * config.batch_size
+        run_phases(coordinators, train, iterator, 2, closures, examples, task_pids)  # warm-up: trace both paths
+        job_pids = [os.getpid(), *task_pids]
+        cpu_before, background_before = cpu_s(job_pids), thread_cpu_s(BACKGROUND_THREADS)
+        results = run_phases(coordinators, train, iterator, phases, closures, examples, task_pids)
+        job_cpu, background_cpu = cpu_s(job_pids) - cpu_before, thread_cpu_s(BACKGROUND_THREADS) - background_before
+        instrumented.close()
+    finally:
+        cluster.stop()
+    a, b = results["plain"], results["instrumented"]
+    # Each B phase against the mean of the A phases around it: drift between phases cancels.
+    ratios = [b["rate"][i] / statistics.mean(a["rate"][max(i - 1, 0):i + 2]) for i in range(phases)]
+    return {"phases": phases, "closures": closures, "ratio": statistics.median(ratios), "ratios": ratios,
+            **{f"{name}_{key}": statistics.median(values) for name, result in results.items()
+               for key, values in result.items()},
+            "background_cpu_s": background_cpu, "job_cpu_s": job_cpu, "background_share": background_cpu / job_cpu}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--phases", type=int, default=16, help="phases of each kind")
+    parser.add_argument("--closures", type=int, default=20, help="closures per phase (10 steps each)")
+    parser.add_argument("--logdir", default=None, help="where the run goes (default: a temp dir)")
+    args = parser.parse_args(argv)
+    result = measure(args.phases, args.closures, args.logdir or tempfile.mkdtemp(prefix="tfdiag-overhead-ab-"))
+    r = result
+    quartiles = statistics.quantiles(r["ratios"], n=4)
+    print("| phases | closures per phase | examples/s plain → instrumented (medians) | throughput ratio (median) "
+          "| ratio quartiles | training tasks' CPU ms per closure | coordinator's CPU ms per closure "
+          "| background threads' share of job CPU |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print(f"| {r['phases']} × 2 | {r['closures']} | {r['plain_rate']:.0f} → {r['instrumented_rate']:.0f} | "
+          f"{r['ratio']:.3f} | {quartiles[0]:.3f}–{quartiles[2]:.3f} | "
+          f"{r['plain_task_cpu'] * 1e3:.1f} → {r['instrumented_task_cpu'] * 1e3:.1f} "
+          f"({r['instrumented_task_cpu'] / r['plain_task_cpu'] - 1:+.1%}) | "
+          f"{r['plain_coordinator_cpu'] * 1e3:.1f} → {r['instrumented_coordinator_cpu'] * 1e3:.1f} | "
+          f"{r['background_share']:.2%} ({r['background_cpu_s']:.2f} of {r['job_cpu_s']:.1f} CPU-s) |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
