@@ -14,10 +14,11 @@ calls ``fn`` and also returns, measured in-graph on the worker:
 The worker that ran a closure is the device its outputs stay on until they are fetched
 (asking in-graph, with ``experimental_get_current_worker_index()``, would feed the
 index to every call as an extra input). The caller gets back a RemoteValue of ``fn``'s
-own outputs. A background thread waits for the closures to finish and writes one
-``step`` record (task and clock ``worker:<index>``) and one ``closure`` record (dispatch and result time on the
-coordinator's clock) per closure into the coordinator's task file. A failed closure is
-recorded with ``ok=False`` and its error message.
+own outputs. A background thread watches the closures finish, copies their timings
+from each worker in batches (``FETCH_EVERY_S``), and writes one ``step`` record (task
+and clock ``worker:<index>``) and one ``closure`` record (dispatch and result time on
+the coordinator's clock) per closure into the coordinator's task file. A failed closure
+is recorded with ``ok=False`` and its error message.
 
 Besides steps and closures the instrumented coordinator runs, each on its own daemon
 thread and off the training thread:
@@ -56,8 +57,8 @@ logger = logging.getLogger("tfdiag")
 # benchmarks/overhead.py runs: GIL time taken from the coordinator's dispatch threads.
 RESULT_POLL_S = 0.05
 # How often the timings of finished closures are copied from the workers (and whenever
-# no closure is left in flight). One copy per closure cost the training tasks about 2 %
-# more CPU on ps_ctl (benchmarks/overhead_ab.py); batched, it is one per worker per second.
+# no closure is left in flight): one op and one copy per worker per fetch, instead of
+# one per closure. Their records reach the writer at most this much later.
 FETCH_EVERY_S = 1.0
 # How long ``close()`` waits for closures still in flight before dropping their records.
 CLOSE_TIMEOUT_S = 30.0
@@ -415,7 +416,7 @@ class InstrumentedCoordinator:
         while True:
             with self._cv:
                 if not self._pending and not self._closing:
-                    self._cv.wait(timeout=FETCH_EVERY_S if finished else None)
+                    self._cv.wait()  # nothing in flight, nothing unrecorded (flushed when idle)
                 pending = list(self._pending)
                 closing = self._closing
             if closing and pending and time.monotonic() > self._close_deadline:
