@@ -8,7 +8,7 @@ import pandas as pd
 # fastest round trips bound the offset tightest (Cristian's method).
 FASTEST_FRACTION = 0.25
 
-COLUMNS = ["src", "dst", "samples", "rtt_p50_ns", "rtt_p95_ns", "rtt_p99_ns", "offset_ns",
+COLUMNS = ["src", "dst", "samples", "rtt_min_ns", "rtt_p50_ns", "rtt_p95_ns", "rtt_p99_ns", "offset_ns",
            "offset_uncertainty_ns", "bandwidth_bps"]
 
 
@@ -22,7 +22,8 @@ def latency_probes(rpc: pd.DataFrame) -> pd.DataFrame:
 def link_table(rpc: pd.DataFrame) -> pd.DataFrame:
     """Round-trip statistics and clock offset per (src, dst).
 
-    Columns: ``src``, ``dst``, ``samples``, ``rtt_p50_ns``, ``rtt_p95_ns``, ``rtt_p99_ns``,
+    Columns: ``src``, ``dst``, ``samples``, ``rtt_min_ns`` (what the path itself costs: load on
+    either end only adds to it), ``rtt_p50_ns``, ``rtt_p95_ns``, ``rtt_p99_ns``,
     ``offset_ns`` (dst clock minus src clock, from the fastest probes),
     ``offset_uncertainty_ns`` (half the fastest round trip: Cristian's bound), and
     ``bandwidth_bps`` (bytes per second from payload probes, NaN without them: the extra
@@ -45,7 +46,8 @@ def link_table(rpc: pd.DataFrame) -> pd.DataFrame:
     table = grouped.quantile([0.5, 0.95, 0.99]).unstack()
     table.columns = ["rtt_p50_ns", "rtt_p95_ns", "rtt_p99_ns"]
     table["samples"] = grouped.size()
-    table["offset_uncertainty_ns"] = grouped.min() / 2
+    table["rtt_min_ns"] = grouped.min()
+    table["offset_uncertainty_ns"] = table["rtt_min_ns"] / 2
     cutoff = grouped.transform("quantile", FASTEST_FRACTION)
     table["offset_ns"] = ping[ping["rtt"] <= cutoff].groupby(keys, observed=True)["offset"].median()
     bulk = probes[probes["payload"] > 0].groupby(keys, observed=True)[["rtt", "payload"]].median()
