@@ -16,6 +16,11 @@ The collectors' background threads (RPC probe, system sampler, writer) run throu
 phases, so the A/B cannot see them; their cost is measured instead as the CPU time of
 their threads against the CPU time of every process of the job over the same window.
 
+For the Keras jobs (``mwms_fit``), what ``DiagnosticsCallback`` adds to each training
+step in the training thread is timed directly: its batch hooks, called as Keras calls
+them, with a real writer behind them (the all-reduce probe's own time is in each run's
+``allreduce`` records).
+
     python benchmarks/overhead_ab.py --phases 16 --closures 20     # under tools/loopback-only
 """
 
@@ -133,13 +138,33 @@ def measure(phases: int, closures: int, logdir: str) -> dict:
             "background_cpu_s": background_cpu, "job_cpu_s": job_cpu, "background_share": background_cpu / job_cpu}
 
 
+def callback_batch_cost_us(batches: int, logdir: str) -> float:
+    """Microseconds ``DiagnosticsCallback``'s batch hooks take per training step."""
+    from tfdiag.collectors import DiagnosticsCallback
+
+    callback = DiagnosticsCallback(logdir, examples_per_step=256, system_interval_s=None)
+    callback.on_train_begin()
+    start = time.perf_counter()
+    for batch in range(batches):
+        callback.on_train_batch_begin(batch)
+        callback.on_train_batch_end(batch)
+    elapsed = time.perf_counter() - start
+    callback.on_train_end()
+    assert callback.steps_recorded == batches
+    return elapsed / batches * 1e6
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--phases", type=int, default=16, help="phases of each kind")
     parser.add_argument("--closures", type=int, default=20, help="closures per phase (10 steps each)")
     parser.add_argument("--logdir", default=None, help="where the run goes (default: a temp dir)")
+    parser.add_argument("--batches", type=int, default=200_000, help="callback hook calls to time")
     args = parser.parse_args(argv)
-    result = measure(args.phases, args.closures, args.logdir or tempfile.mkdtemp(prefix="tfdiag-overhead-ab-"))
+    logdir = args.logdir or tempfile.mkdtemp(prefix="tfdiag-overhead-ab-")
+    hooks_us = callback_batch_cost_us(args.batches, os.path.join(logdir, "callback"))
+    print(f"DiagnosticsCallback batch hooks: {hooks_us:.1f} µs per step ({args.batches} steps)")
+    result = measure(args.phases, args.closures, logdir)
     r = result
     quartiles = statistics.quantiles(r["ratios"], n=4)
     print("| phases | closures per phase | examples/s plain → instrumented (medians) | throughput ratio (median) "

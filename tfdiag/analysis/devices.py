@@ -89,7 +89,7 @@ def shared_worker_host(cluster: dict, reference_task: str | None, system: pd.Dat
     reference_hosts = set(system.loc[system["task"] == reference_task, "host"])
     addresses = cluster.get("worker") or []
     hosts = set()
-    for worker in steps["task"].astype(str).unique():
+    for worker in map(str, steps["task"].unique()):
         own = set(system.loc[system["task"] == worker, "host"])
         if not own:
             job, _, index = worker.partition(":")
@@ -104,8 +104,9 @@ def shared_worker_host(cluster: dict, reference_task: str | None, system: pd.Dat
     host = hosts.pop()
     if not gpu.empty and host in set(gpu["host"].astype(str)):
         return None
-    timed = steps.loc[~steps["warmup"]] if (~steps["warmup"]).any() else steps
-    window = system[(system["host"] == host) & system["time_ns"].between(timed["begin_ns"].min(), timed["end_ns"].max())]
+    timed = ~steps["warmup"] if not steps["warmup"].all() else steps["warmup"]  # masks: no copy of the steps
+    start, end = steps["begin_ns"][timed].min(), steps["end_ns"][timed].max()
+    window = system[(system["host"] == host) & system["time_ns"].between(start, end)]
     cpu = window["cpu_pct"].dropna()
     if len(cpu) < MIN_CPU_SAMPLES:
         return None

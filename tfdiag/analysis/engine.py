@@ -38,4 +38,3 @@ def analyze(run: str | os.PathLike | LoadedRun, progress: ProgressCallback | Non
         steps=measured.steps,
         timelines=build_timelines(measured),
     )
-
