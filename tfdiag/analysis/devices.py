@@ -84,23 +84,21 @@ def shared_worker_host(cluster: dict, reference_task: str | None, system: pd.Dat
     """
     if system.empty or steps.empty:
         return None
-    system = system.assign(host=system["host"].astype(str), task=system["task"].astype(str))
-    sampled = set(system["host"])
-    reference_hosts = set(system.loc[system["task"] == reference_task, "host"])
+    hosts_of = {str(task): set(map(str, hosts))
+                for task, hosts in system.groupby("task", observed=True)["host"].unique().items()}
+    sampled = set().union(*hosts_of.values())
     addresses = cluster.get("worker") or []
     hosts = set()
     for worker in map(str, steps["task"].unique()):
-        own = set(system.loc[system["task"] == worker, "host"])
+        own = hosts_of.get(worker)
         if not own:
             job, _, index = worker.partition(":")
             address = addresses[int(index)] if job == "worker" and int(index or 0) < len(addresses) else ""
             name = address.rsplit(":", 1)[0]
-            own = reference_hosts if name in LOOPBACK_HOSTS else {name} & sampled
-        if len(own) != 1:
-            return None
+            own = hosts_of.get(reference_task, set()) if name in LOOPBACK_HOSTS else {name} & sampled
         hosts |= own
-    if len(hosts) != 1:
-        return None
+        if len(own) != 1 or len(hosts) != 1:
+            return None
     host = hosts.pop()
     if not gpu.empty and host in set(gpu["host"].astype(str)):
         return None
