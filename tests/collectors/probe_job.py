@@ -1,7 +1,8 @@
 """Run by test_probe.py in its own process: the chief of a 2 ps + 2 worker cluster.
 
 Usage: python probe_job.py LOGDIR SECONDS  (TF_CONFIG names this process chief:0)
-Trains a small model for SECONDS with every collector at a fast rate, then prints JSON.
+Trains a small model for SECONDS with every collector at a fast rate, and on until the
+probe has run PROBE_ROUNDS rounds (the 10th carries the payload), then prints JSON.
 """
 
 import json
@@ -31,9 +32,13 @@ def step():
     return tf.reduce_sum(bias)
 
 
+PROBE_ROUNDS = 12
+MAX_SECONDS = 60
+
 start = time.monotonic()
 steps = 0
-while time.monotonic() - start < seconds:
+prober = coordinator.collectors["rpc"]
+while time.monotonic() - start < seconds or (prober.probes < PROBE_ROUNDS and time.monotonic() - start < MAX_SECONDS):
     for _ in range(10):
         coordinator.schedule(step)
     coordinator.join()

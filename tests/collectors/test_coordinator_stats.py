@@ -9,11 +9,12 @@ import pytest
 from tfdiag.collectors import coordinator
 
 
-def finished_closure(tf, stats, device="/job:localhost/replica:0/task:0/device:CPU:0"):
-    """A stand-in for a finished RemoteValueImpl: ``(fn's outputs, stats)`` on ``device``."""
+def finished_closure(tf, stats, device="/job:localhost/replica:0/task:0/device:CPU:0", fetched=False):
+    """A stand-in for a finished RemoteValueImpl: ``(fn's outputs, stats)`` on ``device``,
+    and copied to the coordinator when ``fetched`` (the caller kept the result)."""
     with tf.device(device):
         values = (tf.constant(0.5), tf.constant(stats, tf.float64))
-    return types.SimpleNamespace(_values=values)
+    return types.SimpleNamespace(_values=values, _has_fetched_to_local=fetched, _fetched_tensors=values if fetched else None)
 
 
 def test_one_stacked_copy_per_device_keeps_the_order():
@@ -25,6 +26,14 @@ def test_one_stacked_copy_per_device_keeps_the_order():
 def test_an_unreadable_device_loses_only_its_timings(caplog):
     tf = pytest.importorskip("tensorflow")
     good = finished_closure(tf, [1.0, 2.0, 0.0, 32.0, 10.0])
-    gone = types.SimpleNamespace(_values=(None, types.SimpleNamespace(device="/job:worker/replica:0/task:7/device:CPU:0")))
+    gone = types.SimpleNamespace(_values=(None, types.SimpleNamespace(device="/job:worker/replica:0/task:7/device:CPU:0")),
+                                 _has_fetched_to_local=False)
     assert coordinator._fetch_stats([gone, good]) == [None, [1.0, 2.0, 0.0, 32.0, 10.0]]
     assert "task:7" in caplog.text
+
+
+def test_timings_the_caller_kept_are_read_where_they_are():
+    tf = pytest.importorskip("tensorflow")
+    kept = finished_closure(tf, [3.0, 4.0, 0.0, 32.0, 10.0], fetched=True)
+    kept._values = (None, types.SimpleNamespace(device="/job:worker/replica:0/task:7/device:CPU:0"))  # unreachable
+    assert coordinator._fetch_stats([kept]) == [[3.0, 4.0, 0.0, 32.0, 10.0]]
