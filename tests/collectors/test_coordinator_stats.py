@@ -37,3 +37,40 @@ def test_timings_the_caller_kept_are_read_where_they_are():
     kept = finished_closure(tf, [3.0, 4.0, 0.0, 32.0, 10.0], fetched=True)
     kept._values = (None, types.SimpleNamespace(device="/job:worker/replica:0/task:7/device:CPU:0"))  # unreachable
     assert coordinator._fetch_stats([kept]) == [[3.0, 4.0, 0.0, 32.0, 10.0]]
+
+
+class FakeRemoteValue:
+    """The part of RemoteValueImpl the copy override touches."""
+
+    def __init__(self):
+        self._values = ("loss on the worker", "stats on the worker")
+        self.copies = 0
+
+    def _copy_to_local(self):
+        self.copies += 1
+        return ("loss here", "stats here")
+
+    def get(self):
+        return self._copy_to_local()
+
+
+class View:
+    pass
+
+
+def test_outputs_are_copied_only_while_the_caller_holds_the_result():
+    remote, view = FakeRemoteValue(), View()
+    coordinator._copy_only_while_viewed(remote, view)
+    assert remote.get() == ("loss here", "stats here") and remote.copies == 1
+    del view  # the caller dropped its result: nothing is copied for the result thread
+    assert remote.get() == ("loss on the worker", "stats on the worker") and remote.copies == 1
+
+
+def test_the_copy_override_makes_no_reference_cycle():
+    import weakref
+
+    remote, view = FakeRemoteValue(), View()
+    coordinator._copy_only_while_viewed(remote, view)
+    dead = weakref.ref(remote)
+    del remote  # freed by reference counting, not left for the cycle collector
+    assert dead() is None
