@@ -238,6 +238,12 @@ def _stats_handle(remote):
     return remote._values[1]  # noqa: SLF001
 
 
+def _copied_to_local(remote) -> bool:
+    """Whether TensorFlow copied the closure's outputs here (``_copy_only_while_viewed``
+    hands back the remote handles themselves when nobody holds the result)."""
+    return remote._has_fetched_to_local and remote._fetched_tensors is not remote._values  # noqa: SLF001
+
+
 def _fetch_stats(remotes) -> list[list[float] | None]:
     """The stats vectors of finished closures: one op and one copy per worker.
 
@@ -249,7 +255,7 @@ def _fetch_stats(remotes) -> list[list[float] | None]:
     stats: list[list[float] | None] = [None] * len(remotes)
     by_device = collections.defaultdict(list)
     for position, remote in enumerate(remotes):
-        if remote._has_fetched_to_local:  # noqa: SLF001
+        if _copied_to_local(remote):
             stats[position] = remote._fetched_tensors[1].numpy().tolist()  # noqa: SLF001
         else:
             by_device[_stats_handle(remote).device].append(position)

@@ -14,7 +14,8 @@ def finished_closure(tf, stats, device="/job:localhost/replica:0/task:0/device:C
     and copied to the coordinator when ``fetched`` (the caller kept the result)."""
     with tf.device(device):
         values = (tf.constant(0.5), tf.constant(stats, tf.float64))
-    return types.SimpleNamespace(_values=values, _has_fetched_to_local=fetched, _fetched_tensors=values if fetched else None)
+    local = tuple(tf.identity(value) for value in values) if fetched else None
+    return types.SimpleNamespace(_values=values, _has_fetched_to_local=fetched, _fetched_tensors=local)
 
 
 def test_one_stacked_copy_per_device_keeps_the_order():
@@ -29,6 +30,15 @@ def test_an_unreadable_device_loses_only_its_timings(caplog):
     gone = types.SimpleNamespace(_values=(None, types.SimpleNamespace(device="/job:worker/replica:0/task:7/device:CPU:0")),
                                  _has_fetched_to_local=False)
     assert coordinator._fetch_stats([gone, good]) == [None, [1.0, 2.0, 0.0, 32.0, 10.0]]
+    assert "task:7" in caplog.text
+
+
+def test_handles_handed_back_uncopied_are_fetched_in_the_batch(caplog):
+    pytest.importorskip("tensorflow")
+    unreachable = (None, types.SimpleNamespace(device="/job:worker/replica:0/task:7/device:CPU:0"))
+    # What RemoteValueImpl holds after get() when nobody kept the result: the remote handles.
+    dropped = types.SimpleNamespace(_values=unreachable, _has_fetched_to_local=True, _fetched_tensors=unreachable)
+    assert coordinator._fetch_stats([dropped]) == [None]  # asked of its worker, not read as if copied
     assert "task:7" in caplog.text
 
 
