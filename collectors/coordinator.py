@@ -198,7 +198,8 @@ def _copy_only_while_viewed(remote, view) -> None:
     outlive the worker), and runs the worker's next closure only after. The result
     thread holds every RemoteValue until it has read the timings, which made that copy
     happen for every closure, of outputs the caller had dropped: 2.2 ms of the
-    coordinator's CPU per closure on ps_ctl, 0.3 ms without it (benchmarks/overhead_ab.py).
+    coordinator's CPU per closure on ps_ctl, none measurable without it
+    (benchmarks/overhead_ab.py).
     With this, outputs are copied as TensorFlow would for the caller's view alone; the
     result thread reads the other timings from the workers in its batches
     (``_fetch_stats``).
