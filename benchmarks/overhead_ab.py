@@ -15,6 +15,8 @@ first can slow training; here all five processes share two cores.
 The collectors' background threads (RPC probe, system sampler, writer) run through both
 phases, so the A/B cannot see them; their cost is measured instead as the CPU time of
 their threads against the CPU time of every process of the job over the same window.
+What they cost the other tasks (serving the probe) spreads over both phases too and is
+in neither figure: only ``overhead.py``'s whole runs include it.
 
 For the Keras jobs (``mwms_fit``), what ``DiagnosticsCallback`` adds to each training
 step in the training thread is timed directly: its batch hooks, called as Keras calls
@@ -96,6 +98,7 @@ def run_phases(coordinators: dict, train, iterator, phases: int, closures: int, 
 
 
 def measure(phases: int, closures: int, logdir: str) -> dict:
+    """Starts the servers, runs the A/B phases as the coordinator, and summarises them."""
     config = JobConfig("ps_ctl", logdir, ps=2, workers=2)
     cluster = LocalCluster(config)
     try:
