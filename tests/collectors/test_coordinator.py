@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
-from tfdiag.sample_jobs.jobs import JobConfig
-from tfdiag.sample_jobs.launcher import LocalCluster
 from tfdiag.store import log_dir, read_task_file
+
+from .chief import run_as_chief
 
 pytestmark = pytest.mark.cluster
 
@@ -21,18 +17,7 @@ JOB = Path(__file__).with_name("coordinator_job.py")
 
 
 def test_failing_closure_is_recorded_and_results_pass_through(tmp_path):
-    config = JobConfig("ps_ctl", str(tmp_path), ps=1, workers=1)
-    cluster = LocalCluster(config)
-    try:
-        cluster.start(job_tasks=False)
-        env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": cluster.cluster, "task": {"type": "chief", "index": 0}}))
-        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        done = subprocess.run([sys.executable, str(JOB), str(tmp_path)], env=env, capture_output=True, text=True,
-                              timeout=150)
-    finally:
-        cluster.stop()
-    assert done.returncode == 0, done.stderr[-4000:]
-    outcome = json.loads(done.stdout.strip().splitlines()[-1])
+    outcome, _ = run_as_chief(JOB, tmp_path, ps=1, workers=1, timeout_s=150)
     assert outcome == {"first": 16.0, "error": "InvalidArgumentError", "third": 16.0, "done": True,
                        "strategy": "ParameterServerStrategyV2", "closures_recorded": 3}
 

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tfdiag.analysis.load import load_run
-from tfdiag.sample_jobs.jobs import JobConfig
-from tfdiag.sample_jobs.launcher import LocalCluster
+
+from .chief import run_as_chief
 
 JOB = Path(__file__).with_name("tf1_job.py")
 STEPS = 20
@@ -41,17 +37,7 @@ def test_parse_recv_label_and_transfer_rows():
 
 @pytest.mark.cluster
 def test_tf1_session_transfers_match_variable_sizes(tmp_path):
-    cluster = LocalCluster(JobConfig("ps_ctl", str(tmp_path), ps=2, workers=1))
-    try:
-        cluster.start(job_tasks=False)
-        env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": cluster.cluster, "task": {"type": "chief", "index": 0}}))
-        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        done = subprocess.run([sys.executable, str(JOB), str(tmp_path), str(STEPS)], env=env, capture_output=True,
-                              text=True, timeout=180)
-    finally:
-        cluster.stop()
-    assert done.returncode == 0, done.stderr[-4000:]
-    outcome = json.loads(done.stdout.strip().splitlines()[-1])
+    outcome, _ = run_as_chief(JOB, tmp_path, STEPS, ps=2, workers=1)
     traces = STEPS // TRACE_EVERY
     assert outcome["steps"] == STEPS and outcome["traces"] == traces
     assert outcome["variable_bytes"] == {"ps:0": 9216, "ps:1": 128}

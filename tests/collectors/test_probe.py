@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tfdiag.analysis.links import link_table
 from tfdiag.analysis.load import load_run
-from tfdiag.sample_jobs.jobs import JobConfig
-from tfdiag.sample_jobs.launcher import LocalCluster
+
+from .chief import run_as_chief
 
 pytestmark = pytest.mark.cluster
 
@@ -24,18 +20,9 @@ SECONDS = 4
 @pytest.fixture(scope="module")
 def probed_run(tmp_path_factory):
     logdir = tmp_path_factory.mktemp("probe")
-    cluster = LocalCluster(JobConfig("ps_ctl", str(logdir), ps=2, workers=2))
-    try:
-        cluster.start(job_tasks=False)
-        env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": cluster.cluster, "task": {"type": "chief", "index": 0}}))
-        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        done = subprocess.run([sys.executable, str(JOB), str(logdir), str(SECONDS)], env=env, capture_output=True,
-                              text=True, timeout=180)
-    finally:
-        cluster.stop()
-    assert done.returncode == 0, done.stderr[-4000:]
-    assert "retracing" not in done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1]), load_run(logdir)
+    outcome, stderr = run_as_chief(JOB, logdir, SECONDS, ps=2, workers=2)
+    assert "retracing" not in stderr
+    return outcome, load_run(logdir)
 
 
 def test_probes_cover_every_link_and_offsets_stay_within_uncertainty(probed_run):
