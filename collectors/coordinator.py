@@ -25,7 +25,7 @@ thread and off the training thread:
 
 * the RPC probe (``rpc_probe``): from the coordinator to every worker and ps, and from
   every worker to every ps (a function the coordinator runs with its timestamps on the
-  worker, outside the closure queue), every ``probe_interval_s``;
+  worker, outside the closure queue), a few links every ``probe_interval_s``;
 * the system sampler (``system``) of the coordinator's host, every ``system_interval_s``;
 * fault capture (``faults``): the coordinator's own log lines about failed workers,
   re-scheduled closures and recoveries become ``fault`` records;
@@ -537,8 +537,10 @@ def instrument_coordinator(coordinator, logdir, examples_per_step: int | None = 
             ``logdir/plugins/tfdiag/``.
         examples_per_step: examples one closure consumes; by default the leading
             dimension of the elements its iterators yield.
-        probe_interval_s: seconds between RPC probe rounds (coordinator → every task,
-            worker → every ps); ``None`` or 0 turns the probe off.
+        probe_interval_s: seconds between RPC probe rounds; each round probes the next
+            two links in turn (coordinator → every task, worker → every ps), so each
+            link is probed every ``probe_interval_s * ceil(links / 2)`` seconds;
+            ``None`` or 0 turns the probe off.
         system_interval_s: seconds between system samples; ``None`` or 0: off.
         capture_faults: turn the coordinator's log lines about failures, retries and
             recoveries into ``fault`` records.

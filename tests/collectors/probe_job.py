@@ -2,7 +2,8 @@
 
 Usage: python probe_job.py LOGDIR SECONDS  (TF_CONFIG names this process chief:0)
 Trains a small model for SECONDS with every collector at a fast rate, and on until the
-probe has run PROBE_ROUNDS rounds (the 10th carries the payload), then prints JSON.
+probe has passed PROBE_PASSES times over every link (the 10th pass carries the payload),
+then prints JSON.
 """
 
 import json
@@ -22,7 +23,7 @@ with strategy.scope():
     kernel = tf.Variable(tf.zeros([64, 32]), name="kernel")  # 8192 bytes
     bias = tf.Variable(tf.zeros([32]), name="bias")  # 128 bytes
 coordinator = instrument_coordinator(tf.distribute.coordinator.ClusterCoordinator(strategy), logdir,
-                                     probe_interval_s=0.2, system_interval_s=0.2, variables=[kernel, bias])
+                                     probe_interval_s=0.05, system_interval_s=0.2, variables=[kernel, bias])
 
 
 @tf.function
@@ -32,13 +33,13 @@ def step():
     return tf.reduce_sum(bias)
 
 
-PROBE_ROUNDS = 12
+PROBE_PASSES = 12
 MAX_SECONDS = 60
 
 start = time.monotonic()
 steps = 0
 prober = coordinator.collectors["rpc"]
-while time.monotonic() - start < seconds or (prober.probes < PROBE_ROUNDS and time.monotonic() - start < MAX_SECONDS):
+while time.monotonic() - start < seconds or (prober.passes < PROBE_PASSES and time.monotonic() - start < MAX_SECONDS):
     for _ in range(10):
         coordinator.schedule(step)
     coordinator.join()

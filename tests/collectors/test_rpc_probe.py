@@ -34,7 +34,7 @@ def fake_probe(calls, down=()):
 def test_one_call_per_round_and_records_per_leg(monkeypatch):
     writer = FakeWriter("chief:0")
     prober = RpcProber(writer, "chief:0", ["worker:0", "ps:0"], interval_s=0.01, payload_every=0,
-                       relays=[("worker:0", "ps:0")])
+                       relays=[("worker:0", "ps:0")], legs_per_round=3)
     calls = []
     monkeypatch.setattr(prober, "probe", fake_probe(calls))
     prober._probe_once()
@@ -42,6 +42,22 @@ def test_one_call_per_round_and_records_per_leg(monkeypatch):
     assert [(r["src"], r["dst"]) for r in writer.records["rpc"]] == [
         ("chief:0", "worker:0"), ("chief:0", "ps:0"), ("worker:0", "ps:0")]
     assert writer.records["rpc"][0]["send_ns"] == 1_000_000_000 and writer.records["rpc"][0]["recv_ns"] == 1_001_000_000
+
+
+def test_rounds_take_the_links_in_turn_and_every_other_pass_carries_the_payload(monkeypatch):
+    writer = FakeWriter("chief:0")
+    prober = RpcProber(writer, "chief:0", ["worker:0", "ps:0", "ps:1"], interval_s=0.01, payload_every=2,
+                       relays=[("worker:0", "ps:0"), ("worker:0", "ps:1")], legs_per_round=2)
+    calls = []
+    monkeypatch.setattr(prober, "probe", fake_probe(calls))
+    for _ in range(6):
+        prober._probe_once()
+    direct = [(None, "worker:0"), (None, "ps:0"), (None, "ps:1")]
+    relayed = [("worker:0", "ps:0"), ("worker:0", "ps:1")]
+    assert calls == [direct[:2], [direct[2], relayed[0]], [relayed[1]]] * 2
+    assert prober.passes == 2
+    payloads = [r["payload_bytes"] for r in writer.records["rpc"]]
+    assert payloads == [0] * 5 + [1 << 20] * 5  # the second pass moves the payload on every link
 
 
 def test_dead_target_is_found_noted_once_backed_off_and_others_still_probed(monkeypatch):
@@ -66,7 +82,7 @@ def test_dead_target_is_found_noted_once_backed_off_and_others_still_probed(monk
 def test_relayed_probes_skip_a_dead_relay(monkeypatch):
     writer = FakeWriter("chief:0")
     prober = RpcProber(writer, "chief:0", ["worker:0", "worker:1", "ps:0"], interval_s=0.01, payload_every=0,
-                       relays=[("worker:0", "ps:0"), ("worker:1", "ps:0")])
+                       relays=[("worker:0", "ps:0"), ("worker:1", "ps:0")], legs_per_round=5)
     calls = []
     monkeypatch.setattr(prober, "probe", fake_probe(calls, down={"worker:1"}))
     prober._probe_once()
@@ -97,6 +113,8 @@ def test_probe_chain_orders_the_timestamps():
     assert len(times) == 6 and (times[1:] >= times[:-1]).all()
 
 
-def test_invalid_interval():
+def test_invalid_interval_and_legs_per_round():
     with pytest.raises(ValueError, match="probe_interval_s"):
         RpcProber(FakeWriter(), "chief:0", [], interval_s=0)
+    with pytest.raises(ValueError, match="legs_per_round"):
+        RpcProber(FakeWriter(), "chief:0", [], legs_per_round=0)
