@@ -1,29 +1,33 @@
-"""Collector overhead on ps_ctl, A/B inside one cluster: plain against instrumented closures.
+"""Collector overhead, A/B inside one running job: phases with and without collectors.
 
 ``overhead.py`` compares whole runs with and without collectors; on a shared 2-core
 machine its pairs scatter by several per cent, more than the effect. This benchmark
-removes run-to-run variation: it starts ps_ctl's servers (2 ps, 2 workers) once, plays
-the coordinator itself, and alternates phases of ``--closures`` closures scheduled
-through the plain ``ClusterCoordinator`` (A) and through ``instrument_coordinator``'s
-wrapper of the same coordinator (B): same processes, model, iterator and warm state.
-The ratio of each B phase's throughput to the mean of its neighbouring A phases is
-the per-closure cost (in-graph timing, result fetch, records). Each phase also counts
-CPU seconds per closure, split between the training tasks (workers and ps) and the
-coordinator: on a real cluster the coordinator has a host of its own, and only the
-first can slow training; here all five processes share two cores.
+removes run-to-run variation: one job runs pairs of adjacent phases, one without
+collectors (A) and one with every collector at its default settings (B), in the same
+processes, on the same model and warm state. Each pair's throughput ratio B/A cancels
+the slow drift of the machine's load; the result is their geometric mean with a 95 %
+confidence interval, and the exit status is 1 unless its lower end is at least 0.99
+(at most 1 % overhead, issue #4).
 
-The collectors' background threads (RPC probe, system sampler, writer) run through both
-phases, so the A/B cannot see them; their cost is measured instead as the CPU time of
-their threads against the CPU time of every process of the job over the same window.
-What they cost the other tasks (serving the probe) spreads over both phases too and is
-in neither figure: only ``overhead.py``'s whole runs include it.
+``ps_ctl`` (``--closures`` closures of 10 steps a phase): the benchmark starts the
+servers (2 ps, 2 workers) and plays the coordinator itself. A phases schedule through
+the plain ``ClusterCoordinator``; B phases through ``instrument_coordinator``'s wrapper
+of it, whose RPC probe and system sampler run only during B phases (paused, not
+stopped, during A phases, so that B phases get the probe rounds and samples a run
+would have). The timings of a B phase's last closures are fetched after the phase, as
+at the end of a run. Each phase also counts CPU seconds per closure of the training
+tasks (workers and ps) and of the coordinator.
 
-For the Keras jobs (``mwms_fit``), what ``DiagnosticsCallback`` adds to each training
-step in the training thread is timed directly: its batch hooks, called as Keras calls
-them, with a real writer behind them (the all-reduce probe's own time is in each run's
-``allreduce`` records).
+``mwms_fit`` (``--steps`` steps a phase): both workers run ``model.fit`` on the job's
+model and input with a ``DiagnosticsCallback`` whose hooks are called only in B
+phases, and whose system sampler samples only then (its all-reduce probe runs every
+100 recorded steps, as in a run). The chief times the phases; each worker counts its
+CPU seconds per step.
 
-    python benchmarks/overhead_ab.py --phases 16 --closures 20     # under tools/loopback-only
+In both, the first pair traces and warms both paths and is left out.
+
+    python benchmarks/overhead_ab.py --job ps_ctl --pairs 40 --closures 40   # under tools/loopback-only
+    python benchmarks/overhead_ab.py --job mwms_fit --pairs 20 --steps 100
 """
 
 from __future__ import annotations
@@ -35,34 +39,20 @@ import os
 import statistics
 import sys
 import tempfile
-import threading
 import time
+from pathlib import Path
 
 import psutil
 
 from tfdiag.sample_jobs.jobs import JobConfig
 from tfdiag.sample_jobs.launcher import LocalCluster
 
-BACKGROUND_THREADS = ("tfdiag-rpc-probe", "tfdiag-system", "tfdiag-writer")
 # Collectors may cost at most 1 % of throughput (issue #4): the bound the CI is held to.
 MAX_OVERHEAD = 0.01
 Z95 = statistics.NormalDist().inv_cdf(0.975)
-
-
-def thread_cpu_s(names) -> float:
-    """CPU seconds so far of this process's threads whose name starts with one of ``names``."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for thread in threading.enumerate():
-        if not thread.name.startswith(tuple(names)) or thread.native_id is None:
-            continue
-        try:
-            with open(f"/proc/self/task/{thread.native_id}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
-    return total
+KINDS = ("plain", "instrumented")
+# How an mwms_fit worker's log line with its phase results starts.
+RESULT_PREFIX = "tfdiag-ab: "
 
 
 def cpu_s(pids) -> float:
@@ -77,17 +67,20 @@ def cpu_s(pids) -> float:
     return total
 
 
-class BackgroundSwitch:
-    """Pauses the instrumented coordinator's background collectors during plain phases.
+def phase_kinds(pair: int) -> tuple[str, str]:
+    """The order of a pair's phases: plain first in even pairs, instrumented first in odd ones."""
+    return KINDS if pair % 2 == 0 else KINDS[::-1]
 
-    The RPC probe skips its rounds while its ``paused()`` is true, and the system sampler
-    skips its samples; both threads keep their cadence, so an instrumented phase gets
-    the probe rounds and samples a run would have in that time.
+
+class PausedWhilePlain:
+    """Pauses background collectors during plain phases (``plain`` is set per phase).
+
+    The RPC probe skips its rounds while its ``paused()`` is true, and the system
+    sampler its samples; their threads keep their cadence.
     """
 
-    def __init__(self, instrumented):
+    def __init__(self, prober=None, sampler=None):
         self.plain = False
-        prober, sampler = instrumented.collectors.get("rpc"), instrumented.collectors.get("system")
         if prober is not None:
             paused = prober.paused
             prober.paused = lambda: self.plain or paused()
@@ -96,19 +89,27 @@ class BackgroundSwitch:
             sampler.sample = lambda: None if self.plain else sample()
 
 
-def run_phases(coordinators: dict, switch: BackgroundSwitch, train, iterator, pairs: int, closures: int,
-               examples_per_closure: int, task_pids) -> dict:
-    """Runs ``pairs`` pairs of adjacent phases, plain and instrumented (AB, then BA, ...).
+def paired_ratio(plain: list[float], instrumented: list[float]) -> dict:
+    """The geometric mean of the pairs' throughput ratios, with its 95 % confidence interval.
 
-    Returns, by coordinator name, each phase's examples/s and the CPU seconds per closure
-    of the training tasks (``task_pids``) and of this process (the coordinator).
+    The interval is the normal approximation over the log ratios of the pairs.
     """
-    phase_results = {name: {"rate": [], "task_cpu": [], "coordinator_cpu": []} for name in coordinators}
-    names = list(coordinators)
+    logs = [math.log(b / a) for a, b in zip(plain, instrumented)]
+    mean, half = statistics.fmean(logs), Z95 * statistics.stdev(logs) / math.sqrt(len(logs))
+    return {"ratio": math.exp(mean), "low": math.exp(mean - half), "high": math.exp(mean + half),
+            "median": statistics.median(math.exp(x) for x in logs)}
+
+
+# -- ps_ctl: the benchmark is the coordinator ------------------------------------------
+def run_ps_phases(coordinators: dict, switch: PausedWhilePlain, train, iterator, pairs: int, closures: int,
+                  examples_per_closure: int, task_pids) -> dict:
+    """Runs ``pairs`` pairs of phases; returns, per kind, each phase's examples/s and the CPU
+    seconds per closure of the training tasks (``task_pids``) and of this process."""
+    results = {kind: {"rate": [], "task_cpu": [], "coordinator_cpu": []} for kind in KINDS}
     for pair in range(pairs):
-        for name in names if pair % 2 == 0 else reversed(names):
-            coordinator, result = coordinators[name], phase_results[name]
-            switch.plain = name == "plain"
+        for kind in phase_kinds(pair):
+            coordinator, result = coordinators[kind], results[kind]
+            switch.plain = kind == "plain"
             recorded = getattr(coordinator, "closures_recorded", 0)
             tasks_before, own_before, start = cpu_s(task_pids), cpu_s([os.getpid()]), time.perf_counter()
             for _ in range(closures):
@@ -119,27 +120,15 @@ def run_phases(coordinators: dict, switch: BackgroundSwitch, train, iterator, pa
             result["coordinator_cpu"].append((cpu_s([os.getpid()]) - own_before) / closures)
             # The last timings are fetched once the closures are done (as at the end of a
             # run): not part of the phase, but not left to run into the next one either.
-            while getattr(coordinator, "closures_recorded", 0) - recorded < closures * (name != "plain"):
+            while getattr(coordinator, "closures_recorded", 0) - recorded < closures * (kind != "plain"):
                 time.sleep(0.001)
-        print(f"  pair {pair}: " + ", ".join(f"{n}={phase_results[n]['rate'][-1]:.0f}" for n in names),
+        print(f"  pair {pair}: " + ", ".join(f"{k}={results[k]['rate'][-1]:.0f}" for k in KINDS),
               file=sys.stderr, flush=True)
-    return phase_results
+    return results
 
 
-def paired_ratio(plain: list[float], instrumented: list[float]) -> dict:
-    """The geometric mean of the pairs' throughput ratios, with its 95 % confidence interval.
-
-    Each pair's phases ran back to back, so slow drift in the machine's load cancels in
-    its ratio; the interval is the normal approximation over the log ratios.
-    """
-    logs = [math.log(b / a) for a, b in zip(plain, instrumented)]
-    mean, half = statistics.fmean(logs), Z95 * statistics.stdev(logs) / math.sqrt(len(logs))
-    return {"ratio": math.exp(mean), "low": math.exp(mean - half), "high": math.exp(mean + half),
-            "median": statistics.median(math.exp(x) for x in logs)}
-
-
-def measure(pairs: int, closures: int, logdir: str, off=()) -> dict:
-    """Starts the servers, runs the A/B phases as the coordinator, and summarises them."""
+def measure_ps_ctl(pairs: int, closures: int, logdir: str) -> dict:
+    """Starts the servers, runs the phases as the coordinator, and summarises them."""
     config = JobConfig("ps_ctl", logdir, ps=2, workers=2)
     cluster = LocalCluster(config)
     try:
@@ -154,10 +143,9 @@ def measure(pairs: int, closures: int, logdir: str, off=()) -> dict:
         _, strategy = ps_ctl.make_strategy(tf, config)
         wait_for_cluster(cluster.cluster, "chief:0")
         plain = tf.distribute.coordinator.ClusterCoordinator(strategy)
-        instrumented = instrument_coordinator(plain, logdir, probe_interval_s=None if "probe" in off else 1.0,
-                                              system_interval_s=None if "system" in off else 1.0,
-                                              capture_faults="faults" not in off)
-        switch = BackgroundSwitch(instrumented)
+        instrumented = instrument_coordinator(plain, logdir)
+        prober = instrumented.collectors.get("rpc")
+        switch = PausedWhilePlain(prober, instrumented.collectors.get("system"))
         with strategy.scope():
             model = ps_ctl.MLP(tf, strategy, config.hidden)
         instrumented.record_placement(model.variables)
@@ -168,70 +156,157 @@ def measure(pairs: int, closures: int, logdir: str, off=()) -> dict:
         coordinators = {"plain": plain, "instrumented": instrumented}
         task_pids = [task.process.pid for task in cluster.tasks.values()]
         examples = steps * config.batch_size
-        run_phases(coordinators, switch, train, iterator, 2, closures, examples, task_pids)  # warm-up: trace both
-        job_pids = [os.getpid(), *task_pids]
-        cpu_before, background_before = cpu_s(job_pids), thread_cpu_s(BACKGROUND_THREADS)
-        prober = instrumented.collectors.get("rpc")
-        probes_before = prober.records if prober else 0
-        started = time.perf_counter()
-        results = run_phases(coordinators, switch, train, iterator, pairs, closures, examples, task_pids)
-        elapsed = time.perf_counter() - started
-        job_cpu, background_cpu = cpu_s(job_pids) - cpu_before, thread_cpu_s(BACKGROUND_THREADS) - background_before
-        probe_records = (prober.records if prober else 0) - probes_before
+        run_ps_phases(coordinators, switch, train, iterator, 1, closures, examples, task_pids)  # warm-up
+        probes_before = prober.records
+        results = run_ps_phases(coordinators, switch, train, iterator, pairs, closures, examples, task_pids)
+        probe_records = prober.records - probes_before
         instrumented.close()
     finally:
         cluster.stop()
     a, b = results["plain"], results["instrumented"]
     instrumented_s = sum(closures * examples / rate for rate in b["rate"])
-    return {"pairs": pairs, "closures": closures, "elapsed_s": elapsed, **paired_ratio(a["rate"], b["rate"]),
-            **{f"{name}_{key}": statistics.median(values) for name, result in results.items()
-               for key, values in result.items()},
-            "probe_records_per_s": probe_records / instrumented_s,
-            "background_cpu_s": background_cpu, "job_cpu_s": job_cpu, "background_share": background_cpu / job_cpu}
+    return {**paired_ratio(a["rate"], b["rate"]),
+            "rates": (statistics.median(a["rate"]), statistics.median(b["rate"])),
+            "columns": {"training tasks' CPU ms per closure": change(a["task_cpu"], b["task_cpu"], 1e3),
+                        "coordinator's CPU ms per closure": change(a["coordinator_cpu"], b["coordinator_cpu"], 1e3),
+                        "RPC probe records per s": f"{probe_records / instrumented_s:.1f}"}}
 
 
-def callback_batch_cost_us(batches: int, logdir: str) -> float:
-    """Microseconds ``DiagnosticsCallback``'s batch hooks take per training step."""
+# -- mwms_fit: every worker runs fit with a phased callback ---------------------------
+def phased_callback(keras, inner, steps: int):
+    """A Keras callback that passes ``inner``'s hooks through in instrumented phases only.
+
+    Phases are ``steps`` batches long and alternate as ``phase_kinds`` says; the
+    callback records each phase's duration and this process's CPU seconds in it.
+    """
+
+    class Phased(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self._supports_tf_logs = True
+            self.results = {kind: {"seconds": [], "cpu": []} for kind in KINDS}
+            self.switch = None
+            self._started = self._cpu = None
+
+        def kind(self, batch: int) -> str:
+            return phase_kinds(batch // (2 * steps))[batch // steps % 2]
+
+        def set_model(self, model):
+            super().set_model(model)
+            inner.set_model(model)
+
+        def set_params(self, params):
+            super().set_params(params)
+            inner.set_params(params)
+
+        def on_train_begin(self, logs=None):
+            inner.on_train_begin(logs)
+            self.switch = PausedWhilePlain(sampler=inner._sampler)  # noqa: SLF001 - a benchmark's view inside
+
+        def on_train_end(self, logs=None):
+            inner.on_train_end(logs)
+
+        def on_train_batch_begin(self, batch, logs=None):
+            if batch % steps == 0:
+                self.switch.plain = self.kind(batch) == "plain"
+                self._started, self._cpu = time.perf_counter(), time.process_time()
+            if self.kind(batch) == "instrumented":
+                inner.on_train_batch_begin(batch, logs)
+
+        def on_train_batch_end(self, batch, logs=None):
+            if self.kind(batch) == "instrumented":
+                inner.on_train_batch_end(batch, logs)
+            if batch % steps == steps - 1:
+                result = self.results[self.kind(batch)]
+                result["seconds"].append(time.perf_counter() - self._started)
+                result["cpu"].append(time.process_time() - self._cpu)
+
+    return Phased()
+
+
+def mwms_worker(config: JobConfig) -> None:
+    """One worker's part of the ``mwms_fit`` A/B; prints its phase results on one line."""
     from tfdiag.collectors import DiagnosticsCallback
+    from tfdiag.sample_jobs import click_model, mwms_fit
+    from tfdiag.sample_jobs.common import worker_index_from_tf_config
+    from tfdiag.sample_jobs.fit_common import import_tf_keras
 
-    callback = DiagnosticsCallback(logdir, examples_per_step=256, system_interval_s=None)
-    callback.on_train_begin()
-    start = time.perf_counter()
-    for batch in range(batches):
-        callback.on_train_batch_begin(batch)
-        callback.on_train_batch_end(batch)
-    elapsed = time.perf_counter() - start
-    callback.on_train_end()
-    assert callback.steps_recorded == batches
-    return elapsed / batches * 1e6
+    tf, keras = import_tf_keras()
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    worker, workers = worker_index_from_tf_config(), strategy.num_replicas_in_sync
+    files = click_model.write_data(config.logdir)
+    dataset, local_examples = mwms_fit.make_input(tf, keras, config, files, worker, workers)
+    with strategy.scope():
+        model = click_model.build_model(keras, config.hidden)
+        click_model.compile_model(keras, model)
+    steps, pairs = config.extra["steps"], config.extra["pairs"]
+    phased = phased_callback(keras, DiagnosticsCallback(config.logdir, examples_per_step=local_examples), steps)
+    model.fit(dataset, epochs=1, steps_per_epoch=2 * steps * pairs, callbacks=[phased], verbose=0)
+    examples = steps * config.batch_size
+    print(RESULT_PREFIX + json.dumps({kind: {"rate": [examples / s for s in result["seconds"]], "cpu": result["cpu"]}
+                                      for kind, result in phased.results.items()}), flush=True)
+
+
+def measure_mwms_fit(pairs: int, steps: int, logdir: str) -> dict:
+    """Runs both workers of the A/B and summarises the chief's phases and both workers' CPU."""
+    config = JobConfig("mwms_fit", logdir, workers=2, extra={"pairs": pairs + 1, "steps": steps})
+    cluster = LocalCluster(config, task_command=[sys.executable, "-u", __file__, "--mwms-worker"])
+    with cluster:  # starts the workers
+        if cluster.wait() != 0:
+            raise SystemExit(f"the mwms_fit A/B failed; see {logdir}/tasks/")
+    workers = []
+    for task in sorted(cluster.tasks.values(), key=lambda t: t.task):
+        lines = [line for line in task.log.read_text().splitlines() if line.startswith(RESULT_PREFIX)]
+        workers.append({kind: {key: values[1:] for key, values in result.items()}  # the first pair: warm-up
+                        for kind, result in json.loads(lines[-1][len(RESULT_PREFIX):]).items()})
+    chief = workers[0]
+    a, b = chief["plain"], chief["instrumented"]
+
+    def cpu_per_step(kind):  # both workers' CPU seconds per step, phase by phase
+        return [sum(w[kind]["cpu"][i] for w in workers) / steps for i in range(pairs)]
+
+    return {**paired_ratio(a["rate"], b["rate"]),
+            "rates": (statistics.median(a["rate"]), statistics.median(b["rate"])),
+            "columns": {"workers' CPU ms per step": change(cpu_per_step("plain"), cpu_per_step("instrumented"), 1e3)}}
+
+
+def change(plain: list[float], instrumented: list[float], scale: float) -> str:
+    """``"A → B (+x %)"`` of the medians of two kinds of phases, times ``scale``."""
+    a, b = statistics.median(plain) * scale, statistics.median(instrumented) * scale
+    return f"{a:.1f} → {b:.1f} ({b / a - 1:+.1%})"
+
+
+def table(job: str, pairs: int, per_phase: str, r: dict) -> str:
+    """One markdown table row (with its header) for docs/benchmarks.md."""
+    headers = ["job", "pairs", "phase", "examples/s plain → instrumented (medians)",
+               "throughput ratio (geometric mean, 95 % CI)", "median pair ratio", *r["columns"]]
+    cells = [job, str(pairs), per_phase, f"{r['rates'][0]:.0f} → {r['rates'][1]:.0f}",
+             f"{r['ratio']:.3f} ({r['low']:.3f}–{r['high']:.3f})", f"{r['median']:.3f}", *r["columns"].values()]
+    return "\n".join("| " + " | ".join(row) + " |" for row in (headers, ["---"] * len(headers), cells))
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--job", choices=("ps_ctl", "mwms_fit"), default="ps_ctl")
     parser.add_argument("--pairs", type=int, default=40, help="pairs of phases (plain, instrumented)")
-    parser.add_argument("--closures", type=int, default=40, help="closures per phase (10 steps each)")
+    parser.add_argument("--closures", type=int, default=40, help="ps_ctl: closures per phase (10 steps each)")
+    parser.add_argument("--steps", type=int, default=100, help="mwms_fit: steps per phase")
     parser.add_argument("--logdir", default=None, help="where the run goes (default: a temp dir)")
-    parser.add_argument("--off", nargs="*", default=(), choices=("probe", "system", "faults"),
-                        help="collectors to leave off (to see what each one costs)")
-    parser.add_argument("--batches", type=int, default=200_000, help="callback hook calls to time")
+    parser.add_argument("--mwms-worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--config", help=argparse.SUPPRESS)  # an mwms_fit worker's JobConfig
     args = parser.parse_args(argv)
+    if args.mwms_worker:
+        mwms_worker(JobConfig.from_json(args.config))
+        return 0
     logdir = args.logdir or tempfile.mkdtemp(prefix="tfdiag-overhead-ab-")
-    hooks_us = callback_batch_cost_us(args.batches, os.path.join(logdir, "callback"))
-    print(f"DiagnosticsCallback batch hooks: {hooks_us:.1f} µs per step ({args.batches} steps)")
-    r = measure(args.pairs, args.closures, logdir, off=args.off)
-    print("| pairs of phases | closures per phase | examples/s plain → instrumented (medians) "
-          "| throughput ratio (geometric mean, 95 % CI) | median pair ratio | training tasks' CPU ms per closure "
-          "| coordinator's CPU ms per closure | probe records per s | background threads' share of job CPU |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    print(f"| {r['pairs']} | {r['closures']} | {r['plain_rate']:.0f} → {r['instrumented_rate']:.0f} | "
-          f"{r['ratio']:.3f} ({r['low']:.3f}–{r['high']:.3f}) | {r['median']:.3f} | "
-          f"{r['plain_task_cpu'] * 1e3:.1f} → {r['instrumented_task_cpu'] * 1e3:.1f} "
-          f"({r['instrumented_task_cpu'] / r['plain_task_cpu'] - 1:+.1%}) | "
-          f"{r['plain_coordinator_cpu'] * 1e3:.1f} → {r['instrumented_coordinator_cpu'] * 1e3:.1f} | "
-          f"{r['probe_records_per_s']:.1f} | "
-          f"{r['background_share']:.2%} ({r['background_cpu_s']:.2f} of {r['job_cpu_s']:.1f} CPU-s) |")
-    print(f"took {r['elapsed_s']:.0f} s of phases; run in {logdir}")
-    return 0 if r["low"] >= 1 - MAX_OVERHEAD else 1
+    started = time.monotonic()
+    if args.job == "ps_ctl":
+        result, per_phase = measure_ps_ctl(args.pairs, args.closures, logdir), f"{args.closures} closures"
+    else:
+        result, per_phase = measure_mwms_fit(args.pairs, args.steps, logdir), f"{args.steps} steps"
+    print(table(args.job, args.pairs, per_phase, result))
+    print(f"took {time.monotonic() - started:.0f} s; run in {logdir}")
+    return 0 if result["low"] >= 1 - MAX_OVERHEAD else 1
 
 
 if __name__ == "__main__":

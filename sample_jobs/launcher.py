@@ -125,11 +125,15 @@ class LaunchResult:
 class LocalCluster:
     """The processes of one sample job on this host. Use as a context manager."""
 
-    def __init__(self, config: JobConfig, *, python: str = sys.executable, stderr=None):
+    def __init__(self, config: JobConfig, *, python: str = sys.executable, stderr=None,
+                 task_command: list[str] | None = None):
         self.config = config
         self.spec = config.spec  # after --tune strategy=
         self.plan = config.plan
         self.python = python
+        # What each task runs, followed by ``--config JSON``: the sample job's task, or a
+        # program of the caller's that plays the tasks' part (benchmarks/overhead_ab.py).
+        self.task_command = task_command or [python, "-u", "-m", "tfdiag.sample_jobs.task"]
         self.stderr = stderr or sys.stderr
         self.logdir = Path(config.logdir)
         self.tasks: dict[str, TaskProcess] = {}
@@ -194,7 +198,7 @@ class LocalCluster:
         env.pop(PROGRESS_ENV, None)
         if self._kills and task == self.spec.summary_task:
             env[PROGRESS_ENV] = str(self.progress_file)
-        command = [self.python, "-u", "-m", "tfdiag.sample_jobs.task", "--config", self.config.to_json()]
+        command = [*self.task_command, "--config", self.config.to_json()]
         self._spawn_process(task, log, command, env)
 
     def _spawn_process(self, task: str, log: Path, command: list[str], env: dict) -> None:

@@ -1,7 +1,8 @@
-"""The local-cluster launcher: free ports, and no orphans after Ctrl-C."""
+"""The local-cluster launcher: free ports, the tasks' program, and no orphans after Ctrl-C."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -10,12 +11,30 @@ import time
 import psutil
 import pytest
 
-from tfdiag.sample_jobs.launcher import pick_free_ports
+from tfdiag.sample_jobs.jobs import JobConfig
+from tfdiag.sample_jobs.launcher import LocalCluster, pick_free_ports
 
 
 def test_pick_free_ports_are_distinct():
     ports = pick_free_ports(5)
     assert len(set(ports)) == 5 and all(port > 0 for port in ports)
+
+
+# Prints what a task was given: its TF_CONFIG and the JobConfig after --config.
+ECHO_TASK = ("import json, os, sys; "
+             "print(json.dumps({'tf_config': json.loads(os.environ['TF_CONFIG']), 'argv': sys.argv[1:]}))")
+
+
+def test_tasks_run_the_given_program_with_their_config(tmp_path):
+    config = JobConfig("mwms_fit", str(tmp_path), workers=2, extra={"pairs": 3})
+    with LocalCluster(config, task_command=[sys.executable, "-c", ECHO_TASK]) as cluster:
+        assert cluster.wait(timeout_s=60) == 0
+    echoed = {task: json.loads(info.log.read_text()) for task, info in cluster.tasks.items()}
+    assert sorted(echoed) == ["worker:0", "worker:1"]
+    for task, seen in echoed.items():
+        assert seen["argv"][0] == "--config" and JobConfig.from_json(seen["argv"][1]) == config
+        assert f"{seen['tf_config']['task']['type']}:{seen['tf_config']['task']['index']}" == task
+        assert seen["tf_config"]["cluster"] == cluster.cluster
 
 
 def processes_mentioning(text):
