@@ -17,9 +17,9 @@ without taking a slot in the closure queue (a probe closure would wait behind ev
 step the loop scheduled ahead).
 
 A round probes at most ``legs_per_round`` links, taking them in turn, so the probe's
-cost per second does not grow with the cluster: each probe of a link costs about 3 ms of
-CPU between the two ends (measured on a loopback ps_ctl cluster), and a round of all
-eight links of 2 workers × 2 ps every second took 0.85 % of a 2-core machine. Every
+cost per second does not grow with the cluster: each probe of a link costs 2-3 ms of CPU
+between the two ends, and a round of all eight links of 2 workers × 2 ps every second
+took 0.88 % of a 2-core machine (``benchmarks/probe_cost.py``). Every
 ``payload_every``-th pass over the links also moves ``payload_bytes`` from each remote
 task (a tensor filled there from its timestamp, so nothing can fold it into a
 constant); the analysis turns the extra time into bandwidth.
@@ -41,7 +41,7 @@ logger = logging.getLogger("tfdiag")
 
 DEFAULT_INTERVAL_S = 1.0
 # Two links a round: every link of a 2 x 2 ps cluster (8 links) is probed every 4 s,
-# at about 0.3 % of a 2-core machine's CPU.
+# at 0.24 % of a 2-core machine's CPU (benchmarks/probe_cost.py).
 DEFAULT_LEGS_PER_ROUND = 2
 # Every 10th probe of a link carries 1 MB: far below any link the analysis would call
 # slow, and the bandwidth estimate still gets a sample per link every 10 passes.

@@ -16,8 +16,9 @@ from tfdiag.analysis.whatif import PS_ROUND_TRIPS_PER_STEP, predicted_speedup
 # machine a clean ps_ctl run has medians of 0.5-8 ms on the same link, and fastest round
 # trips of 0.5-1.8 ms on every link), so 3x and 2 ms stay clear of that noise.
 SLOW_RATIO = 3.0
-# Probes per link before a link is judged: the probe runs once a second, and one or two
-# round trips of a short run on a loaded machine say more about that moment than the link.
+# Probes per link before a link is judged: each link is probed every few seconds, and one
+# or two round trips of a short run on a loaded machine say more about that moment than
+# the link.
 MIN_SAMPLES = 3
 MIN_EXTRA_NS = 2_000_000
 CRITICAL_EXTRA_NS = 20_000_000
