@@ -1,9 +1,9 @@
 """What one RPC probe round costs, by the number of links it probes.
 
 Starts ps_ctl's servers (2 ps, 2 workers: 8 links, coordinator → each of the 4 tasks
-and each worker → each ps) and, with no training running, calls ``RpcProber.probe`` on
-rounds of 1, 2, 4 and 8 links, counting the CPU seconds of this process (the
-coordinator) and of the four tasks. At the default one round a second, a round's CPU
+and each worker → each ps) and, with no training running, runs rounds of 1, 2, 4 and 8
+links as the prober does (one ``RpcProber.probe`` call per link), counting the CPU
+seconds of this process (the coordinator) and of the four tasks. At the default one round a second, a round's CPU
 seconds are the share of a core the probe takes; the table also gives it as a share of
 all this machine's cores (what a job sharing the machine loses).
 
@@ -61,10 +61,11 @@ def measure(rounds: int, logdir: str) -> list[dict]:
         for size in ROUND_SIZES:
             chunk = legs[:size]
             row = {"links": size}
-            for name, calls in (("first", 1), ("round", rounds)):  # the first call traces the function
+            for name, calls in (("first", 1), ("round", rounds)):  # the first calls trace the functions
                 own, tasks, start = cpu_s([os.getpid()]), cpu_s(task_pids), time.perf_counter()
                 for _ in range(calls):
-                    prober.probe(chunk)
+                    for leg in chunk:
+                        prober.probe([leg])
                 row.update({f"{name}_wall_ms": (time.perf_counter() - start) / calls * 1e3,
                             f"{name}_coordinator_ms": (cpu_s([os.getpid()]) - own) / calls * 1e3,
                             f"{name}_tasks_ms": (cpu_s(task_pids) - tasks) / calls * 1e3})

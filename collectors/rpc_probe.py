@@ -16,10 +16,11 @@ ParameterServerStrategy, connected to every task, measures every worker → ps l
 without taking a slot in the closure queue (a probe closure would wait behind every
 step the loop scheduled ahead).
 
-A round probes at most ``legs_per_round`` links, taking them in turn, so the probe's
-cost per second does not grow with the cluster: each probe of a link costs 2-3 ms of CPU
-between the two ends, and a round of all eight links of 2 workers × 2 ps every second
-took 0.88 % of a 2-core machine (``benchmarks/probe_cost.py``). Every
+After ``FULL_PASSES`` rounds of every link, a round probes at most ``legs_per_round``
+links, taking them in turn, so the probe's cost per second does not grow with the
+cluster: each probe of a link costs 2-3 ms of CPU
+between the two ends, and all eight links of 2 workers × 2 ps every second would take
+1.3 % of a 2-core machine (``benchmarks/probe_cost.py``). Every
 ``payload_every``-th pass over the links also moves ``payload_bytes`` from each remote
 task (a tensor filled there from its timestamp, so nothing can fold it into a
 constant); the analysis turns the extra time into bandwidth.
@@ -41,8 +42,11 @@ logger = logging.getLogger("tfdiag")
 
 DEFAULT_INTERVAL_S = 1.0
 # Two links a round: every link of a 2 x 2 ps cluster (8 links) is probed every 4 s,
-# at 0.24 % of a 2-core machine's CPU (benchmarks/probe_cost.py).
+# at 0.25 % of a 2-core machine's CPU (benchmarks/probe_cost.py).
 DEFAULT_LEGS_PER_ROUND = 2
+# The first rounds probe every link, so that a run of a few seconds still gets this many
+# round trips per link (what the slow-link detector needs to judge one).
+FULL_PASSES = 3
 # Every 10th probe of a link carries 1 MB: far below any link the analysis would call
 # slow, and the bandwidth estimate still gets a sample per link every 10 passes.
 DEFAULT_PAYLOAD_EVERY = 10
@@ -98,7 +102,9 @@ def probe_chain(tf, legs, payload_elements: int = 0):
     (worker → ps, driven by the coordinator). Returns a float64 vector ``[send_0,
     remote_0, recv_0, send_1, ...]`` in seconds, each leg's ``send`` and ``recv`` on its
     local device. With ``payload_elements`` > 0 each remote also fills that many float64
-    and ships them to the leg's local device before ``recv`` is read.
+    and ships them to the leg's local device before ``recv`` is read. A leg after a slow
+    one reads too short a round trip (see ``RpcProber``), so the prober traces one leg
+    per function.
     """
     import contextlib
 
@@ -194,16 +200,18 @@ class _ProberBase:
             self._thread.join(timeout_s)
 
     def _run(self) -> None:
-        # The first probe waits one interval: training setup (tracing, the first closures)
-        # comes first, and a probe then measures the steady state.
-        while not self._stop.wait(self.interval_s):
+        # The first round runs at once: the coordinator starts the probe only once its
+        # first closure has come back, after the training's set-up.
+        while not self._stop.is_set():
+            pause_s = self.interval_s
             try:
                 self._probe_once()
             except Exception as error:  # noqa: BLE001 - a collector never breaks training
                 self._note_once("probe", f"tfdiag: RPC probe from {self.src} failed: {error!r}; retrying later")
-                if self._stop.wait(min(MAX_BACKOFF_S, 10 * self.interval_s)):
-                    return
+                pause_s = min(MAX_BACKOFF_S, 10 * self.interval_s)
             self.probes += 1
+            if self._stop.wait(pause_s):
+                return
 
     def _payload_now(self) -> bool:
         return bool(self.payload_every and self.payload_elements and self.passes % self.payload_every
@@ -233,11 +241,13 @@ class _ProberBase:
 class RpcProber(_ProberBase):
     """Probes ``targets`` (task names) from this process, and ``relays``, once per round.
 
-    A round is one ``tf.function`` call: the probes of the next ``legs_per_round``
-    targets and relays in turn (those not backing off), chained one after another
-    (``probe_chain``). When the call fails (a task is down), each probe of the round
-    runs on its own, to find which. Every link is probed once every
-    ``interval_s * ceil(links / legs_per_round)`` seconds.
+    A round probes every target and relay in the first ``FULL_PASSES`` rounds, then
+    the next ``legs_per_round`` in turn (those not backing off), each with a call of its
+    own: in one call, a probe that follows a slow one would hide the latency of its
+    request (the receiving side posts its request for the remote value when the call
+    starts; through a 25 ms link, a second probe of it read 15 ms). After the first
+    rounds every link is probed once every ``interval_s * ceil(links / legs_per_round)``
+    seconds.
 
     Args:
         writer: the ``TaskWriter`` of this task.
@@ -303,23 +313,17 @@ class RpcProber(_ProberBase):
         now = time.monotonic()
         legs = [leg for leg in self._next_legs() if now >= self._backoff[leg].next_try
                 and not (leg[0] is not None and {leg[0], leg[1]} & self._down)]  # a dead relay or target
-        if not legs or self._stop.is_set():
-            return
-        try:
-            results = self.probe(legs, payload)
-        except Exception:  # noqa: BLE001 - some task is down: find which, leg by leg
-            for leg in legs:
-                if self._stop.is_set():
-                    return
-                self._probe_leg(leg, payload)
-            return
-        for leg, times in zip(legs, results):
-            self._succeeded(leg, times, payload)
+        for leg in legs:
+            if self._stop.is_set():
+                return
+            self._probe_leg(leg, payload)
 
     def _next_legs(self) -> list:
-        """The legs of this round: the next ``legs_per_round`` in turn (a pass ends at the last)."""
+        """The legs of this round: all of them in the first passes, then the next
+        ``legs_per_round`` in turn (a pass ends at the last)."""
         start = self._next_leg
-        legs = self._legs[start:start + self.legs_per_round]
+        size = len(self._legs) if self.passes < FULL_PASSES else self.legs_per_round
+        legs = self._legs[start:start + size]
         self._next_leg = start + len(legs)
         if self._next_leg >= len(self._legs):
             self._next_leg = 0

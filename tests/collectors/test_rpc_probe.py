@@ -31,33 +31,35 @@ def fake_probe(calls, down=()):
     return probe
 
 
-def test_one_call_per_round_and_records_per_leg(monkeypatch):
+def test_one_call_per_leg_and_a_record_each(monkeypatch):
     writer = FakeWriter("chief:0")
     prober = RpcProber(writer, "chief:0", ["worker:0", "ps:0"], interval_s=0.01, payload_every=0,
                        relays=[("worker:0", "ps:0")], legs_per_round=3)
     calls = []
     monkeypatch.setattr(prober, "probe", fake_probe(calls))
     prober._probe_once()
-    assert calls == [[(None, "worker:0"), (None, "ps:0"), ("worker:0", "ps:0")]]
+    assert calls == [[(None, "worker:0")], [(None, "ps:0")], [("worker:0", "ps:0")]]
     assert [(r["src"], r["dst"]) for r in writer.records["rpc"]] == [
         ("chief:0", "worker:0"), ("chief:0", "ps:0"), ("worker:0", "ps:0")]
     assert writer.records["rpc"][0]["send_ns"] == 1_000_000_000 and writer.records["rpc"][0]["recv_ns"] == 1_001_000_000
 
 
-def test_rounds_take_the_links_in_turn_and_every_other_pass_carries_the_payload(monkeypatch):
+def test_first_rounds_probe_every_link_then_rounds_take_them_in_turn(monkeypatch):
+    monkeypatch.setattr(rpc_probe, "FULL_PASSES", 1)
     writer = FakeWriter("chief:0")
     prober = RpcProber(writer, "chief:0", ["worker:0", "ps:0", "ps:1"], interval_s=0.01, payload_every=2,
                        relays=[("worker:0", "ps:0"), ("worker:0", "ps:1")], legs_per_round=2)
     calls = []
     monkeypatch.setattr(prober, "probe", fake_probe(calls))
-    for _ in range(6):
+    for _ in range(7):
         prober._probe_once()
     direct = [(None, "worker:0"), (None, "ps:0"), (None, "ps:1")]
     relayed = [("worker:0", "ps:0"), ("worker:0", "ps:1")]
-    assert calls == [direct[:2], [direct[2], relayed[0]], [relayed[1]]] * 2
-    assert prober.passes == 2
+    rounds = [direct + relayed] + [direct[:2], [direct[2], relayed[0]], [relayed[1]]] * 2
+    assert calls == [[leg] for legs in rounds for leg in legs]
+    assert prober.passes == 3
     payloads = [r["payload_bytes"] for r in writer.records["rpc"]]
-    assert payloads == [0] * 5 + [1 << 20] * 5  # the second pass moves the payload on every link
+    assert payloads == [0] * 5 + [1 << 20] * 5 + [0] * 5  # every other pass moves the payload on every link
 
 
 def test_dead_target_is_found_noted_once_backed_off_and_others_still_probed(monkeypatch):
@@ -69,9 +71,9 @@ def test_dead_target_is_found_noted_once_backed_off_and_others_still_probed(monk
         prober._probe_once()
         prober.probes += 1
     assert prober.targets == ["ps:0", "ps:1"]  # never itself
-    # Round 1: the joint call fails, then each leg alone finds ps:1; later rounds leave it out (backoff).
-    assert calls[:3] == [[(None, "ps:0"), (None, "ps:1")], [(None, "ps:0")], [(None, "ps:1")]]
-    assert calls[3:] == [[(None, "ps:0")]] * 5
+    # Round 1 finds ps:1 down; later rounds leave it out (backoff).
+    assert calls[:2] == [[(None, "ps:0")], [(None, "ps:1")]]
+    assert calls[2:] == [[(None, "ps:0")]] * 5
     rpc = writer.records["rpc"]
     assert [r["dst"] for r in rpc] == ["ps:0"] * 6
     assert [r["payload_bytes"] for r in rpc] == [0, 0, 1 << 20, 0, 0, 1 << 20]
@@ -86,13 +88,13 @@ def test_relayed_probes_skip_a_dead_relay(monkeypatch):
     calls = []
     monkeypatch.setattr(prober, "probe", fake_probe(calls, down={"worker:1"}))
     prober._probe_once()
-    # Leg by leg after the joint call failed: the relay through worker:1 is skipped once worker:1 is found down.
-    assert calls[1:] == [[(None, "worker:0")], [(None, "worker:1")], [(None, "ps:0")], [("worker:0", "ps:0")]]
+    # The relay through worker:1 is skipped once worker:1 is found down.
+    assert calls == [[(None, "worker:0")], [(None, "worker:1")], [(None, "ps:0")], [("worker:0", "ps:0")]]
     assert [(r["src"], r["dst"]) for r in writer.records["rpc"]] == [
         ("chief:0", "worker:0"), ("chief:0", "ps:0"), ("worker:0", "ps:0")]
     calls.clear()
-    prober._probe_once()  # worker:1 is backing off: one joint call without it or its relay
-    assert calls == [[(None, "worker:0"), (None, "ps:0"), ("worker:0", "ps:0")]]
+    prober._probe_once()  # worker:1 is backing off: neither it nor its relay is probed
+    assert calls == [[(None, "worker:0")], [(None, "ps:0")], [("worker:0", "ps:0")]]
 
 
 def test_thread_survives_errors_and_stops(monkeypatch):
