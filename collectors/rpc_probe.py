@@ -18,12 +18,12 @@ step the loop scheduled ahead).
 
 After ``FULL_PASSES`` rounds of every link, a round probes at most ``legs_per_round``
 links, taking them in turn, so the probe's cost per second does not grow with the
-cluster: each probe of a link costs 2-3 ms of CPU
-between the two ends, and all eight links of 2 workers × 2 ps every second would take
-1.3 % of a 2-core machine (``benchmarks/probe_cost.py``). Every
-``payload_every``-th pass over the links also moves ``payload_bytes`` from each remote
-task (a tensor filled there from its timestamp, so nothing can fold it into a
-constant); the analysis turns the extra time into bandwidth.
+cluster: each probe of a link costs 2-3 ms of CPU between the two ends, and all eight
+links of 2 workers × 2 ps every second would take 1.3 % of a 2-core machine
+(``benchmarks/probe_cost.py``). Every ``payload_every``-th pass over the links also
+moves ``payload_bytes`` from each remote task (a tensor filled there from its
+timestamp, so nothing can fold it into a constant); the analysis turns the extra time
+into bandwidth.
 
 A failing target (a dead ps) is recorded once as a ``note`` and then backed off
 exponentially, up to ``MAX_BACKOFF_S``; relayed probes skip a worker or ps whose direct
