@@ -26,8 +26,8 @@ CPU seconds per step.
 
 In both, the first pair traces and warms both paths and is left out.
 
-    python benchmarks/overhead_ab.py --job ps_ctl --pairs 40 --closures 40   # under tools/loopback-only
-    python benchmarks/overhead_ab.py --job mwms_fit --pairs 20 --steps 100
+    python benchmarks/overhead_ab.py --job ps_ctl --pairs 90 --closures 40   # under tools/loopback-only
+    python benchmarks/overhead_ab.py --job mwms_fit --pairs 150 --steps 100
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ import statistics
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 import psutil
 
