@@ -5,8 +5,8 @@ the machine's load hits both alike), parses ``examples_per_s`` from each run's
 ``tfdiag-sample:`` line, and prints the median throughput ratio (collect / no-collect)
 per job with a markdown table for ``docs/benchmarks.md``. It also counts the CPU
 seconds of every process of each run (the launcher's children: all tasks): their
-difference is what the collectors cost in CPU, one-time work included, a figure far
-less noisy than throughput on a shared machine.
+difference is what the collectors cost in CPU, one-time work included (on a shared
+2-core machine it moves by a CPU-second or more between runs of the same code).
 
     python benchmarks/overhead.py --jobs ps_ctl mwms_fit --pairs 5 --steps 400
 """

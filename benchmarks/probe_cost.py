@@ -65,7 +65,7 @@ def measure(rounds: int, logdir: str) -> list[dict]:
                 own, tasks, start = cpu_s([os.getpid()]), cpu_s(task_pids), time.perf_counter()
                 for _ in range(calls):
                     for leg in chunk:
-                        prober.probe([leg])
+                        prober.probe(leg)
                 row.update({f"{name}_wall_ms": (time.perf_counter() - start) / calls * 1e3,
                             f"{name}_coordinator_ms": (cpu_s([os.getpid()]) - own) / calls * 1e3,
                             f"{name}_tasks_ms": (cpu_s(task_pids) - tasks) / calls * 1e3})

@@ -94,54 +94,49 @@ def _tf():
     return tf
 
 
-def probe_chain(tf, legs, payload_elements: int = 0):
-    """Traces, inside a ``tf.function``, one probe per leg, one after another.
+def probe_times(tf, local_device: str | None, remote_device: str, payload_elements: int = 0):
+    """Traces, inside a ``tf.function``, one probe between ``local_device`` and ``remote_device``.
 
-    ``legs`` are ``(local_device, remote_device)`` pairs; a ``local_device`` of None is
-    this task, another device (a worker) makes that leg run between it and the remote
-    (worker → ps, driven by the coordinator). Returns a float64 vector ``[send_0,
-    remote_0, recv_0, send_1, ...]`` in seconds, each leg's ``send`` and ``recv`` on its
-    local device. With ``payload_elements`` > 0 each remote also fills that many float64
-    and ships them to the leg's local device before ``recv`` is read. A leg after a slow
-    one reads too short a round trip (see ``RpcProber``), so the prober traces one leg
-    per function.
+    A ``local_device`` of None is this task; another device (a worker) makes the probe run
+    between it and the remote (worker → ps, driven by the coordinator). Returns a float64
+    vector ``[send, remote, recv]`` in seconds, ``send`` and ``recv`` on the local device.
+    With ``payload_elements`` > 0 the remote also fills that many float64 and ships them to
+    the local device before ``recv`` is read. One probe per function: a probe that
+    followed a slow one in the same function would read too short a round trip (see
+    ``RpcProber``).
     """
     import contextlib
 
-    times = []
-    previous = []
-    for local_device, remote_device in legs:
-        local = (lambda: tf.device(local_device)) if local_device else contextlib.nullcontext
-        with local(), tf.control_dependencies(previous):
-            send = tf.timestamp()
-        with tf.device(remote_device), tf.control_dependencies([send]):
-            remote = tf.timestamp()
-            payload = tf.fill([payload_elements], remote) if payload_elements else None
-        arrived = [remote]
-        with local():
-            if payload is not None:
-                arrived.append(tf.identity(payload))  # placed here: the bytes cross the link
-            with tf.control_dependencies(arrived):
-                recv = tf.timestamp()
-        times.extend([send, remote, recv])
-        previous = [recv]
-    return tf.stack(times)
+    local = (lambda: tf.device(local_device)) if local_device else contextlib.nullcontext
+    with local():
+        send = tf.timestamp()
+    with tf.device(remote_device), tf.control_dependencies([send]):
+        remote = tf.timestamp()
+        payload = tf.fill([payload_elements], remote) if payload_elements else None
+    arrived = [remote]
+    with local():
+        if payload is not None:
+            arrived.append(tf.identity(payload))  # placed here: the bytes cross the link
+        with tf.control_dependencies(arrived):
+            recv = tf.timestamp()
+    return tf.stack([send, remote, recv])
 
 
 class _ProbeFn:
     """The Python body of one probe ``tf.function``.
 
     A callable object, not a lambda: ``tf.function`` counts traces per code object, so
-    the probes of several leg sets made from one lambda would trip its "excessive
+    the probes of several links made from one lambda would trip its "excessive
     retracing" warning although each traces once.
     """
 
-    def __init__(self, legs, payload_elements: int):
-        self.legs = list(legs)
+    def __init__(self, local_device: str | None, remote_device: str, payload_elements: int):
+        self.local_device = local_device
+        self.remote_device = remote_device
         self.payload_elements = payload_elements
 
     def __call__(self):
-        return probe_chain(_tf(), self.legs, self.payload_elements)
+        return probe_times(_tf(), self.local_device, self.remote_device, self.payload_elements)
 
 
 def _ns(seconds: float) -> int:
@@ -292,19 +287,17 @@ class RpcProber(_ProberBase):
         """Whether the last probe of ``target`` succeeded."""
         return target in self._reached
 
-    def probe(self, legs, payload: bool = False) -> list[tuple[float, float, float]]:
-        """Runs the probes of ``legs`` (``(relay or None, target)`` pairs) now, in one call.
-
-        Returns one ``(send, remote, recv)`` in seconds per leg.
-        """
-        key = (tuple(legs), payload)
+    def probe(self, leg, payload: bool = False) -> tuple[float, float, float]:
+        """Probes ``leg`` (a ``(relay or None, target)`` pair) now: ``(send, remote, recv)`` in seconds."""
+        key = (leg, payload)
         function = self._functions.get(key)
         if function is None:
+            relay, target = leg
             elements = self.payload_elements if payload else 0
-            devices = [(device_of(relay) if relay else None, device_of(target)) for relay, target in legs]
-            function = self._functions[key] = _tf().function(_ProbeFn(devices, elements))
-        times = function().numpy().tolist()
-        return [tuple(times[i:i + 3]) for i in range(0, len(times), 3)]
+            function = self._functions[key] = _tf().function(
+                _ProbeFn(device_of(relay) if relay else None, device_of(target), elements))
+        send, remote, recv = function().numpy().tolist()
+        return send, remote, recv
 
     def _probe_once(self) -> None:
         if self.paused():
@@ -335,7 +328,7 @@ class RpcProber(_ProberBase):
         if relay is not None and {relay, target} & self._down:
             return  # its direct probe failed earlier in this round and is backing off
         try:
-            (times,) = self.probe([leg], payload)
+            times = self.probe(leg, payload)
         except Exception as error:  # noqa: BLE001 - a dead task must not stop the others
             if relay is None:
                 self._reached.discard(target)

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from tfdiag.collectors import rpc_probe
-from tfdiag.collectors.rpc_probe import RpcProber, device_of, probe_chain
+from tfdiag.collectors.rpc_probe import RpcProber, device_of, probe_times
 
 from .fakes import FakeWriter
 
@@ -20,13 +20,14 @@ def test_device_names():
 
 
 def fake_probe(calls, down=()):
-    """A stand-in for ``RpcProber.probe``: records each call's legs; a leg to a task in ``down`` fails."""
+    """A stand-in for ``RpcProber.probe``: records each call's leg; a leg to a task in ``down`` fails."""
 
-    def probe(legs, payload=False):
-        calls.append(list(legs))
-        if any(target in down or relay in down for relay, target in legs):
+    def probe(leg, payload=False):
+        calls.append(leg)
+        relay, target = leg
+        if target in down or relay in down:
             raise RuntimeError("UnavailableError: failed to connect to all addresses")
-        return [(1.0, 1.0005, 1.001)] * len(legs)
+        return 1.0, 1.0005, 1.001
 
     return probe
 
@@ -38,7 +39,7 @@ def test_one_call_per_leg_and_a_record_each(monkeypatch):
     calls = []
     monkeypatch.setattr(prober, "probe", fake_probe(calls))
     prober._probe_once()
-    assert calls == [[(None, "worker:0")], [(None, "ps:0")], [("worker:0", "ps:0")]]
+    assert calls == [(None, "worker:0"), (None, "ps:0"), ("worker:0", "ps:0")]
     assert [(r["src"], r["dst"]) for r in writer.records["rpc"]] == [
         ("chief:0", "worker:0"), ("chief:0", "ps:0"), ("worker:0", "ps:0")]
     assert writer.records["rpc"][0]["send_ns"] == 1_000_000_000 and writer.records["rpc"][0]["recv_ns"] == 1_001_000_000
@@ -56,7 +57,7 @@ def test_first_rounds_probe_every_link_then_rounds_take_them_in_turn(monkeypatch
     direct = [(None, "worker:0"), (None, "ps:0"), (None, "ps:1")]
     relayed = [("worker:0", "ps:0"), ("worker:0", "ps:1")]
     rounds = [direct + relayed] + [direct[:2], [direct[2], relayed[0]], [relayed[1]]] * 2
-    assert calls == [[leg] for legs in rounds for leg in legs]
+    assert calls == [leg for legs in rounds for leg in legs]
     assert prober.passes == 3
     payloads = [r["payload_bytes"] for r in writer.records["rpc"]]
     assert payloads == [0] * 5 + [1 << 20] * 5 + [0] * 5  # every other pass moves the payload on every link
@@ -72,8 +73,8 @@ def test_dead_target_is_found_noted_once_backed_off_and_others_still_probed(monk
         prober.probes += 1
     assert prober.targets == ["ps:0", "ps:1"]  # never itself
     # Round 1 finds ps:1 down; later rounds leave it out (backoff).
-    assert calls[:2] == [[(None, "ps:0")], [(None, "ps:1")]]
-    assert calls[2:] == [[(None, "ps:0")]] * 5
+    assert calls[:2] == [(None, "ps:0"), (None, "ps:1")]
+    assert calls[2:] == [(None, "ps:0")] * 5
     rpc = writer.records["rpc"]
     assert [r["dst"] for r in rpc] == ["ps:0"] * 6
     assert [r["payload_bytes"] for r in rpc] == [0, 0, 1 << 20, 0, 0, 1 << 20]
@@ -89,12 +90,12 @@ def test_relayed_probes_skip_a_dead_relay(monkeypatch):
     monkeypatch.setattr(prober, "probe", fake_probe(calls, down={"worker:1"}))
     prober._probe_once()
     # The relay through worker:1 is skipped once worker:1 is found down.
-    assert calls == [[(None, "worker:0")], [(None, "worker:1")], [(None, "ps:0")], [("worker:0", "ps:0")]]
+    assert calls == [(None, "worker:0"), (None, "worker:1"), (None, "ps:0"), ("worker:0", "ps:0")]
     assert [(r["src"], r["dst"]) for r in writer.records["rpc"]] == [
         ("chief:0", "worker:0"), ("chief:0", "ps:0"), ("worker:0", "ps:0")]
     calls.clear()
     prober._probe_once()  # worker:1 is backing off: neither it nor its relay is probed
-    assert calls == [[(None, "worker:0")], [(None, "ps:0")], [("worker:0", "ps:0")]]
+    assert calls == [(None, "worker:0"), (None, "ps:0"), ("worker:0", "ps:0")]
 
 
 def test_thread_survives_errors_and_stops(monkeypatch):
@@ -108,11 +109,11 @@ def test_thread_survives_errors_and_stops(monkeypatch):
     assert not prober._thread.is_alive() and len(writer.records["note"]) == 1
 
 
-def test_probe_chain_orders_the_timestamps():
+def test_probe_orders_the_timestamps():
     tf = pytest.importorskip("tensorflow")
-    legs = [(None, "/device:CPU:0"), ("/device:CPU:0", "/device:CPU:0")]
-    times = tf.function(lambda: probe_chain(tf, legs, 16))().numpy()
-    assert len(times) == 6 and (times[1:] >= times[:-1]).all()
+    for local in (None, "/device:CPU:0"):  # from this task, and relayed through another device
+        times = tf.function(lambda: probe_times(tf, local, "/device:CPU:0", 16))().numpy()
+        assert len(times) == 3 and (times[1:] >= times[:-1]).all()
 
 
 def test_invalid_interval_and_legs_per_round():
