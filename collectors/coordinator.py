@@ -14,8 +14,9 @@ calls ``fn`` and also returns, measured in-graph on the worker:
 The worker that ran a closure is the device its outputs stay on until they are fetched
 (asking in-graph, with ``experimental_get_current_worker_index()``, would feed the
 index to every call as an extra input). The caller gets back a RemoteValue of ``fn``'s
-own outputs. A background thread watches the closures finish, copies their timings
-from each worker in batches (``FETCH_EVERY_S``), and writes one ``step`` record (task
+own outputs. The coordinator's dispatch thread notes when each closure's result comes
+in; a background thread wakes every ``FETCH_EVERY_S``, copies the timings of the
+closures finished since from each worker at once, and writes one ``step`` record (task
 and clock ``worker:<index>``) and one ``closure`` record (dispatch and result time on
 the coordinator's clock) per closure into the coordinator's task file. A failed closure
 is recorded with ``ok=False`` and its error message.
@@ -52,21 +53,16 @@ from tfdiag.collectors.system import SystemSampler
 
 logger = logging.getLogger("tfdiag")
 
-# How often the result thread looks for finished closures. A closure's result_ns is late
-# by at most this much (step timing comes from in-graph timestamps and is exact). Polling
-# every 2 ms instead cost ps_ctl about 5 % more throughput on 2 cores in alternating
-# benchmarks/overhead.py runs: GIL time taken from the coordinator's dispatch threads.
-RESULT_POLL_S = 0.05
-# How often the timings of finished closures are copied from the workers (and whenever
-# no closure is left in flight): one op and one copy per worker per fetch, instead of
-# one per closure. Their records reach the writer at most this much later.
+# How often the result thread collects finished closures and copies their timings from
+# the workers: one op and one copy per worker per fetch, instead of one per closure.
+# Their records reach the writer at most this much later. (The thread once polled for
+# finished closures every 50 ms: 0.3 ms of the coordinator's CPU per closure on ps_ctl.)
 FETCH_EVERY_S = 1.0
-# How long ``close()`` waits for closures still in flight before dropping their records.
+# How long ``close()`` waits for closures still in flight before dropping their records,
+# and how often it looks whether they are done.
 CLOSE_TIMEOUT_S = 30.0
+CLOSE_POLL_S = 0.05
 MAX_ERROR_CHARS = 2000
-# Closures looked at per poll: the coordinator runs at most a few per worker at once, and
-# those are the oldest in the queue.
-SCAN_LIMIT = 64
 # Cumulative per-worker example counts (``shard`` records) are written this often.
 SHARD_EVERY_S = 1.0
 
@@ -190,23 +186,28 @@ def _user_remote_value(remote):
     return _remote_value_class(remote)
 
 
-def _copy_only_while_viewed(remote, view) -> None:
-    """Lets TensorFlow copy a closure's outputs to the coordinator only while ``view`` lives.
+def _watch_result(remote, view, pending: "_Pending") -> None:
+    """Stamps ``pending.result_ns`` when the closure's result comes in, and lets TensorFlow
+    copy its outputs to the coordinator only while ``view`` lives.
 
-    When a closure finishes, the coordinator's dispatch thread for that worker copies its
-    outputs to the coordinator if anything still holds its RemoteValue (so that they
-    outlive the worker), and runs the worker's next closure only after. The result
-    thread holds every RemoteValue until it has read the timings, which made that copy
-    happen for every closure, of outputs the caller had dropped: 2.2 ms of the
-    coordinator's CPU per closure on ps_ctl, none measurable without it
-    (benchmarks/overhead_ab.py).
-    With this, outputs are copied as TensorFlow would for the caller's view alone; the
-    result thread reads the other timings from the workers in its batches
-    (``_fetch_stats``).
+    When a closure succeeds, the coordinator's dispatch thread for that worker calls the
+    RemoteValue's ``_copy_to_local`` at once: the result time is read there, in the
+    dispatch thread, exactly. TensorFlow copies the outputs to the coordinator if
+    anything still holds the RemoteValue (so that they outlive the worker), and runs the
+    worker's next closure only after. The result thread holds every RemoteValue until
+    it has read the timings, which made that copy happen for every closure, of outputs
+    the caller had dropped: 2.2 ms of the coordinator's CPU per closure on ps_ctl, none
+    measurable without it (benchmarks/overhead_ab.py). With this, outputs are copied as
+    TensorFlow would for the caller's view alone; the result thread reads the other
+    timings from the workers in its batches (``_fetch_stats``).
     """
-    view_ref, remote_ref = weakref.ref(view), weakref.ref(remote)  # no cycle through remote
+    # No cycle through remote (pending holds it): the RemoteValue goes as soon as it is recorded.
+    view_ref, remote_ref, pending_ref = weakref.ref(view), weakref.ref(remote), weakref.ref(pending)
 
     def copy_to_local():
+        watched = pending_ref()
+        if watched is not None:
+            watched.result_ns = time.time_ns()
         held = remote_ref()
         if view_ref() is not None:
             return type(held)._copy_to_local(held)
@@ -240,7 +241,7 @@ def _stats_handle(remote):
 
 
 def _copied_to_local(remote) -> bool:
-    """Whether TensorFlow copied the closure's outputs here (``_copy_only_while_viewed``
+    """Whether TensorFlow copied the closure's outputs here (``_watch_result``
     hands back the remote handles themselves when nobody holds the result)."""
     return remote._has_fetched_to_local and remote._fetched_tensors is not remote._values  # noqa: SLF001
 
@@ -273,7 +274,21 @@ def _fetch_stats(remotes) -> list[list[float] | None]:
 
 
 _STATS = ("begin", "end", "wait", "examples", "steps")  # the order of the stats vector
-_Pending = collections.namedtuple("_Pending", "closure_id dispatch_ns remote")
+
+
+class _Pending:
+    """A scheduled closure: its id, RemoteValue, and when it was scheduled and its result
+    came in (``time.time_ns()``; None until a success is seen, see ``_watch_result``)."""
+
+    __slots__ = ("closure_id", "dispatch_ns", "remote", "result_ns", "__weakref__")
+
+    def __init__(self, closure_id: int, dispatch_ns: int, remote):
+        self.closure_id = closure_id
+        self.dispatch_ns = dispatch_ns
+        self.remote = remote
+        self.result_ns: int | None = None
+
+
 _Finished = collections.namedtuple("_Finished", "pending result_ns error")
 
 
@@ -341,10 +356,10 @@ class InstrumentedCoordinator:
             self._disabled = True
             return _user_remote_value(remote)
         view = _user_remote_value(remote)
-        _copy_only_while_viewed(remote, view)
+        pending = _Pending(next(self._ids), dispatch_ns, remote)
+        _watch_result(remote, view, pending)
         with self._cv:
-            self._pending.append(_Pending(next(self._ids), dispatch_ns, remote))
-            self._cv.notify()
+            self._pending.append(pending)
         return view
 
     def record_placement(self, variables) -> list[dict]:
@@ -449,34 +464,40 @@ class InstrumentedCoordinator:
         return self._coordinator.schedule(fn, args=args, kwargs=kwargs)
 
     def _track(self) -> None:
-        finished: list[_Finished] = []  # whose timings are still on the workers
-        fetched_at = time.monotonic()
+        """Every ``FETCH_EVERY_S`` (and at close), records the closures finished since."""
         while True:
             with self._cv:
-                if not self._pending and not self._closing:
-                    self._cv.wait()  # nothing in flight, nothing unrecorded (flushed when idle)
-                pending = list(self._pending)
+                if not self._closing:
+                    self._cv.wait(FETCH_EVERY_S)
                 closing = self._closing
-            if closing and pending and time.monotonic() > self._close_deadline:
-                logger.warning("tfdiag: %d closures still running at close; their records are dropped.", len(pending))
-                pending = []
-            done = [item for item in pending[:SCAN_LIMIT] if _finished(item.remote)]
-            now_ns = time.time_ns()
-            finished.extend(_Finished(item, now_ns, _closure_error(item.remote)) for item in done)
-            if done:
-                with self._cv:
-                    for item in done:
-                        self._pending.remove(item)
-            idle = len(done) == len(pending)  # nothing left in flight
-            if finished and (idle or time.monotonic() - fetched_at >= FETCH_EVERY_S):
+                finished = self._take_finished()
+                in_flight = len(self._pending)
+            if finished:
                 self._record(finished)
-                finished, fetched_at = [], time.monotonic()
                 if time.monotonic() - self._shard_written_at >= SHARD_EVERY_S:
                     self._write_shards()
-            if closing and idle:
-                return
-            if not done and not idle:
-                time.sleep(RESULT_POLL_S)
+            if closing:
+                if not in_flight:
+                    return
+                if time.monotonic() > self._close_deadline:
+                    logger.warning("tfdiag: %d closures still running at close; their records are dropped.", in_flight)
+                    return
+                time.sleep(CLOSE_POLL_S)
+
+    def _take_finished(self) -> list[_Finished]:
+        """Takes the finished closures out of ``_pending`` (the caller holds ``_cv``).
+
+        A success's result time was stamped as it came in; a failure's is now.
+        """
+        now_ns = time.time_ns()
+        finished, in_flight = [], collections.deque()
+        for item in self._pending:
+            if _finished(item.remote):
+                finished.append(_Finished(item, item.result_ns or now_ns, _closure_error(item.remote)))
+            else:
+                in_flight.append(item)
+        self._pending = in_flight
+        return finished
 
     def _record(self, finished: list[_Finished]) -> None:
         """Writes the ``step`` and ``closure`` records of finished closures."""
@@ -537,10 +558,10 @@ def instrument_coordinator(coordinator, logdir, examples_per_step: int | None = 
             ``logdir/plugins/tfdiag/``.
         examples_per_step: examples one closure consumes; by default the leading
             dimension of the elements its iterators yield.
-        probe_interval_s: seconds between RPC probe rounds; each round probes the next
-            two links in turn (coordinator → every task, worker → every ps), so each
-            link is probed every ``probe_interval_s * ceil(links / 2)`` seconds;
-            ``None`` or 0 turns the probe off.
+        probe_interval_s: seconds between RPC probe rounds; after three rounds of
+            every link, each round probes the next link in turn (coordinator → every
+            task, worker → every ps), so each link is probed every
+            ``probe_interval_s * links`` seconds; ``None`` or 0 turns the probe off.
         system_interval_s: seconds between system samples; ``None`` or 0: off.
         capture_faults: turn the coordinator's log lines about failures, retries and
             recoveries into ``fault`` records.

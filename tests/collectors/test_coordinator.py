@@ -27,6 +27,12 @@ def test_failing_closure_is_recorded_and_results_pass_through(tmp_path):
     assert closures["ok"].tolist() == [True, False, True]
     assert "closure asked to fail" in closures["error"].iloc[1]
     assert closures["worker"].tolist() == ["worker:0", "", "worker:0"]
+    # The first closure was joined and fetched before the next was scheduled: a success's
+    # result time, read as the result came in, falls before that dispatch (one seen by the
+    # result thread on its next round would not). A failure's is when it was seen.
+    first, failed, third = closures.itertuples()
+    assert first.dispatch_ns < first.result_ns < failed.dispatch_ns
+    assert failed.dispatch_ns < failed.result_ns and third.dispatch_ns < third.result_ns
     assert steps["step"].tolist() == [0, 2]
     assert (steps["examples"] == 8).all() and (steps["task"] == "worker:0").all()
     assert (steps["input_wait_ns"] > 0).all() and (steps["end_ns"] > steps["begin_ns"]).all()

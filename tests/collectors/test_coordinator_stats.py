@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import types
 
 import pytest
@@ -68,19 +69,34 @@ class View:
     pass
 
 
+def watched(remote, view):
+    pending = coordinator._Pending(0, 0, remote)
+    coordinator._watch_result(remote, view, pending)
+    return pending
+
+
 def test_outputs_are_copied_only_while_the_caller_holds_the_result():
     remote, view = FakeRemoteValue(), View()
-    coordinator._copy_only_while_viewed(remote, view)
+    watched(remote, view)
     assert remote.get() == ("loss here", "stats here") and remote.copies == 1
     del view  # the caller dropped its result: nothing is copied for the result thread
     assert remote.get() == ("loss on the worker", "stats on the worker") and remote.copies == 1
+
+
+def test_the_result_time_is_read_as_the_result_comes_in():
+    remote, view = FakeRemoteValue(), View()
+    pending = watched(remote, view)
+    assert pending.result_ns is None
+    before = time.time_ns()
+    remote.get()  # what the coordinator's dispatch thread does once the closure succeeded
+    assert before <= pending.result_ns <= time.time_ns()
 
 
 def test_the_copy_override_makes_no_reference_cycle():
     import weakref
 
     remote, view = FakeRemoteValue(), View()
-    coordinator._copy_only_while_viewed(remote, view)
+    watched(remote, view)
     dead = weakref.ref(remote)
     del remote  # freed by reference counting, not left for the cycle collector
     assert dead() is None

@@ -65,7 +65,8 @@ def test_first_rounds_probe_every_link_then_rounds_take_them_in_turn(monkeypatch
 
 def test_dead_target_is_found_noted_once_backed_off_and_others_still_probed(monkeypatch):
     writer = FakeWriter("chief:0")
-    prober = RpcProber(writer, "chief:0", ["chief:0", "ps:0", "ps:1"], interval_s=0.01, payload_every=3)
+    prober = RpcProber(writer, "chief:0", ["chief:0", "ps:0", "ps:1"], interval_s=0.01, payload_every=3,
+                       legs_per_round=2)
     calls = []
     monkeypatch.setattr(prober, "probe", fake_probe(calls, down={"ps:1"}))
     for _ in range(6):
