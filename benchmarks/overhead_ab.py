@@ -16,7 +16,9 @@ of it, whose RPC probe and system sampler run only during B phases (paused, not
 stopped, during A phases, so that B phases get the probe rounds and samples a run
 would have). The timings of a B phase's last closures are fetched after the phase, as
 at the end of a run. Each phase also counts CPU seconds per closure of the training
-tasks (workers and ps) and of the coordinator.
+tasks (workers and ps), of the coordinator, and of the coordinator's collector threads
+(``tfdiag-*``: result thread, probe, sampler, writer). ``--calibrate`` runs both phases
+of every pair plain (an A/A run): the spread and bias of the harness itself.
 
 ``mwms_fit`` (``--steps`` steps a phase): both workers run ``model.fit`` on the job's
 model and input with a ``DiagnosticsCallback`` whose hooks are called only in B
@@ -26,7 +28,8 @@ CPU seconds per step.
 
 In both, the first pair traces and warms both paths and is left out.
 
-    python benchmarks/overhead_ab.py --job ps_ctl --pairs 90 --closures 40   # under tools/loopback-only
+    python benchmarks/overhead_ab.py --job ps_ctl --pairs 240 --closures 40   # under tools/loopback-only
+    python benchmarks/overhead_ab.py --job ps_ctl --pairs 40 --calibrate
     python benchmarks/overhead_ab.py --job mwms_fit --pairs 150 --steps 100
 """
 
@@ -39,6 +42,7 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 
 import psutil
@@ -64,6 +68,12 @@ def cpu_s(pids) -> float:
             continue
         total += times.user + times.system
     return total
+
+
+def collector_threads_cpu_s() -> float:
+    """CPU seconds so far of this process's collector threads (named ``tfdiag-*``)."""
+    ids = {thread.native_id for thread in threading.enumerate() if thread.name.startswith("tfdiag-")}
+    return sum(t.user_time + t.system_time for t in psutil.Process().threads() if t.id in ids)
 
 
 def phase_kinds(pair: int) -> tuple[str, str]:
@@ -103,31 +113,37 @@ def paired_ratio(plain: list[float], instrumented: list[float]) -> dict:
 def run_ps_phases(coordinators: dict, switch: PausedWhilePlain, train, iterator, pairs: int, closures: int,
                   examples_per_closure: int, task_pids) -> dict:
     """Runs ``pairs`` pairs of phases; returns, per kind, each phase's examples/s and the CPU
-    seconds per closure of the training tasks (``task_pids``) and of this process."""
-    results = {kind: {"rate": [], "task_cpu": [], "coordinator_cpu": []} for kind in KINDS}
+    seconds per closure of the training tasks (``task_pids``), of this process and of its
+    collector threads."""
+    results = {kind: {"rate": [], "task_cpu": [], "coordinator_cpu": [], "collector_cpu": []} for kind in KINDS}
     for pair in range(pairs):
         for kind in phase_kinds(pair):
             coordinator, result = coordinators[kind], results[kind]
-            switch.plain = kind == "plain"
-            recorded = getattr(coordinator, "closures_recorded", 0)
-            tasks_before, own_before, start = cpu_s(task_pids), cpu_s([os.getpid()]), time.perf_counter()
+            switch.plain = not hasattr(coordinator, "closures_recorded")  # the plain ClusterCoordinator
+            recorded = getattr(coordinator, "closures_recorded", None)
+            tasks_before, own_before, collectors_before = cpu_s(task_pids), cpu_s([os.getpid()]), collector_threads_cpu_s()
+            start = time.perf_counter()
             for _ in range(closures):
                 coordinator.schedule(train, args=(iterator,))
             coordinator.join()
             result["rate"].append(closures * examples_per_closure / (time.perf_counter() - start))
             result["task_cpu"].append((cpu_s(task_pids) - tasks_before) / closures)
             result["coordinator_cpu"].append((cpu_s([os.getpid()]) - own_before) / closures)
+            result["collector_cpu"].append((collector_threads_cpu_s() - collectors_before) / closures)
             # The last timings are fetched once the closures are done (as at the end of a
             # run): not part of the phase, but not left to run into the next one either.
-            while getattr(coordinator, "closures_recorded", 0) - recorded < closures * (kind != "plain"):
+            while recorded is not None and coordinator.closures_recorded - recorded < closures:
                 time.sleep(0.001)
         print(f"  pair {pair}: " + ", ".join(f"{k}={results[k]['rate'][-1]:.0f}" for k in KINDS),
               file=sys.stderr, flush=True)
     return results
 
 
-def measure_ps_ctl(pairs: int, closures: int, logdir: str) -> dict:
-    """Starts the servers, runs the phases as the coordinator, and summarises them."""
+def measure_ps_ctl(pairs: int, closures: int, logdir: str, calibrate: bool = False) -> dict:
+    """Starts the servers, runs the phases as the coordinator, and summarises them.
+
+    With ``calibrate`` both phases of a pair are plain.
+    """
     config = JobConfig("ps_ctl", logdir, ps=2, workers=2)
     cluster = LocalCluster(config)
     try:
@@ -152,7 +168,7 @@ def measure_ps_ctl(pairs: int, closures: int, logdir: str) -> dict:
         train = ps_ctl.make_train_steps(tf, strategy, model, config, steps)
         dataset_fn = ps_ctl.make_dataset_fn(tf, config)
         iterator = iter(plain.create_per_worker_dataset(tf.function(lambda: dataset_fn())))
-        coordinators = {"plain": plain, "instrumented": instrumented}
+        coordinators = {"plain": plain, "instrumented": plain if calibrate else instrumented}
         task_pids = [task.process.pid for task in cluster.tasks.values()]
         examples = steps * config.batch_size
         run_ps_phases(coordinators, switch, train, iterator, 1, closures, examples, task_pids)  # warm-up
@@ -168,6 +184,8 @@ def measure_ps_ctl(pairs: int, closures: int, logdir: str) -> dict:
             "rates": (statistics.median(a["rate"]), statistics.median(b["rate"])),
             "columns": {"training tasks' CPU ms per closure": change(a["task_cpu"], b["task_cpu"], 1e3),
                         "coordinator's CPU ms per closure": change(a["coordinator_cpu"], b["coordinator_cpu"], 1e3),
+                        "its collector threads' CPU ms per closure (means)": mean_change(
+                            a["collector_cpu"], b["collector_cpu"], 1e3),
                         "RPC probe records per s": f"{probe_records / instrumented_s:.1f}"}}
 
 
@@ -275,6 +293,12 @@ def change(plain: list[float], instrumented: list[float], scale: float) -> str:
     return f"{a:.1f} → {b:.1f} ({b / a - 1:+.1%})"
 
 
+def mean_change(plain: list[float], instrumented: list[float], scale: float) -> str:
+    """``"A → B"`` of the means of two kinds of phases, times ``scale`` (for quantities, like
+    a thread's CPU time in clock ticks, whose per-phase values are too coarse for a median)."""
+    return f"{statistics.fmean(plain) * scale:.2f} → {statistics.fmean(instrumented) * scale:.2f}"
+
+
 def table(job: str, pairs: int, per_phase: str, r: dict) -> str:
     """One markdown table row (with its header) for docs/benchmarks.md."""
     headers = ["job", "pairs", "phase", "examples/s plain → instrumented (medians)",
@@ -290,17 +314,22 @@ def main(argv=None) -> int:
     parser.add_argument("--pairs", type=int, default=40, help="pairs of phases (plain, instrumented)")
     parser.add_argument("--closures", type=int, default=40, help="ps_ctl: closures per phase (10 steps each)")
     parser.add_argument("--steps", type=int, default=100, help="mwms_fit: steps per phase")
+    parser.add_argument("--calibrate", action="store_true",
+                        help="ps_ctl: both phases of every pair plain (the harness's own spread and bias)")
     parser.add_argument("--logdir", default=None, help="where the run goes (default: a temp dir)")
     parser.add_argument("--mwms-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--config", help=argparse.SUPPRESS)  # an mwms_fit worker's JobConfig
     args = parser.parse_args(argv)
+    if args.calibrate and args.job != "ps_ctl":
+        parser.error("--calibrate is for --job ps_ctl")
     if args.mwms_worker:
         mwms_worker(JobConfig.from_json(args.config))
         return 0
     logdir = args.logdir or tempfile.mkdtemp(prefix="tfdiag-overhead-ab-")
     started = time.monotonic()
     if args.job == "ps_ctl":
-        result, per_phase = measure_ps_ctl(args.pairs, args.closures, logdir), f"{args.closures} closures"
+        result = measure_ps_ctl(args.pairs, args.closures, logdir, args.calibrate)
+        per_phase = f"{args.closures} closures" + (", A/A" if args.calibrate else "")
     else:
         result, per_phase = measure_mwms_fit(args.pairs, args.steps, logdir), f"{args.steps} steps"
     print(table(args.job, args.pairs, per_phase, result))
