@@ -58,10 +58,12 @@ logger = logging.getLogger("tfdiag")
 # Their records reach the writer at most this much later. (When the thread polled for
 # finished closures every 50 ms, it took 0.34 ms of CPU per ps_ctl closure; now 0.1 ms.)
 FETCH_EVERY_S = 1.0
-# How long ``close()`` waits for closures still in flight before dropping their records,
-# and how often it looks whether they are done.
+# How often the result thread looks for finished closures until the first one is
+# recorded (which starts the RPC probe: a run of a few seconds needs its first rounds)
+# and, at close, for the last ones.
+POLL_S = 0.05
+# How long ``close()`` waits for closures still in flight before dropping their records.
 CLOSE_TIMEOUT_S = 30.0
-CLOSE_POLL_S = 0.05
 MAX_ERROR_CHARS = 2000
 # Cumulative per-worker example counts (``shard`` records) are written this often.
 SHARD_EVERY_S = 1.0
@@ -464,11 +466,12 @@ class InstrumentedCoordinator:
         return self._coordinator.schedule(fn, args=args, kwargs=kwargs)
 
     def _track(self) -> None:
-        """Every ``FETCH_EVERY_S`` (and at close), records the closures finished since."""
+        """Every ``FETCH_EVERY_S`` (``POLL_S`` until the first record and at close), records
+        the closures finished since."""
         while True:
             with self._cv:
                 if not self._closing:
-                    self._cv.wait(FETCH_EVERY_S)
+                    self._cv.wait(FETCH_EVERY_S if self._probes_started else POLL_S)
                 closing = self._closing
                 finished = self._take_finished()
                 in_flight = len(self._pending)
@@ -482,7 +485,7 @@ class InstrumentedCoordinator:
                 if time.monotonic() > self._close_deadline:
                     logger.warning("tfdiag: %d closures still running at close; their records are dropped.", in_flight)
                     return
-                time.sleep(CLOSE_POLL_S)
+                time.sleep(POLL_S)
 
     def _take_finished(self) -> list[_Finished]:
         """Takes the finished closures out of ``_pending`` (the caller holds ``_cv``).

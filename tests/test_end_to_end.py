@@ -72,3 +72,18 @@ def test_clean_run_reports_neither(analysed, capsys):
     kinds = {f["kind"] for f in report["findings"]}
     assert not kinds & {"straggler", "input_bound"}
     assert report["summary"]["steps"] >= STEPS
+
+
+def test_slow_ps_link_is_measured_and_named(analysed, capsys):
+    """A 25 ms proxy in front of ps:1, read by the RPC probe from each worker (issue #4's check)."""
+    report = analyze_json(analysed("slow-ps=1:25"), capsys)
+    links = {(link["src"], link["dst"]): link for link in report["rpc"]}
+    for worker in ("worker:0", "worker:1"):
+        slow, fast = links[worker, "ps:1"], links[worker, "ps:0"]
+        assert 25 <= slow["rtt_ms"]["p50"] <= 40 and fast["rtt_ms"]["p50"] < 5
+        # A 200-step run lasts a few seconds: the probe's first rounds must all land in it.
+        assert slow["samples"] >= 3 and fast["samples"] >= 3
+        # One host, one clock: an offset within the probe's own uncertainty.
+        assert abs(fast["clock_offset_ms"]) <= fast["clock_offset_uncertainty_ms"]
+    [finding] = [f for f in report["findings"] if f["kind"] == "slow_link"]
+    assert finding["tasks"] == ["ps:1"]
