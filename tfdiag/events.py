@@ -69,7 +69,7 @@ CLOSURE = RecordKind(
         ("worker", "string"),  # the worker that ran it ("" if it never ran)
         ("closure_id", "int64"),
         ("dispatch_ns", "int64"),  # coordinator clock: schedule() called
-        ("result_ns", "int64"),  # coordinator clock: result seen
+        ("result_ns", "int64"),  # coordinator clock: result came in (a failure: seen, within 1 s)
         ("ok", "bool"),
         ("error", "string"),
     ),

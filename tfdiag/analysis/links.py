@@ -24,8 +24,10 @@ def link_table(rpc: pd.DataFrame) -> pd.DataFrame:
 
     Columns: ``src``, ``dst``, ``samples``, ``rtt_min_ns`` (what the path itself costs: load on
     either end only adds to it), ``rtt_p50_ns``, ``rtt_p95_ns``, ``rtt_p99_ns``,
-    ``offset_ns`` (dst clock minus src clock, from the fastest probes),
-    ``offset_uncertainty_ns`` (half the fastest round trip: Cristian's bound), and
+    ``offset_ns`` (dst clock minus src clock: the median over the fastest quarter of the
+    probes), ``offset_uncertainty_ns`` (half the slowest round trip among those: each
+    probe's offset is within half its own round trip, Cristian's bound, so their median is
+    too), and
     ``bandwidth_bps`` (bytes per second from payload probes, NaN without them: the extra
     time a probe carrying N bytes takes over a plain one).
     """
@@ -47,9 +49,10 @@ def link_table(rpc: pd.DataFrame) -> pd.DataFrame:
     table.columns = ["rtt_p50_ns", "rtt_p95_ns", "rtt_p99_ns"]
     table["samples"] = grouped.size()
     table["rtt_min_ns"] = grouped.min()
-    table["offset_uncertainty_ns"] = table["rtt_min_ns"] / 2
     cutoff = grouped.transform("quantile", FASTEST_FRACTION)
-    table["offset_ns"] = ping[ping["rtt"] <= cutoff].groupby(keys, observed=True)["offset"].median()
+    fastest = ping[ping["rtt"] <= cutoff].groupby(keys, observed=True)
+    table["offset_ns"] = fastest["offset"].median()
+    table["offset_uncertainty_ns"] = fastest["rtt"].max() / 2
     bulk = probes[probes["payload"] > 0].groupby(keys, observed=True)[["rtt", "payload"]].median()
     extra_s = (bulk["rtt"] - table["rtt_p50_ns"].reindex(bulk.index)) / 1e9
     table["bandwidth_bps"] = (bulk["payload"] / extra_s.where(extra_s > 0)).reindex(table.index)
