@@ -3,9 +3,10 @@
 Starts ps_ctl's servers (2 ps, 2 workers: 8 links, coordinator → each of the 4 tasks
 and each worker → each ps) and, with no training running, runs rounds of 1, 2, 4 and 8
 links as the prober does (one ``RpcProber.probe`` call per link), counting the CPU
-seconds of this process (the coordinator) and of the four tasks. At the default one round a second, a round's CPU
-seconds are the share of a core the probe takes; the table also gives it as a share of
-all this machine's cores (what a job sharing the machine loses).
+seconds of this process (the coordinator) and of the four tasks. At the default one
+round a second, a round's CPU seconds are the share of a core the probe takes; the table
+also gives it as a share of all this machine's cores (what a job sharing the machine
+loses).
 
     python benchmarks/probe_cost.py --rounds 50     # under tools/loopback-only
 """

@@ -42,9 +42,8 @@ logger = logging.getLogger("tfdiag")
 
 DEFAULT_INTERVAL_S = 1.0
 # One link a round: every link of a 2 x 2 ps cluster (8 links) is probed every 8 s, at
-# 0.1 % of a 2-core machine's CPU when idle (benchmarks/probe_cost.py). Under training
-# load a probe costs the coordinator several times more CPU than idle (1.7 ms instead
-# of 0.3 ms of its own thread on ps_ctl), so two a round were a third of ps_ctl's overhead.
+# 0.1 % of a 2-core machine's CPU on idle servers (benchmarks/probe_cost.py); with it,
+# ps_ctl's collectors cost 0.3 % of throughput (benchmarks/overhead_ab.py).
 DEFAULT_LEGS_PER_ROUND = 1
 # The first rounds probe every link, so that a run of a few seconds still gets this many
 # round trips per link (what the slow-link detector needs to judge one).
