@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from tfdiag.analysis.findings import FINDING_KINDS
+from tfdiag.analysis.detectors import FINDING_KINDS
 from tfdiag.events import KINDS
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"

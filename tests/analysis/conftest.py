@@ -21,10 +21,13 @@ class RunBuilder:
         self.strategy = strategy
         self.cluster = {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"] * workers, "ps": ["127.0.0.1:3"] * ps}
         self.records: list[tuple[str, dict]] = []
+        self.step_begins: dict[str, list[int]] = {}
 
     def steps(self, task, count=100, step_ms=20.0, input_ms=0.0, idle_ms=1.0, closures=False):
         begin = START_NS
+        self.step_begins[task] = []
         for step in range(count):
+            self.step_begins[task].append(begin)
             end = begin + int(step_ms * MS)
             self.records.append(("step", dict(task=task, step=step, begin_ns=begin, end_ns=end,
                                               input_wait_ns=int(input_ms * MS), examples=32, clock_task=task)))
@@ -40,6 +43,17 @@ class RunBuilder:
             rtt = int(rtt_ms * MS * (1 + 0.05 * (i % 5)))
             self.records.append(("rpc", dict(src=src, dst=dst, send_ns=send, remote_ns=send + rtt // 2 + int(offset_ms * MS),
                                              recv_ns=send + rtt, payload_bytes=payload_bytes)))
+        return self
+
+    def transfer(self, src, dst, duration_ms, size=8192, tensors=2, every=10):
+        """Traced ``RecvTensor`` transfers, as ``DiagnosticsHook`` writes them: ``tensors``
+        concurrent transfers from ``src`` to ``dst``, each ``duration_ms`` long, early in
+        every ``every``-th step of the worker among them (call ``steps`` for it first)."""
+        worker = dst if dst.startswith("worker:") else src
+        for begin in self.step_begins[worker][every - 1::every]:
+            for tensor in range(tensors):
+                self.records.append(("transfer", dict(src=src, dst=dst, time_ns=begin + MS // 10, bytes=size,
+                                                      duration_ns=int(duration_ms * MS), tensor=f"edge_{tensor}_read")))
         return self
 
     def placement(self, variable, task, size):

@@ -4,8 +4,9 @@
 >>> report = analyze("logs/run1")  # doctest: +SKIP
 """
 
+from tfdiag.analysis.detectors import FINDING_KINDS
 from tfdiag.analysis.engine import analyze
-from tfdiag.analysis.findings import FINDING_KINDS, Finding, Recommendation, Severity
+from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.load import LoadedRun, RunLoader, load_run
 from tfdiag.analysis.result import Report
 

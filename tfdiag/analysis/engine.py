@@ -1,4 +1,4 @@
-"""The analysis pipeline: load → align → breakdown → detectors → advisor → Report."""
+"""The analysis pipeline: load → measure (align, breakdown) → detectors → advisor → Report."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 
 from tfdiag.analysis import sections
 from tfdiag.analysis.advisor import advise
-from tfdiag.analysis.detectors import DETECTORS
+from tfdiag.analysis.detectors import detect_all
 from tfdiag.analysis.load import LoadedRun, ProgressCallback, load_run
 from tfdiag.analysis.measurements import measure
 from tfdiag.analysis.result import Report
@@ -23,7 +23,7 @@ def analyze(run: str | os.PathLike | LoadedRun, progress: ProgressCallback | Non
     """
     loaded = run if isinstance(run, LoadedRun) else load_run(run, progress)
     measured = measure(loaded)
-    findings = advise([finding for detect in DETECTORS for finding in detect(measured)], measured)
+    findings = advise(detect_all(measured), measured)
     return Report(
         run=sections.run_section(measured),
         summary=sections.summary_section(measured, findings),

@@ -1,25 +1,14 @@
-"""Findings: what a detector concluded, with its evidence and the recommended change."""
+"""Findings: what a detector concluded, with its evidence and the recommended change.
+
+The JSON form of a finding is part of the report contract (``docs/architecture.md``,
+"Public surface"; ``docs/findings.md`` documents every kind).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Mapping
-
-# The stable finding kinds of the JSON contract (DESIGN.md, "Analysis and advice").
-FINDING_KINDS = (
-    "input_bound",
-    "straggler",
-    "shard_imbalance",
-    "ps_hotspot",
-    "slow_link",
-    "communication_bound",
-    "gpu_underutilized",
-    "compute_bound",
-    "coordinator_bound",
-    "task_failure",
-)
-
 
 class Severity(str, Enum):
     INFO = "info"
@@ -50,7 +39,11 @@ class Recommendation:
 
 @dataclass(frozen=True)
 class Finding:
-    """One diagnosed problem. Serialises to the ``findings[]`` entries of the JSON report."""
+    """One diagnosed problem. Serialises to the ``findings[]`` entries of the JSON report.
+
+    ``kind`` is one of ``tfdiag.analysis.detectors.FINDING_KINDS``: each detector module
+    declares the kind it reports, and ``detectors.detect_all`` rejects any other.
+    """
 
     kind: str
     severity: Severity
@@ -60,10 +53,6 @@ class Finding:
     evidence: Mapping[str, Any]
     recommendation: Recommendation
     extra: Mapping[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self):
-        if self.kind not in FINDING_KINDS:
-            raise ValueError(f"unknown finding kind {self.kind!r}; expected one of {FINDING_KINDS}")
 
     @property
     def predicted_speedup(self) -> float:

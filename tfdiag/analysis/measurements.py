@@ -10,7 +10,7 @@ from tfdiag.analysis.align import clock_offsets
 from tfdiag.analysis.breakdown import step_table, worker_table
 from tfdiag.analysis.devices import SharedHost, gpu_table, host_table, shared_worker_host
 from tfdiag.analysis.faults import fault_table
-from tfdiag.analysis.links import link_table
+from tfdiag.analysis.links import link_latency_table, link_table
 from tfdiag.analysis.load import LoadedRun
 from tfdiag.analysis.placement import ps_load_table
 from tfdiag.analysis.shards import shard_table, shards_from_steps
@@ -29,6 +29,7 @@ class Measurements:
     steps: pd.DataFrame  # breakdown.step_table
     workers: pd.DataFrame  # breakdown.worker_table
     links: pd.DataFrame  # links.link_table
+    link_latency: pd.DataFrame  # links.link_latency_table: the probe's links, else traced transfers
     shards: pd.DataFrame  # shards.shard_table
     gpus: pd.DataFrame  # devices.gpu_table
     hosts: pd.DataFrame  # devices.host_table
@@ -64,6 +65,7 @@ def measure(run: LoadedRun) -> Measurements:
         steps=steps,
         workers=workers,
         links=links,
+        link_latency=link_latency_table(links, run.frame("transfer")),
         shards=shards,
         gpus=gpu_table(gpu),
         hosts=host_table(system),

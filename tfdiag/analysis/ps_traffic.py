@@ -1,13 +1,25 @@
-"""Parameter-server traffic model inputs, measured on the run: bytes, latency, bandwidth per ps."""
+"""Parameter-server traffic model inputs, measured on the run: bytes, latency, bandwidth per ps.
+
+Bytes per ps come from the variable placement, or, where none was captured (a TF1
+session), from the traced ``RecvTensor`` transfers; ``traced_link_cost`` measures how
+long a traced step waited on one ps's transfers.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
+from tfdiag.analysis.align import to_reference_clock
 from tfdiag.analysis.measurements import Measurements
 from tfdiag.analysis.whatif import ps_communication_ns
+
+# A traced transfer smaller than this says nothing of bandwidth: 64 KB at 1 Gb/s take
+# 0.5 ms, about what one RecvTensor round trip costs on loopback, so a smaller tensor's
+# time is its round trip.
+MIN_BANDWIDTH_BYTES = 64 << 10
 
 
 @dataclass(frozen=True)
@@ -26,20 +38,31 @@ class PsTraffic:
         )
 
 
-def ps_traffic(measured: Measurements) -> PsTraffic | None:
-    """The run's ps traffic inputs, or None when placement or bandwidth was not captured."""
-    if measured.ps_load.empty:
+def ps_traffic(measured: Measurements, load: pd.DataFrame | None = None) -> PsTraffic | None:
+    """The run's ps traffic inputs, or None when placement or bandwidth was not captured.
+
+    ``load`` (a ``placement.ps_load_table`` or ``traced_ps_load``) defaults to the
+    variable placement.
+    """
+    load = measured.ps_load if load is None else load
+    if load.empty:
         return None
-    ps_tasks = list(measured.ps_load["task"])
+    ps_tasks = list(load["task"])
     links = measured.links[measured.links["src"].str.startswith("worker:") & measured.links["dst"].isin(ps_tasks)]
     rtt = links.groupby("dst")["rtt_p50_ns"].median().to_dict()
+    if not rtt:
+        # No probe: the quickest traced transfer per link is its latency (its p50 would
+        # count the bytes twice, once more through the bandwidth).
+        traced = measured.link_latency
+        traced = traced[traced["src"].str.startswith("worker:") & traced["dst"].isin(ps_tasks)]
+        rtt = traced.groupby("dst")["rtt_min_ns"].median().to_dict()
     bandwidth = links.dropna(subset=["bandwidth_bps"]).groupby("dst")["bandwidth_bps"].median().to_dict()
     bandwidth.update(_transfer_bandwidth(measured, ps_tasks))
     if not bandwidth:
         return None
     fallback = float(np.median(list(bandwidth.values())))
     return PsTraffic(
-        bytes_per_ps={row.task: float(row.bytes) for row in measured.ps_load.itertuples()},
+        bytes_per_ps={row.task: float(row.bytes) for row in load.itertuples()},
         rtt_ns={ps: float(rtt.get(ps, 0.0)) for ps in ps_tasks},
         bandwidth_bps={ps: float(bandwidth.get(ps, fallback)) for ps in ps_tasks},
         workers=max(len(measured.workers), 1),
@@ -47,10 +70,116 @@ def ps_traffic(measured: Measurements) -> PsTraffic | None:
 
 
 def _transfer_bandwidth(measured: Measurements, ps_tasks: list[str]) -> dict[str, float]:
-    """Bytes per second of traced RecvTensor transfers from each ps (TF1 RunMetadata)."""
+    """Bytes per second of traced RecvTensor transfers from each ps (TF1 RunMetadata).
+
+    As with the probe's payload: the time a large transfer takes beyond the quickest
+    transfer on its link (the link's round trip) is the time its bytes took. Links
+    without a transfer of ``MIN_BANDWIDTH_BYTES`` have no estimate.
+    """
     transfer = measured.run.frame("transfer")
     if transfer.empty:
         return {}
     from_ps = transfer[transfer["src"].astype(str).isin(ps_tasks) & (transfer["duration_ns"] > 0)]
-    totals = from_ps.groupby("src", observed=True)[["bytes", "duration_ns"]].sum()
-    return {str(ps): float(row.bytes) / (row.duration_ns / 1e9) for ps, row in totals.iterrows() if row.bytes > 0}
+    links = from_ps.assign(src=from_ps["src"].astype(str), dst=from_ps["dst"].astype(str))
+    round_trip = links.groupby(["src", "dst"])["duration_ns"].transform("min")
+    large = links.assign(extra_ns=links["duration_ns"] - round_trip)
+    large = large[(large["bytes"] >= MIN_BANDWIDTH_BYTES) & (large["extra_ns"] > 0)]
+    totals = large.groupby("src")[["bytes", "extra_ns"]].sum()
+    return {str(ps): float(row.bytes) / (row.extra_ns / 1e9) for ps, row in totals.iterrows()}
+
+
+def traced_ps_load(measured: Measurements) -> pd.DataFrame:
+    """Bytes each ps moves per traced step, from ``transfer`` records, shaped like ``ps_load_table``.
+
+    A step reads each variable from its ps and sends back a gradient of the same size,
+    so half the bytes a ps moves per traced worker step stand for the variable bytes it
+    holds. ``variables`` counts the distinct tensors moved, ``largest`` names the largest.
+    Empty without transfers between workers and ps tasks.
+    """
+    traced = _transfers_in_steps(measured, measured.run.frame("transfer"))
+    if traced.empty:
+        return pd.DataFrame(columns=["task", "variables", "bytes", "bytes_share", "largest", "largest_bytes",
+                                     "transfer_bytes"])
+    traced_steps = traced[["worker", "step"]].drop_duplicates().shape[0]
+    rows = []
+    for ps, moved in traced.groupby("ps", sort=True):
+        largest = moved.loc[moved["bytes"].idxmax()]
+        rows.append({"task": ps, "variables": moved["tensor"].nunique(),
+                     "bytes": float(moved["bytes"].sum()) / 2 / traced_steps,
+                     "largest": str(largest["tensor"]), "largest_bytes": int(largest["bytes"]),
+                     "transfer_bytes": int(moved["bytes"].sum())})
+    table = pd.DataFrame(rows)
+    table["bytes_share"] = table["bytes"] / max(float(table["bytes"].sum()), 1.0)
+    return table
+
+
+def traced_link_cost(measured: Measurements, ps: str, faster_by_ns: float) -> pd.DataFrame:
+    """How long each worker's traced steps waited on transfers from ``ps``, and would with a faster link.
+
+    Per traced step, the time at least one transfer from ``ps`` to the worker was in
+    flight (``wait_ns``: overlapping transfers count once, as the step waits for them
+    together), and that time again with each transfer ``faster_by_ns`` shorter
+    (``saving_ns``: what the step gains). One row per worker: the means over its traced
+    steps. Empty without such transfers.
+    """
+    transfer = measured.run.frame("transfer")
+    if transfer.empty:
+        return pd.DataFrame(columns=["worker", "traced_steps", "wait_ns", "saving_ns"])
+    from_ps = transfer[(transfer["src"].astype(str) == ps) & transfer["dst"].astype(str).str.startswith("worker:")]
+    traced = _transfers_in_steps(measured, from_ps)
+    if traced.empty:
+        return pd.DataFrame(columns=["worker", "traced_steps", "wait_ns", "saving_ns"])
+    faster_end = traced["begin"] + (traced["end"] - traced["begin"] - faster_by_ns).clip(lower=0)
+    traced = traced.assign(faster_end=faster_end)
+    per_step = traced.groupby(["worker", "step"], sort=True).apply(
+        lambda step: pd.Series({"wait_ns": _covered_ns(step["begin"], step["end"]),
+                                "faster_ns": _covered_ns(step["begin"], step["faster_end"])}),
+        include_groups=False,
+    )
+    per_step["saving_ns"] = per_step["wait_ns"] - per_step["faster_ns"]
+    per_worker = per_step.groupby("worker").agg(traced_steps=("wait_ns", "size"), wait_ns=("wait_ns", "mean"),
+                                               saving_ns=("saving_ns", "mean"))
+    return per_worker.reset_index()
+
+
+def _transfers_in_steps(measured: Measurements, transfer: pd.DataFrame) -> pd.DataFrame:
+    """Transfers between a worker and a ps, each with the worker's step it happened in.
+
+    Columns: ``worker``, ``ps``, ``step``, ``begin`` and ``end`` (ns, reference clock),
+    ``bytes``, ``tensor``. A transfer's time is on its receiver's clock; those outside
+    every step of the worker are left out.
+    """
+    if transfer.empty or measured.steps.empty:
+        return pd.DataFrame(columns=["worker", "ps", "step", "begin", "end", "bytes", "tensor"])
+    src, dst = transfer["src"].astype(str), transfer["dst"].astype(str)
+    to_worker = dst.str.startswith("worker:") & src.str.startswith("ps:")
+    to_ps = src.str.startswith("worker:") & dst.str.startswith("ps:")
+    transfer = transfer[to_worker | to_ps]
+    if transfer.empty:
+        return pd.DataFrame(columns=["worker", "ps", "step", "begin", "end", "bytes", "tensor"])
+    src, dst, to_worker = src[transfer.index], dst[transfer.index], to_worker[transfer.index]
+    begin = to_reference_clock(transfer["time_ns"].astype("int64"), dst, measured.offsets)
+    moved = pd.DataFrame({
+        "worker": dst.where(to_worker, src), "ps": src.where(to_worker, dst),
+        "begin": begin.astype("int64"), "end": (begin + transfer["duration_ns"]).astype("int64"),
+        "bytes": transfer["bytes"].astype("int64"), "tensor": transfer["tensor"].astype(str),
+    }).sort_values("begin")
+    steps = measured.steps[["task", "step", "begin_ns", "end_ns"]].astype({"task": str, "begin_ns": "int64",
+                                                                           "end_ns": "int64"})
+    steps = steps.rename(columns={"task": "worker"}).sort_values("begin_ns")
+    placed = pd.merge_asof(moved, steps, left_on="begin", right_on="begin_ns", by="worker", direction="backward")
+    inside = placed["step"].notna() & (placed["begin"] <= placed["end_ns"])
+    return placed.loc[inside, ["worker", "ps", "step", "begin", "end", "bytes", "tensor"]]
+
+
+def _covered_ns(begin: pd.Series, end: pd.Series) -> float:
+    """Length of the union of the intervals ``[begin, end]``.
+
+    >>> _covered_ns(pd.Series([0, 5, 30]), pd.Series([10, 12, 40]))
+    22.0
+    """
+    order = np.argsort(begin.to_numpy(), kind="stable")
+    starts, ends = begin.to_numpy(dtype="float64")[order], end.to_numpy(dtype="float64")[order]
+    reach = np.maximum.accumulate(ends)
+    previous = np.concatenate(([-np.inf], reach[:-1]))
+    return float(np.clip(ends - np.maximum(starts, previous), 0, None).sum())

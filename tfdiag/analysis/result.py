@@ -15,8 +15,9 @@ from tfdiag.events import SCHEMA_VERSION
 class Report:
     """One analysed run. Renderers (``tfdiag.report``) and the TensorBoard plugin read it.
 
-    The list fields are already in their JSON form (DESIGN.md, "Public surface"; ``ps``,
-    load per parameter server, and ``hosts``, CPU/memory/network per sampler, extend it);
+    The list fields are already in their JSON form (``docs/architecture.md``, "Public
+    surface": the contract's keys, extended by ``ps``, load per parameter server, and
+    ``hosts``, CPU/memory/network per sampler);
     ``findings`` are ranked, largest predicted speed-up first. ``steps`` (the aligned
     ``breakdown.step_table``) and ``timelines`` (``timelines.build_timelines``: probes,
     samples, closures) feed figures and traces and are not part of the JSON.

@@ -146,3 +146,41 @@ def test_task_failure_with_recovery_time(builder):
     [failure] = [fault for fault in report.faults if fault["kind"] == "failure"]
     assert failure["recovered_after_s"] == pytest.approx(1.0)
     assert failure["time"] == pytest.approx(0.5)
+
+
+def _tf1_session(builder, ps1_ms, ps0_ms=0.3, size=8192):
+    """A TF1 between-graph run: steps and traced RecvTensor transfers, no RPC probe, no placement."""
+    run = builder(strategy=None)
+    for worker in ("worker:0", "worker:1"):
+        run.steps(worker, step_ms=20, idle_ms=1)
+        run.transfer("ps:0", worker, ps0_ms, size=size).transfer("ps:1", worker, ps1_ms, size=size)
+        run.transfer(worker, "ps:0", 0.3, size=size).transfer(worker, "ps:1", 0.3, size=size)  # gradients
+    return run
+
+
+def test_slow_link_from_traced_transfers(builder):
+    # The TF1 slow-ps scenario: RecvTensor from ps:1 takes ~13 ms, from ps:0 ~0.3 ms.
+    finding = analyze(_tf1_session(builder, ps1_ms=13.0).write()).primary
+    assert finding.kind == "slow_link" and finding.tasks == ("ps:1",)
+    assert finding.evidence["latency_source"] == "transfer"
+    assert finding.evidence["rtt_ms_min"] == {"worker:0->ps:1": 13.0, "worker:1->ps:1": 13.0}
+    assert finding.evidence["peer_rtt_ms_min"] == pytest.approx(0.3)
+    # Two concurrent 13 ms transfers per traced step: the step waits 13 ms once, not 26.
+    assert finding.evidence["link_wait_ms_per_step"] == {"worker:0": 13.0, "worker:1": 13.0}
+    # At the peers' 0.3 ms each step saves 12.7 ms: period 21 ms -> 8.3 ms.
+    assert finding.recommendation.predicted_speedup == pytest.approx(21 / 8.3, rel=0.01)
+
+
+def test_clean_tf1_session_has_no_findings(builder):
+    report = analyze(_tf1_session(builder, ps1_ms=0.4).write())
+    assert report.findings == []
+
+
+def test_ps_hotspot_from_traced_transfers(builder):
+    run = _tf1_session(builder, ps1_ms=0.3)
+    for worker in ("worker:0", "worker:1"):
+        run.transfer("ps:0", worker, 4.0, size=4 << 20, tensors=1).transfer(worker, "ps:0", 4.0, size=4 << 20, tensors=1)
+    finding = next(f for f in analyze(run.write()).findings if f.kind == "ps_hotspot")
+    assert finding.tasks == ("ps:0",) and finding.evidence["bytes_source"] == "transfer"
+    assert finding.evidence["bytes_share"]["ps:0"] > 0.99
+    assert finding.recommendation.predicted_speedup > 1.0

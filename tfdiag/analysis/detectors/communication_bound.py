@@ -9,6 +9,8 @@ from tfdiag.analysis.measurements import Measurements
 from tfdiag.analysis.ps_traffic import ps_traffic
 from tfdiag.analysis.whatif import allreduce_ns, predicted_speedup
 
+KIND = "communication_bound"
+
 # Communication is the bottleneck when it is at least half of the step: then no compute
 # or input change can win more than it.
 WARNING_COMM_FRACTION = 0.5

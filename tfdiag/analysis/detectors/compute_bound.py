@@ -6,6 +6,8 @@ from tfdiag.analysis.detectors.evidence import task_list
 from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.measurements import Measurements
 
+KIND = "compute_bound"
+
 # A device above 80 % utilisation with little input wait is limited by its own arithmetic.
 BUSY_UTIL_PCT = 80.0
 MAX_INPUT_FRACTION = 0.1

@@ -8,6 +8,8 @@ from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.measurements import Measurements
 from tfdiag.analysis.whatif import predicted_speedup
 
+KIND = "coordinator_bound"
+
 # Share of a worker's step period spent idle between closures. Every closure costs the
 # coordinator Python dispatch and a round trip for its result; when workers idle for 40 %
 # of their time or more, that fixed cost rivals the work itself.

@@ -6,6 +6,8 @@ from tfdiag.analysis.detectors.evidence import task_list
 from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.measurements import Measurements
 
+KIND = "gpu_underutilized"
+
 # NVML utilisation is the share of sample periods in which a kernel ran. Below 50 % the
 # GPU waits more than it works; below 20 % it mostly idles.
 WARNING_UTIL_PCT = 50.0

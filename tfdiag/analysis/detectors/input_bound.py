@@ -6,6 +6,8 @@ from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.measurements import Measurements
 from tfdiag.analysis.whatif import predicted_speedup
 
+KIND = "input_bound"
+
 # Share of step time spent in `next(iterator)` above which a worker is input bound. The
 # TensorFlow profiler's overview page calls a step "highly input bound" above 20 %;
 # above half of the step, input is the dominant cost.

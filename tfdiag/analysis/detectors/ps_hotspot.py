@@ -1,12 +1,18 @@
-"""``ps_hotspot``: one parameter server holds (and so serves) most of the model."""
+"""``ps_hotspot``: one parameter server holds (and so serves) most of the model.
+
+Bytes per ps come from the variable placement, or, where none was captured (a TF1
+session), from the bytes each ps moved in traced steps (``ps_traffic.traced_ps_load``).
+"""
 
 from __future__ import annotations
 
 from tfdiag.analysis.detectors.evidence import per_task
 from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.measurements import Measurements
-from tfdiag.analysis.ps_traffic import ps_traffic
+from tfdiag.analysis.ps_traffic import ps_traffic, traced_ps_load
 from tfdiag.analysis.whatif import predicted_speedup
+
+KIND = "ps_hotspot"
 
 # A ps is hot when it holds at least this multiple of its fair share (1 / number of ps)
 # of the variable bytes. Round-robin placement of a handful of similar layers stays within
@@ -18,7 +24,8 @@ MIN_VARIABLE_BYTES = 1 << 20
 
 
 def detect(measured: Measurements) -> list[Finding]:
-    load = measured.ps_load
+    traced = measured.ps_load.empty
+    load = traced_ps_load(measured) if traced else measured.ps_load
     if len(load) < 2 or load["bytes"].sum() < MIN_VARIABLE_BYTES:
         return []
     fair_share = 1.0 / len(load)
@@ -28,7 +35,7 @@ def detect(measured: Measurements) -> list[Finding]:
     ratio = float(hot["bytes_share"].max() / fair_share)
     partitions = len(load)
     speedup = None
-    traffic = ps_traffic(measured)
+    traffic = ps_traffic(measured, load)
     if traffic is not None and not measured.workers.empty:
         balanced = {ps: float(load["bytes"].sum()) / partitions for ps in traffic.bytes_per_ps}
         saving = max(traffic.communication_ns() - traffic.communication_ns(bytes_per_ps=balanced), 0.0)
@@ -38,13 +45,15 @@ def detect(measured: Measurements) -> list[Finding]:
     largest = hot.iloc[0]
     return [
         Finding(
-            kind="ps_hotspot",
+            kind=KIND,
             severity=Severity.CRITICAL if ratio >= CRITICAL_SHARE_RATIO else Severity.WARNING,
-            title=f"{tasks[0]} holds {float(hot['bytes_share'].max()):.0%} of the variable bytes",
+            title=(f"{tasks[0]} {'moves' if traced else 'holds'} {float(hot['bytes_share'].max()):.0%} of the "
+                   f"{'bytes of traced steps' if traced else 'variable bytes'}"),
             summary=(
                 f"Every step reads and updates the variables on {', '.join(tasks)}, so "
                 f"{'it serves' if len(tasks) == 1 else 'they serve'} most of the traffic while the other "
-                f"parameter servers idle. Largest variable: {largest['largest']} ({largest['largest_bytes'] / 1e6:.1f} MB)."
+                f"parameter servers idle. Largest {'tensor moved' if traced else 'variable'}: {largest['largest']} "
+                f"({largest['largest_bytes'] / 1e6:.1f} MB)."
             ),
             tasks=tasks,
             evidence={
@@ -53,6 +62,7 @@ def detect(measured: Measurements) -> list[Finding]:
                 "variables": {row.task: int(row.variables) for row in load.itertuples()},
                 "largest_variable": {row.task: row.largest for row in hot.itertuples()},
                 "fair_share": round(fair_share, 3),
+                "bytes_source": "transfer" if traced else "placement",
             },
             recommendation=Recommendation(
                 action=f"Partition large variables over all {partitions} parameter servers.",

@@ -8,6 +8,8 @@ from tfdiag.analysis.detectors.evidence import task_list
 from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.measurements import Measurements
 
+KIND = "shard_imbalance"
+
 # Imbalance is the largest shard over the median of the others. Sharding by DATA gives
 # equal shards (to one batch); FILE sharding over files of unequal size gives whatever the
 # files hold. 1.5x is well past the rounding of equal shards.

@@ -1,4 +1,11 @@
-"""``slow_link``: round trips to one parameter server take much longer than to the others."""
+"""``slow_link``: round trips to one parameter server take much longer than to the others.
+
+The metric is ``Measurements.link_latency``: the fastest round trip per (src, dst) link,
+measured by the RPC probe or, in a TF1 session where no probe runs, by the traced
+``RecvTensor`` transfers (``links.link_latency_table``). The decision is the same for
+both; the predicted speed-up is the probe's ps traffic model, or for traced transfers
+the time each traced step waited on the slow link (``ps_traffic.traced_link_cost``).
+"""
 
 from __future__ import annotations
 
@@ -6,9 +13,12 @@ import numpy as np
 
 from tfdiag.analysis.detectors.evidence import task_list
 from tfdiag.analysis.findings import Finding, Recommendation, Severity
+from tfdiag.analysis.links import MIN_LINK_SAMPLES
 from tfdiag.analysis.measurements import Measurements
-from tfdiag.analysis.ps_traffic import ps_traffic
+from tfdiag.analysis.ps_traffic import ps_traffic, traced_link_cost
 from tfdiag.analysis.whatif import PS_ROUND_TRIPS_PER_STEP, predicted_speedup
+
+KIND = "slow_link"
 
 # A parameter server is behind a slow link when the fastest round trip to it is this many
 # times that to the other ps and at least MIN_EXTRA_NS more. The fastest probe is what
@@ -16,22 +26,18 @@ from tfdiag.analysis.whatif import PS_ROUND_TRIPS_PER_STEP, predicted_speedup
 # machine a clean ps_ctl run has medians of 0.5-8 ms on the same link, and fastest round
 # trips of 0.5-1.8 ms on every link), so 3x and 2 ms stay clear of that noise.
 SLOW_RATIO = 3.0
-# Probes per link before a link is judged: each link is probed every few seconds, and one
-# or two round trips of a short run on a loaded machine say more about that moment than
-# the link.
-MIN_SAMPLES = 3
 MIN_EXTRA_NS = 2_000_000
 CRITICAL_EXTRA_NS = 20_000_000
 
 
 def detect(measured: Measurements) -> list[Finding]:
-    links = measured.links
+    links = measured.link_latency
     if links.empty:
         return []
     # Judge each parameter server by the median over its sources, against the other ps.
     # Probes to workers are answered by the worker's own busy threads, so their round
     # trips measure its load as much as the network; they are left to `straggler`.
-    to_ps = links[links["dst"].str.startswith("ps:") & (links["samples"] >= MIN_SAMPLES)]
+    to_ps = links[links["dst"].str.startswith("ps:") & (links["samples"] >= MIN_LINK_SAMPLES)]
     per_dst = to_ps.groupby("dst")["rtt_min_ns"].median()
     if len(per_dst) < 2:
         return []
@@ -47,36 +53,69 @@ def detect(measured: Measurements) -> list[Finding]:
 
 def _finding(measured: Measurements, dst: str, rtt: float, peers: float) -> Finding:
     extra = rtt - peers
-    sources = measured.links[measured.links["dst"] == dst]
-    speedup = None
-    traffic = ps_traffic(measured)
-    if dst.startswith("ps:") and not measured.workers.empty:
-        if traffic is not None:
-            fixed = dict(traffic.rtt_ns, **{dst: max(traffic.rtt_ns.get(dst, 0.0) - extra, 0.0)})
-            saving = traffic.communication_ns() - traffic.communication_ns(rtt_ns=fixed)
-        else:
-            saving = PS_ROUND_TRIPS_PER_STEP * extra
-        saving = min(max(saving, 0.0), float(measured.workers["mean_ns"].min()))
-        speedup = predicted_speedup(measured.workers, measured.workers["mean_ns"] - saving, measured.synchronous)
+    sources = measured.link_latency[measured.link_latency["dst"] == dst]
+    traced = bool((sources["source"] == "transfer").all())
+    evidence = {
+        "latency_source": "transfer" if traced else "rpc",
+        "rtt_ms_min": {f"{row.src}->{row.dst}": round(row.rtt_min_ns / 1e6, 2) for row in sources.itertuples()},
+        "rtt_ms_p50": {f"{row.src}->{row.dst}": round(row.rtt_p50_ns / 1e6, 2) for row in sources.itertuples()},
+        "rtt_ms_p99": {f"{row.src}->{row.dst}": round(row.rtt_p99_ns / 1e6, 2) for row in sources.itertuples()},
+        "peer_rtt_ms_min": round(peers / 1e6, 2),
+    }
+    if traced:
+        speedup, cost = _traced_speedup(measured, dst, extra)
+        evidence.update(cost)
+        measured_by = (f"Traced tensor transfers (RecvTensor) from {dst} to {task_list(sorted(sources['src']))} take "
+                       f"at least {rtt / 1e6:.1f} ms against {peers / 1e6:.1f} ms from the other parameter servers")
+    else:
+        speedup = _probed_speedup(measured, dst, extra)
+        measured_by = (f"The RPC probe from {task_list(sorted(sources['src']))} measures round trips of at least "
+                       f"{rtt / 1e6:.1f} ms to {dst} against {peers / 1e6:.1f} ms to the other parameter servers")
     return Finding(
-        kind="slow_link",
+        kind=KIND,
         severity=Severity.CRITICAL if extra >= CRITICAL_EXTRA_NS else Severity.WARNING,
         title=f"Round trips to {dst} take at least {rtt / 1e6:.1f} ms, {extra / 1e6:.1f} ms more than to its peers",
         summary=(
-            f"The RPC probe from {task_list(sorted(sources['src']))} measures round trips of at least "
-            f"{rtt / 1e6:.1f} ms to {dst} against {peers / 1e6:.1f} ms to the other parameter servers: the network "
-            f"path to {dst} (its host, NIC, a proxy or a congested switch port) adds latency to every step."
+            f"{measured_by}: the network path to {dst} (its host, NIC, a proxy or a congested switch port) "
+            "adds latency to every step."
         ),
         tasks=(dst,),
-        evidence={
-            "rtt_ms_min": {f"{row.src}->{row.dst}": round(row.rtt_min_ns / 1e6, 2) for row in sources.itertuples()},
-            "rtt_ms_p50": {f"{row.src}->{row.dst}": round(row.rtt_p50_ns / 1e6, 2) for row in sources.itertuples()},
-            "rtt_ms_p99": {f"{row.src}->{row.dst}": round(row.rtt_p99_ns / 1e6, 2) for row in sources.itertuples()},
-            "peer_rtt_ms_min": round(peers / 1e6, 2),
-        },
+        evidence=evidence,
         recommendation=Recommendation(
             action=f"Fix the network path to {dst}, or move {dst} to a host with a fast link to the workers.",
             change=f"Place {dst} on a host in the workers' rack or fix its link; check with `ping`/`iperf` from a worker host.",
             predicted_speedup=speedup,
         ),
     )
+
+
+def _probed_speedup(measured: Measurements, dst: str, extra: float) -> float | None:
+    """The ps traffic model with the link's latency lowered to its peers' (the probe's path)."""
+    if measured.workers.empty:
+        return None
+    traffic = ps_traffic(measured)
+    if traffic is not None:
+        fixed = dict(traffic.rtt_ns, **{dst: max(traffic.rtt_ns.get(dst, 0.0) - extra, 0.0)})
+        saving = traffic.communication_ns() - traffic.communication_ns(rtt_ns=fixed)
+    else:
+        saving = PS_ROUND_TRIPS_PER_STEP * extra
+    saving = min(max(saving, 0.0), float(measured.workers["mean_ns"].min()))
+    return predicted_speedup(measured.workers, measured.workers["mean_ns"] - saving, measured.synchronous)
+
+
+def _traced_speedup(measured: Measurements, dst: str, extra: float) -> tuple[float | None, dict]:
+    """The link's cost per step, from the traced steps: each worker saves the time its steps
+    waited on transfers from ``dst`` beyond what they would at the peers' latency."""
+    cost = traced_link_cost(measured, dst, extra)
+    if measured.workers.empty or cost.empty:
+        return None, {}
+    saving = measured.workers["task"].map(cost.set_index("worker")["saving_ns"]).fillna(0.0)
+    saving = np.minimum(saving.clip(lower=0.0), measured.workers["mean_ns"])
+    speedup = predicted_speedup(measured.workers, measured.workers["mean_ns"] - saving, measured.synchronous)
+    step_ms = measured.workers.set_index("task")["mean_ns"] / 1e6
+    return speedup, {
+        "link_wait_ms_per_step": {row.worker: round(row.wait_ns / 1e6, 2) for row in cost.itertuples()},
+        "link_saving_ms_per_step": {row.worker: round(row.saving_ns / 1e6, 2) for row in cost.itertuples()},
+        "step_ms": {task: round(float(ms), 2) for task, ms in step_ms.items() if task in set(cost["worker"])},
+        "traced_steps": {row.worker: int(row.traced_steps) for row in cost.itertuples()},
+    }

@@ -9,6 +9,8 @@ from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.measurements import Measurements
 from tfdiag.analysis.whatif import predicted_speedup
 
+KIND = "straggler"
+
 # A worker is a straggler when its median step is at least a quarter slower than the
 # other workers' median and the gap is larger than scheduling noise. Clean sample-job runs
 # on the 2-core CI machine show per-worker medians within about 10 % and 2 ms of each

@@ -8,6 +8,8 @@ from tfdiag.analysis.faults import FAILURE_KINDS
 from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.measurements import Measurements
 
+KIND = "task_failure"
+
 
 def detect(measured: Measurements) -> list[Finding]:
     faults = measured.faults
