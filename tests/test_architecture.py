@@ -1,0 +1,261 @@
+"""The import rules of docs/architecture.md, checked on the source with ``ast``.
+
+Every module's imports are parsed (module-level and inside functions, since collectors
+import TensorFlow lazily), resolved to dotted names through ``pyproject.toml``'s
+``package-dir`` (``collectors/`` is ``tfdiag.collectors``), and held to the rules: which
+room may import which, where TensorFlow may be imported, and no cycles among tfdiag
+modules. Each rule is also shown to fail on a tiny module tree that breaks it.
+"""
+
+from __future__ import annotations
+
+import ast
+import graphlib
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TENSORFLOW = ("tensorflow", "keras", "tf_keras")
+# What the TensorBoard, CLI and analysis side never import (nor anything they import).
+TRAINING_SIDE = ("tfdiag.collectors", "tfdiag.sample_jobs")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Modules under ``room`` may not import any module under the ``forbidden`` prefixes."""
+
+    room: str
+    forbidden: tuple[str, ...]
+    module_level_only: bool = False  # the rule holds for module-level imports only (lazy imports are fine)
+
+
+RULES = (
+    Rule("tfdiag.events", ("tfdiag",)),
+    Rule("tfdiag.errors", ("tfdiag",)),
+    Rule("tfdiag.store", TENSORFLOW + TRAINING_SIDE + ("tfdiag.analysis", "tfdiag.report", "tfdiag.tb_plugin",
+                                                       "tfdiag.cli")),
+    Rule("tfdiag.analysis", TENSORFLOW + TRAINING_SIDE + ("tfdiag.report", "tfdiag.tb_plugin", "tfdiag.cli")),
+    Rule("tfdiag.report", TENSORFLOW + TRAINING_SIDE + ("tfdiag.tb_plugin", "tfdiag.cli")),
+    Rule("tfdiag.tb_plugin", TENSORFLOW + TRAINING_SIDE + ("tfdiag.cli",)),
+    Rule("tfdiag.collectors", ("tfdiag.analysis", "tfdiag.report", "tfdiag.tb_plugin", "tfdiag.sample_jobs",
+                               "tfdiag.cli")),
+    Rule("tfdiag.collectors", TENSORFLOW, module_level_only=True),
+    Rule("tfdiag.sample_jobs", ("tfdiag.analysis", "tfdiag.report", "tfdiag.tb_plugin", "tfdiag.cli")),
+)
+
+# Modules allowed to import TensorFlow at import time, and why. Importing
+# ``tfdiag.collectors`` itself stays cheap: its package names these lazily.
+TENSORFLOW_AT_IMPORT = {
+    "tfdiag.collectors.hook": "DiagnosticsHook subclasses tf.compat.v1.train.SessionRunHook",
+    "tfdiag.collectors.callback": "DiagnosticsCallback subclasses keras.callbacks.Callback",
+}
+
+# Entry points that must start without TensorFlow: nothing they import at module level,
+# directly or through other tfdiag modules, may import it.
+LIGHT_ENTRY_POINTS = ("tfdiag.cli", "tfdiag.analysis", "tfdiag.report", "tfdiag.tb_plugin.plugin",
+                      "tfdiag.collectors")
+
+
+@dataclass(frozen=True)
+class Import:
+    importer: str
+    imported: str
+    line: int
+    module_level: bool
+
+
+def package_dirs(root: Path) -> dict[str, Path]:
+    """``{"tfdiag.collectors": root / "collectors", "tfdiag.analysis": root / "tfdiag/analysis", ...}``:
+    every package ``pyproject.toml`` lists, in the folder its ``package-dir`` maps it to."""
+    config = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    mapped = config["package-dir"]
+    folders = {}
+    for package in config["packages"]:
+        base = max((name for name in mapped if _under(package, name)), key=len)
+        folders[package] = root / mapped[base] / package[len(base):].lstrip(".").replace(".", "/")
+    return folders
+
+
+def module_files(packages: dict[str, Path]) -> dict[str, Path]:
+    """Every module's dotted name and file; a package is its ``__init__.py``."""
+    modules = {}
+    for package, folder in packages.items():
+        for path in folder.glob("*.py"):
+            name = package if path.stem == "__init__" else f"{package}.{path.stem}"
+            modules[name] = path
+    return modules
+
+
+def imports_of(name: str, path: Path, known: set[str]) -> list[Import]:
+    """The imports in one module, resolved to dotted names (``from a import b`` is ``a.b``
+    when that is a module). Imports under ``if TYPE_CHECKING:`` never run and are skipped."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = name if path.stem == "__init__" else name.rpartition(".")[0]
+    found = []
+
+    def visit(node: ast.AST, module_level: bool) -> None:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.orelse:
+                visit(child, module_level)
+            return
+        if isinstance(node, ast.Import):
+            found.extend(Import(name, alias.name, node.lineno, module_level) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{parent}.{base}" if base else parent
+            for alias in node.names:
+                target = f"{base}.{alias.name}"
+                found.append(Import(name, target if target in known else base, node.lineno, module_level))
+        inside = module_level and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        for child in ast.iter_child_nodes(node):
+            visit(child, inside)
+
+    visit(tree, True)
+    return found
+
+
+def all_imports(root: Path) -> list[Import]:
+    modules = module_files(package_dirs(root))
+    return [edge for name, path in sorted(modules.items()) for edge in imports_of(name, path, set(modules))]
+
+
+def _under(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def rule_violations(imports: list[Import]) -> list[str]:
+    """One sentence per import that breaks a rule."""
+    violations = []
+    for edge in imports:
+        for rule in RULES:
+            if not _under(edge.importer, rule.room) or (rule.module_level_only and not edge.module_level):
+                continue
+            if rule.module_level_only and TENSORFLOW_AT_IMPORT.get(edge.importer):
+                continue
+            banned = next((prefix for prefix in rule.forbidden if _under(edge.imported, prefix)), None)
+            if banned is not None:
+                where = "at module level" if rule.module_level_only else "at all"
+                violations.append(f"{edge.importer} (line {edge.line}) imports {edge.imported}: {rule.room} may not "
+                                  f"import {banned} {where}")
+    return violations
+
+
+def heavy_imports_at_start(imports: list[Import], entry_points=LIGHT_ENTRY_POINTS) -> list[str]:
+    """Entry points whose module-level import closure reaches TensorFlow, with the path."""
+    module_level: dict[str, list[str]] = {}
+    for edge in imports:
+        if edge.module_level:
+            module_level.setdefault(edge.importer, []).append(edge.imported)
+    problems = []
+    for entry in entry_points:
+        paths = {entry: [entry]}
+        frontier = [entry]
+        while frontier:
+            module = frontier.pop()
+            # Importing a.b.c runs a/__init__ and a/b/__init__ first.
+            parents = [module.rsplit(".", depth)[0] for depth in range(module.count("."), 0, -1)]
+            for imported in module_level.get(module, []) + parents:
+                if imported in paths:
+                    continue
+                paths[imported] = paths[module] + [imported]
+                if any(_under(imported, prefix) for prefix in TENSORFLOW):
+                    problems.append(" -> ".join(paths[imported]))
+                elif imported in module_level or _under(imported, "tfdiag"):
+                    frontier.append(imported)
+    return problems
+
+
+def import_cycles(imports: list[Import]) -> list[str]:
+    """A cycle among tfdiag modules (imports at any level), or nothing."""
+    graph: dict[str, set[str]] = {}
+    for edge in imports:
+        if _under(edge.imported, "tfdiag") and edge.imported != edge.importer:
+            graph.setdefault(edge.importer, set()).add(edge.imported)
+    try:
+        tuple(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as error:
+        return [" -> ".join(error.args[1])]
+    return []
+
+
+@pytest.fixture(scope="module")
+def repo_imports():
+    return all_imports(ROOT)
+
+
+def test_the_parser_sees_the_project(repo_imports):
+    importers = {edge.importer for edge in repo_imports}
+    assert {"tfdiag.cli", "tfdiag.analysis.engine", "tfdiag.collectors.hook", "tfdiag.tb_plugin.plugin",
+            "tfdiag.sample_jobs.launcher"} <= importers
+    lazy = [edge for edge in repo_imports if edge.imported == "tensorflow" and not edge.module_level]
+    assert lazy, "the collectors' and sample jobs' lazy TensorFlow imports were not found"
+
+
+def test_every_room_keeps_to_its_imports(repo_imports):
+    assert rule_violations(repo_imports) == []
+
+
+def test_the_analysis_side_starts_without_tensorflow(repo_imports):
+    assert heavy_imports_at_start(repo_imports) == []
+
+
+def test_no_import_cycles(repo_imports):
+    assert import_cycles(repo_imports) == []
+
+
+# -- each check fails on a tree that breaks its rule -------------------------------------
+
+def _tree(tmp_path: Path, files: dict[str, str]) -> list[Import]:
+    """A tiny project laid out like this one (same package-dir mapping), with these files."""
+    (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
+    for folder in package_dirs(ROOT).values():
+        (tmp_path / folder.relative_to(ROOT)).mkdir(parents=True, exist_ok=True)
+        (tmp_path / folder.relative_to(ROOT) / "__init__.py").write_text("")
+    for relative, text in files.items():
+        (tmp_path / relative).write_text(text)
+    return all_imports(tmp_path)
+
+
+BROKEN_TREES = {
+    "analysis imports TensorFlow lazily": (
+        {"tfdiag/analysis/engine.py": "def analyze():\n    import tensorflow as tf\n"},
+        rule_violations, "tfdiag.analysis.engine (line 2) imports tensorflow"),
+    "a collector imports TensorFlow at import time": (
+        {"collectors/system.py": "import psutil\nimport tensorflow as tf\n"},
+        rule_violations, "tfdiag.collectors.system (line 2) imports tensorflow"),
+    "the record contract imports the store": (
+        {"tfdiag/events.py": "from tfdiag.store import writer\n"},
+        rule_violations, "tfdiag.events (line 1) imports tfdiag.store"),
+    "a renderer imports a collector (relative import)": (
+        {"tfdiag/report/text.py": "from ..collectors import hook\n", "collectors/hook.py": ""},
+        rule_violations, "tfdiag.report.text (line 1) imports tfdiag.collectors"),
+    "the CLI reaches TensorFlow through analysis": (
+        {"tfdiag/cli.py": "from tfdiag.analysis import engine\n",
+         "tfdiag/analysis/engine.py": "from tfdiag.analysis import gpu\n", "tfdiag/analysis/gpu.py": "import keras\n"},
+        heavy_imports_at_start, "tfdiag.cli -> tfdiag.analysis.engine -> tfdiag.analysis.gpu -> keras"),
+    "two modules import each other": (
+        {"tfdiag/analysis/findings.py": "from tfdiag.analysis.detectors import KINDS\n",
+         "tfdiag/analysis/detectors/__init__.py": "def kinds():\n    from tfdiag.analysis import findings\n"},
+        import_cycles, "tfdiag.analysis.findings"),
+}
+
+
+@pytest.mark.parametrize("files, check, expected", BROKEN_TREES.values(), ids=BROKEN_TREES.keys())
+def test_each_check_finds_its_violation(tmp_path, files, check, expected):
+    problems = check(_tree(tmp_path, files))
+    assert any(expected in problem for problem in problems), problems
+
+
+def test_a_tree_that_keeps_the_rules_passes_every_check(tmp_path):
+    imports = _tree(tmp_path, {
+        "tfdiag/analysis/engine.py": "from tfdiag.store import reader\nfrom tfdiag import events\n",
+        "collectors/callback.py": "def begin():\n    import tensorflow as tf\n",
+        "collectors/hook.py": "import tensorflow as tf\n",
+    })
+    assert imports and rule_violations(imports) == heavy_imports_at_start(imports) == import_cycles(imports) == []
