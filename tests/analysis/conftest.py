@@ -45,14 +45,15 @@ class RunBuilder:
                                              recv_ns=send + rtt, payload_bytes=payload_bytes)))
         return self
 
-    def transfer(self, src, dst, duration_ms, size=8192, tensors=2, every=10):
+    def transfer(self, src, dst, duration_ms, size=8192, tensors=2, every=10, at_ms=0.1):
         """Traced ``RecvTensor`` transfers, as ``DiagnosticsHook`` writes them: ``tensors``
-        concurrent transfers from ``src`` to ``dst``, each ``duration_ms`` long, early in
-        every ``every``-th step of the worker among them (call ``steps`` for it first)."""
+        concurrent transfers from ``src`` to ``dst``, each ``duration_ms`` long, starting
+        ``at_ms`` into every ``every``-th step of the worker among them (call ``steps`` for
+        it first)."""
         worker = dst if dst.startswith("worker:") else src
         for begin in self.step_begins[worker][every - 1::every]:
             for tensor in range(tensors):
-                self.records.append(("transfer", dict(src=src, dst=dst, time_ns=begin + MS // 10, bytes=size,
+                self.records.append(("transfer", dict(src=src, dst=dst, time_ns=begin + int(at_ms * MS), bytes=size,
                                                       duration_ns=int(duration_ms * MS), tensor=f"edge_{tensor}_read")))
         return self
 

@@ -114,21 +114,20 @@ def traced_ps_load(measured: Measurements) -> pd.DataFrame:
 
 
 def traced_link_cost(measured: Measurements, ps: str, faster_by_ns: float) -> pd.DataFrame:
-    """How long each worker's traced steps waited on transfers from ``ps``, and would with a faster link.
+    """How long each worker's traced steps waited on the link to ``ps``, and would on a faster one.
 
-    Per traced step, the time at least one transfer from ``ps`` to the worker was in
-    flight (``wait_ns``: overlapping transfers count once, as the step waits for them
-    together), and that time again with each transfer ``faster_by_ns`` shorter
-    (``saving_ns``: what the step gains). One row per worker: the means over its traced
-    steps. Empty without such transfers.
+    Per traced step, the time at least one transfer between the worker and ``ps`` (either
+    way: variable reads, gradient pushes) was in flight (``wait_ns``: overlapping
+    transfers count once, as the step waits for them together), and how much of it goes
+    when each transfer takes ``faster_by_ns`` less (``saving_ns``): ``faster_by_ns``
+    times the number of successive round trips the step makes on the link. One row per
+    worker: the means over its traced steps. Empty without such transfers.
     """
-    transfer = measured.run.frame("transfer")
-    if transfer.empty:
-        return pd.DataFrame(columns=["worker", "traced_steps", "wait_ns", "saving_ns"])
-    from_ps = transfer[(transfer["src"].astype(str) == ps) & transfer["dst"].astype(str).str.startswith("worker:")]
-    traced = _transfers_in_steps(measured, from_ps)
+    columns = ["worker", "traced_steps", "wait_ns", "saving_ns"]
+    traced = _transfers_in_steps(measured, measured.run.frame("transfer"))
+    traced = traced[traced["ps"] == ps]
     if traced.empty:
-        return pd.DataFrame(columns=["worker", "traced_steps", "wait_ns", "saving_ns"])
+        return pd.DataFrame(columns=columns)
     faster_end = traced["begin"] + (traced["end"] - traced["begin"] - faster_by_ns).clip(lower=0)
     traced = traced.assign(faster_end=faster_end)
     per_step = traced.groupby(["worker", "step"], sort=True).apply(
@@ -139,7 +138,7 @@ def traced_link_cost(measured: Measurements, ps: str, faster_by_ns: float) -> pd
     per_step["saving_ns"] = per_step["wait_ns"] - per_step["faster_ns"]
     per_worker = per_step.groupby("worker").agg(traced_steps=("wait_ns", "size"), wait_ns=("wait_ns", "mean"),
                                                saving_ns=("saving_ns", "mean"))
-    return per_worker.reset_index()
+    return per_worker.reset_index()[columns]
 
 
 def _transfers_in_steps(measured: Measurements, transfer: pd.DataFrame) -> pd.DataFrame:

@@ -149,12 +149,15 @@ def test_task_failure_with_recovery_time(builder):
 
 
 def _tf1_session(builder, ps1_ms, ps0_ms=0.3, size=8192):
-    """A TF1 between-graph run: steps and traced RecvTensor transfers, no RPC probe, no placement."""
+    """A TF1 between-graph run: steps and traced RecvTensor transfers, no RPC probe, no placement.
+
+    Each traced 40 ms step reads the variables from both ps at its start and pushes the
+    gradients 20 ms in, each a round trip on the link to that ps."""
     run = builder(strategy=None)
     for worker in ("worker:0", "worker:1"):
-        run.steps(worker, step_ms=20, idle_ms=1)
+        run.steps(worker, step_ms=40, idle_ms=1)
         run.transfer("ps:0", worker, ps0_ms, size=size).transfer("ps:1", worker, ps1_ms, size=size)
-        run.transfer(worker, "ps:0", 0.3, size=size).transfer(worker, "ps:1", 0.3, size=size)  # gradients
+        run.transfer(worker, "ps:0", ps0_ms, size=size, at_ms=20).transfer(worker, "ps:1", ps1_ms, size=size, at_ms=20)
     return run
 
 
@@ -165,10 +168,11 @@ def test_slow_link_from_traced_transfers(builder):
     assert finding.evidence["latency_source"] == "transfer"
     assert finding.evidence["rtt_ms_min"] == {"worker:0->ps:1": 13.0, "worker:1->ps:1": 13.0}
     assert finding.evidence["peer_rtt_ms_min"] == pytest.approx(0.3)
-    # Two concurrent 13 ms transfers per traced step: the step waits 13 ms once, not 26.
-    assert finding.evidence["link_wait_ms_per_step"] == {"worker:0": 13.0, "worker:1": 13.0}
-    # At the peers' 0.3 ms each step saves 12.7 ms: period 21 ms -> 8.3 ms.
-    assert finding.recommendation.predicted_speedup == pytest.approx(21 / 8.3, rel=0.01)
+    # Two rounds of two concurrent 13 ms transfers per traced step: the step waits 26 ms, not 52.
+    assert finding.evidence["link_wait_ms_per_step"] == {"worker:0": 26.0, "worker:1": 26.0}
+    # At the peers' 0.3 ms each round saves 12.7 ms: period 41 ms -> 15.6 ms.
+    assert finding.evidence["link_saving_ms_per_step"] == {"worker:0": 25.4, "worker:1": 25.4}
+    assert finding.recommendation.predicted_speedup == pytest.approx(41 / 15.6, rel=0.01)
 
 
 def test_clean_tf1_session_has_no_findings(builder):
