@@ -468,12 +468,3 @@ def test_static_refuses_unknown_names(client, path):
     response = client.get(PREFIX + path)
     assert response.status_code == 404
     assert "import" not in response.get_data(as_text=True)
-
-
-def test_json_safe_replaces_non_finite_numbers():
-    import numpy as np
-
-    from tfdiag.tb_plugin.plugin import _json_safe
-
-    data = {"a": float("nan"), "b": [float("inf"), 1.5, np.float64(2.0), np.int64(3)], "c": ("x", None)}
-    assert _json_safe(data) == {"a": None, "b": [None, 1.5, 2.0, 3], "c": ["x", None]}
