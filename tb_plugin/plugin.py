@@ -22,7 +22,7 @@ from tfdiag.report.figures import COMPARE_FIGURES, FIGURES, VIEWS
 from tfdiag.tb_plugin import metadata
 from tfdiag.tb_plugin.assets import PLOTLY_ROUTE, STATIC_FILES, Assets
 from tfdiag.tb_plugin.responses import MAX_ARG_LENGTH, JsonBody, handles_errors, json_response, required_arg
-from tfdiag.tb_plugin.runs import DISCOVERY_TTL_S, REFRESH_INTERVAL_S, RunIndex, RunState, RunStates
+from tfdiag.tb_plugin.runs import DISCOVERY_TTL_S, LOAD_WAIT_S, REFRESH_INTERVAL_S, RunIndex, RunState, RunStates
 
 # The tab asks TensorBoard's plugin listing whether it is active on every page load;
 # is_active re-walks the logdir at most this often.
@@ -52,9 +52,10 @@ class TfdiagPlugin(base_plugin.TBPlugin):
         discovery_ttl_s: float = DISCOVERY_TTL_S,
         refresh_interval_s: float = REFRESH_INTERVAL_S,
         is_active_ttl_s: float = IS_ACTIVE_TTL_S,
+        load_wait_s: float = LOAD_WAIT_S,
     ):
         self._index = RunIndex(context.logdir, ttl_s=discovery_ttl_s)
-        self._states = RunStates(refresh_interval_s=refresh_interval_s)
+        self._states = RunStates(refresh_interval_s=refresh_interval_s, load_wait_s=load_wait_s)
         self._assets = Assets()
         self._is_active_ttl_s = is_active_ttl_s
         self._active: bool = False

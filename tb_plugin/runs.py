@@ -147,6 +147,7 @@ class RunState:
         self._report: Report | None = None
         self._report_body: JsonBody | None = None
         self._figures: dict[str, JsonBody] = {}
+        self._logged_error: str | None = None
         self.analyses = 0  # how many times the run was analysed (tests read it)
 
     def report(self) -> Report:
@@ -192,26 +193,30 @@ class RunState:
         return self._report
 
     def _refresh(self) -> None:
-        loaded = self.loader.refresh()  # reads only bytes appended since the last refresh
+        try:
+            loaded = self.loader.refresh()  # reads only bytes appended since the last refresh
+        except Exception:
+            self.loader, self._loaded = RunLoader(self.path), None  # its state is unknown: start over
+            raise
         if loaded is not self._loaded:  # RunLoader returns the same object when nothing changed
             self._loaded = loaded
-            self._set(analyze(loaded))
             self.analyses += 1
+            self._set(analyze(loaded))
 
     def _fail(self, error: Exception) -> None:
-        """Replaces the report by one that says why this run has none, and starts the loader over."""
+        """Replaces the report by one that says why this run has none (logged once per distinct error)."""
         if not log_dir(self.path).is_dir():
             raise RunNotFoundError(f"{self.path}: no longer a run") from error
-        logger.error("tfdiag: cannot analyse run %r (%s)", self.name, self.path, exc_info=error)
+        message = f"{type(error).__name__}: {error}"
+        if message != self._logged_error:
+            logger.error("tfdiag: cannot analyse run %r (%s)", self.name, self.path, exc_info=error)
+            self._logged_error = message
         tasks = list(self._loaded.sources) if self._loaded is not None else []
         warnings = list(self._loaded.warnings) if self._loaded is not None else []
         warnings.append(
-            f"this run could not be analysed: internal error {type(error).__name__}: {error} "
-            "(the traceback is in TensorBoard's log); it is retried when the run changes"
+            f"this run could not be analysed: internal error {message} (the traceback is in TensorBoard's log)"
         )
         self._set(unanalysed_report(self.path, tasks, warnings))
-        self.loader = RunLoader(self.path)
-        self._loaded = None
 
     def _set(self, report: Report) -> None:
         self._report = report
@@ -256,8 +261,11 @@ def tab_report(report: Report, name: str, path: Path) -> dict:
 class RunStates:
     """A ``RunState`` per run directory, made on first use."""
 
-    def __init__(self, refresh_interval_s: float = REFRESH_INTERVAL_S, clock: Clock = time.monotonic):
+    def __init__(
+        self, refresh_interval_s: float = REFRESH_INTERVAL_S, load_wait_s: float = LOAD_WAIT_S, clock: Clock = time.monotonic
+    ):
         self._refresh_interval_s = refresh_interval_s
+        self._load_wait_s = load_wait_s
         self._clock = clock
         self._lock = threading.Lock()
         self._states: dict[Path, RunState] = {}
@@ -267,7 +275,7 @@ class RunStates:
         with self._lock:
             state = self._states.get(path)
             if state is None:
-                state = RunState(path, name, self._refresh_interval_s, self._clock)
+                state = RunState(path, name, self._refresh_interval_s, self._clock, self._load_wait_s)
                 self._states[path] = state
             return state
 
