@@ -33,6 +33,7 @@ from tfdiag.analysis import LoadedRun, Report, RunLoader, analyze
 from tfdiag.errors import RunNotFoundError
 from tfdiag.report import formatting
 from tfdiag.report.figures import FIGURES, empty_figure
+from tfdiag.report.safe_text import printable
 from tfdiag.store import find_runs, log_dir
 from tfdiag.tb_plugin.responses import BusyError, JsonBody
 
@@ -55,9 +56,14 @@ Clock = Callable[[], float]
 
 
 def run_name(logdir: str, run_dir: Path) -> str:
-    """The name a run is shown under: its path relative to the logdir, "." for the logdir."""
+    """The name a run is shown under: its path relative to the logdir, "." for the logdir.
+
+    Control characters and bytes that are not UTF-8 are written as escapes
+    (``tfdiag.report.safe_text.printable``), so every name can be shown, sent in a URL
+    and looked up again: ``run-\\xff`` is the directory whose name ends in byte 0xff.
+    """
     relative = os.path.relpath(run_dir, logdir)
-    return Path(relative).as_posix()
+    return printable(Path(relative).as_posix())
 
 
 def inside(path: str | os.PathLike, root: str) -> bool:

@@ -27,7 +27,7 @@ from tfdiag.report.compare import compare_reports, render_comparison
 from tfdiag.report.figures import FIGURES
 from tfdiag.report.json_format import dumps
 
-EXAMPLES = 40
+EXAMPLES = 20
 # No shrinking: a failure reports the example as generated, within the fixed budget.
 PROPERTY_SETTINGS = settings(
     max_examples=EXAMPLES, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow],
@@ -165,7 +165,7 @@ def test_comparisons_are_well_formed(base, new):
     assert no_raw_controls(text)
 
 
-@settings(max_examples=15, deadline=None, derandomize=True, phases=(Phase.explicit, Phase.reuse, Phase.generate))
+@settings(max_examples=8, deadline=None, derandomize=True, phases=(Phase.explicit, Phase.reuse, Phase.generate))
 @given(reports())
 def test_every_figure_is_strict_json_with_names_escaped(report):
     for name, make in FIGURES.items():
