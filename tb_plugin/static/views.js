@@ -131,15 +131,19 @@ export function overviewView(report) {
       stat('Health', healthy ? 'ok' : `${number(skipped, 0)} skipped record(s), ${warnings.length} warning(s)`, healthy ? 'ok' : 'unhealthy'),
     ),
     h('div', {className: 'task-list'}, h('span', {className: 'stat-label'}, `Tasks (${tasks.length}) `), tasks.map((t) => h('span', {className: 'task'}, t))),
-    warningsView(warnings, skipped),
+    warningsView(warnings, skipped, !summary.steps),
   );
 }
 
-function warningsView(warnings, skipped) {
+/**
+ * The run's warnings (what could not be read, and why), as text.
+ * @param {string[]} warnings @param {number} skipped @param {boolean} open shown unfolded (a run with nothing else to show)
+ */
+function warningsView(warnings, skipped, open) {
   if (!warnings.length && !skipped) return null;
   return h(
     'details',
-    {className: 'warnings'},
+    {className: 'warnings', open: open ? '' : undefined},
     h('summary', {}, `${warnings.length} warning(s), ${skipped} skipped record(s)`),
     h('ul', {}, warnings.map((w) => h('li', {}, w))),
   );

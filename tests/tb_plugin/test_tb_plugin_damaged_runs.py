@@ -236,3 +236,13 @@ def test_containment_check_resolves_links(tmp_path):
     assert inside(root / "a", real_root) and inside(root / "same", real_root) and inside(root, real_root)
     assert not inside(root / "up", real_root) and not inside(root / "up" / "logs" / ".." / "x", real_root)
     assert not inside(tmp_path / "logs2", real_root)  # a sibling sharing the prefix is outside
+
+
+def test_a_run_named_with_undecodable_bytes_and_escapes_can_be_opened(root):
+    make_run(root / os.fsdecode(b"run-\xff\x1b[2J"))
+    client = client_for(make_plugin(root))
+    runs = get_json(client, PREFIX + "/runs")
+    assert runs == ["good", "run-\\xff\\x1b[2J"]
+    report = get_json(client, PREFIX + "/report?" + "run=" + "run-%5Cxff%5Cx1b%5B2J")
+    assert report["run"]["path"] == "run-\\xff\\x1b[2J"
+    assert report["summary"]["primary_bottleneck"] == "straggler"
