@@ -189,10 +189,7 @@ class TfdiagPlugin(base_plugin.TBPlugin):
         path = self._index.lookup(run)
         if path is None:
             raise errors.NotFoundError(f"no tfdiag run named {run!r} under the logdir")
-        try:
-            return self._states.get(path, run)
-        except RunNotFoundError:
-            raise errors.NotFoundError(f"run {run!r} is gone from the logdir") from None
+        return self._states.get(path, run)
 
     def _with_state(self, run: str, use: Callable[[RunState], T]) -> T:
         """``use(state)`` of run ``run``; ``NotFoundError`` if the run is unknown or went away meanwhile."""

@@ -143,7 +143,7 @@ class RunState:
     ):
         self.path = path
         self.name = name
-        self.loader = RunLoader(path)
+        self.loader: RunLoader | None = None  # made on first refresh, under the guard
         self._refresh_interval_s = refresh_interval_s
         self._load_wait_s = load_wait_s
         self._clock = clock
@@ -200,9 +200,11 @@ class RunState:
 
     def _refresh(self) -> None:
         try:
+            if self.loader is None:
+                self.loader = RunLoader(self.path)  # RunNotFoundError if the run went away
             loaded = self.loader.refresh()  # reads only bytes appended since the last refresh
         except Exception:
-            self.loader, self._loaded = RunLoader(self.path), None  # its state is unknown: start over
+            self.loader, self._loaded = None, None  # its state is unknown: start over
             raise
         if loaded is not self._loaded:  # RunLoader returns the same object when nothing changed
             self._loaded = loaded
@@ -277,7 +279,7 @@ class RunStates:
         self._states: dict[Path, RunState] = {}
 
     def get(self, path: Path, name: str) -> RunState:
-        """The state of run ``path``; ``RunLoader`` raises ``RunNotFoundError`` if it is no longer a run."""
+        """The state of run ``path`` (its first request raises ``RunNotFoundError`` if it is no longer a run)."""
         with self._lock:
             state = self._states.get(path)
             if state is None:

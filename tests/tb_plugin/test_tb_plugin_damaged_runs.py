@@ -246,3 +246,18 @@ def test_a_run_named_with_undecodable_bytes_and_escapes_can_be_opened(root):
     report = get_json(client, PREFIX + "/report?" + "run=" + "run-%5Cxff%5Cx1b%5B2J")
     assert report["run"]["path"] == "run-\\xff\\x1b[2J"
     assert report["summary"]["primary_bottleneck"] == "straggler"
+
+
+@pytest.mark.parametrize("discovery_ttl_s", [0, 60])
+def test_a_run_removed_while_shown_is_404_or_its_last_state_never_500(root, discovery_ttl_s):
+    import shutil
+
+    make_run(root / "gone")
+    client = client_for(make_plugin(root, discovery_ttl_s=discovery_ttl_s, refresh_interval_s=0))
+    assert get_json(client, PREFIX + "/report?run=gone")["summary"]["steps"] > 0
+    shutil.rmtree(root / "gone")
+    for url in ("/report?run=gone", "/figure?run=gone&name=step_time", "/compare?base=gone&new=good"):
+        response = client.get(PREFIX + url)
+        assert response.status_code in ((404,) if discovery_ttl_s == 0 else (200, 404)), url
+        assert response.mimetype == "application/json"
+    assert get_json(client, PREFIX + "/runs") == (["good"] if discovery_ttl_s == 0 else ["gone", "good"])

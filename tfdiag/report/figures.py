@@ -92,7 +92,7 @@ def downsample(x: np.ndarray, y: np.ndarray, max_points: int) -> tuple[np.ndarra
 
     >>> x = np.arange(10); y = np.array([0, 9, 0, 0, 0, 0, 0, 0, 7, 0])
     >>> downsample(x, y, 4)[1].tolist()
-    [0, 9, 0, 7]
+    [0.0, 9.0, 0.0, 7.0]
     """
     x, y = np.asarray(x), np.asarray(y, dtype=float)
     n = len(y)
