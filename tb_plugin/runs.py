@@ -174,7 +174,7 @@ class RunState:
         with self._locked():
             report = self._current()
             if name not in self._figures:
-                self._figures[name] = JsonBody.of_text(plotly.io.to_json(self._figure(name, report), validate=False))
+                self._figures[name] = JsonBody.of_text(self._figure_json(name, report))
             return self._figures[name]
 
     @contextlib.contextmanager
@@ -231,12 +231,13 @@ class RunState:
         self._report_body = None
         self._figures = {}
 
-    def _figure(self, name: str, report: Report):
+    def _figure_json(self, name: str, report: Report) -> str:
         try:
-            return FIGURES[name](report)
+            return plotly.io.to_json(FIGURES[name](report), validate=False)
         except Exception as error:  # noqa: BLE001 - one chart must not break the run's page
             logger.error("tfdiag: cannot draw figure %r of run %r", name, self.name, exc_info=error)
-            return empty_figure(name, f"cannot draw this chart: internal error {type(error).__name__}: {error}")
+            message = f"cannot draw this chart: internal error {type(error).__name__}: {error}"
+            return plotly.io.to_json(empty_figure(name, message.replace(str(self.path), self.name)), validate=False)
 
 
 def unanalysed_report(path: Path, tasks: list[str], warnings: list[str]) -> Report:
