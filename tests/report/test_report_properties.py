@@ -27,7 +27,7 @@ from tfdiag.report.compare import compare_reports, render_comparison
 from tfdiag.report.figures import FIGURES
 from tfdiag.report.json_format import dumps
 
-EXAMPLES = 20
+EXAMPLES = 15
 # No shrinking: a failure reports the example as generated, within the fixed budget.
 PROPERTY_SETTINGS = settings(
     max_examples=EXAMPLES, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow],

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from tfdiag.report.figures import FIGURES
+
 from tests.tb_plugin.tb_plugin_runs import make_full_run, make_run
 
 CHROMIUM = "/usr/bin/chromium"
@@ -87,10 +89,7 @@ def wait_until_up(process: subprocess.Popen, base: str, log_path: Path) -> None:
 MARKUP_RUN = "<script>alert(1)</script>"
 HOSTILE_TASK = "worker:<img src=x onerror=alert(9)>"
 RUNS = sorted([MARKUP_RUN, "damaged", "full", "slow", "sweep/even", "tasks"])
-FIGURE_NAMES = [
-    "step_breakdown", "step_time", "rpc_latency_heatmap", "rpc_latency_over_time", "gpu_utilization",
-    "host_utilization", "shard_balance", "ps_load", "fault_timeline",
-]
+FIGURE_NAMES = list(FIGURES)
 
 
 def check_routes(base: str) -> None:
