@@ -335,6 +335,15 @@ def test_reader_gone_exits_141_quietly(straggler, fmt):
     assert err == b""
 
 
+def test_help_into_a_closed_pipe_exits_quietly():
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    process = run_cli(["--help"], stdout=write_end)
+    os.close(write_end)
+    _, err = process.communicate(timeout=120)
+    assert (process.returncode, err) == (0, b"")  # argparse ignores the failed write
+
+
 def test_closed_stdout_exits_141_quietly(straggler):
     """``tfdiag analyze RUN >&-``: no file descriptor 1 at all."""
     process = run_cli(["analyze", str(straggler)], stdout=subprocess.DEVNULL, preexec_fn=lambda: os.close(1))

@@ -5,6 +5,8 @@ message goes to stderr on one line, ``tfdiag: error: ...``; ``--debug`` adds the
 141 when stdout is closed before the output is written (``tfdiag analyze RUN | head -0``):
 nothing is printed, as for a command killed by SIGPIPE, whose status a shell reports as
 128 + 13 = 141 (Python ignores SIGPIPE, so the CLI exits with that status itself).
+(``--help`` and ``--version`` into a closed stdout exit 0 quietly: argparse ignores the
+failed write.)
 
 Reports go to stdout (or ``-o FILE``) and nothing else does: progress, warnings and
 errors go to stderr. Every name and message from a run is shown with its control
@@ -123,17 +125,7 @@ def _analyze_run(path: str, quiet: bool):
 
 def _write_output(text: str, output: str | None, quiet: bool = False) -> None:
     if output is None or output == "-":
-        if sys.stdout is None:
-            raise StdoutClosedError
-        try:
-            sys.stdout.write(text)
-            sys.stdout.flush()
-        except (BrokenPipeError, ValueError) as error:  # ValueError: the stream object was closed
-            raise StdoutClosedError from error
-        except OSError as error:
-            if error.errno != errno.EBADF:  # EBADF: file descriptor 1 is closed
-                raise
-            raise StdoutClosedError from error
+        _to_stdout(text)
         return
     try:
         Path(output).write_text(text, encoding="utf-8")
@@ -141,6 +133,21 @@ def _write_output(text: str, output: str | None, quiet: bool = False) -> None:
         raise CommandError(f"{output}: cannot write ({error.strerror or error})") from error
     if not quiet:
         _say(f"tfdiag: wrote {output}")
+
+
+def _to_stdout(text: str) -> None:
+    """Writes ``text`` to stdout and flushes it; ``StdoutClosedError`` if stdout is closed."""
+    if sys.stdout is None:
+        raise StdoutClosedError
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except (BrokenPipeError, ValueError) as error:  # ValueError: the stream object was closed
+        raise StdoutClosedError from error
+    except OSError as error:
+        if error.errno != errno.EBADF:  # EBADF: file descriptor 1 is closed
+            raise
+        raise StdoutClosedError from error
 
 
 def _fails(report, fail_on: str | None) -> bool:
