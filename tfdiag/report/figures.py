@@ -1,8 +1,13 @@
 """Plotly figures of a Report, shared by the HTML report and the TensorBoard tab.
 
-Each figure is a function ``Report -> plotly.graph_objects.Figure``; ``FIGURES`` maps
-the name the tab asks for (``/figure?name=...``) to it, in the order both show them.
-Callers serialise a figure (``plotly.io.to_json``) or embed it (``Figure.to_html``).
+Each figure is a function ``Report -> plotly.graph_objects.Figure``; ``VIEWS`` groups
+them in sections under the name the tab asks for (``/figure?name=...``), ``FIGURES``
+maps each name to its function in that order, the order both show them. This is the
+only list of figures: the tab's frontend reads it from the ``/figures`` route. Callers
+serialise a figure (``plotly.io.to_json``) or embed it (``Figure.to_html``). Derived
+values (rates from counters) come from ``tfdiag.analysis``; here they are only drawn.
+The module is longer than 400 lines because the nine figures share its helpers and
+conventions; a new family of figures belongs in a module of its own.
 
 Conventions, so that every view reads the same:
 
@@ -14,8 +19,9 @@ Conventions, so that every view reads the same:
   about ``MAX_POINTS_PER_FIGURE`` points however large the run.
 - A figure without data is an empty chart with an annotation saying what is missing
   (``layout.meta.empty`` is true), never an error.
-- Names from the run (tasks, hosts, variables) are HTML-escaped: plotly renders trace
-  names, tick labels and hover text as a subset of HTML.
+- Names from the run (tasks, hosts, variables) are HTML-escaped, control characters
+  escaped too (``label``): plotly renders trace names, tick labels and hover text as a
+  subset of HTML.
 
 Example:
     >>> from tfdiag.analysis import analyze
