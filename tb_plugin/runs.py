@@ -236,8 +236,8 @@ class RunState:
             return plotly.io.to_json(FIGURES[name](report), validate=False)
         except Exception as error:  # noqa: BLE001 - one chart must not break the run's page
             logger.error("tfdiag: cannot draw figure %r of run %r", name, self.name, exc_info=error)
-            message = f"cannot draw this chart: internal error {type(error).__name__}: {error}"
-            return plotly.io.to_json(empty_figure(name, message.replace(str(self.path), self.name)), validate=False)
+            message = _named(f"cannot draw this chart: internal error {type(error).__name__}: {error}", self.path, self.name)
+            return plotly.io.to_json(empty_figure(name, message), validate=False)
 
 
 def unanalysed_report(path: Path, tasks: list[str], warnings: list[str]) -> Report:
@@ -258,13 +258,19 @@ def tab_report(report: Report, name: str, path: Path) -> dict:
     ``predicted_speedup_text``, formatted as in every report (``formatting.speedup``).
     """
     data = report.to_dict()
-    directory = str(path)
-    data["run"] = {**data["run"], "path": name}
-    data["run"]["warnings"] = [str(warning).replace(directory, name) for warning in data["run"].get("warnings") or []]
+    warnings = [_named(str(warning), path, name) for warning in data["run"].get("warnings") or []]
+    data["run"] = {**data["run"], "path": name, "warnings": warnings}
     for finding in data["findings"]:
         recommendation = finding.get("recommendation") or {}
         recommendation["predicted_speedup_text"] = formatting.speedup(recommendation.get("predicted_speedup"))
     return data
+
+
+def _named(text: str, path: Path, name: str) -> str:
+    """``text`` with the run directory (as given, or with links resolved) written as the run's name."""
+    for directory in sorted({str(path), os.path.realpath(path)}, key=len, reverse=True):
+        text = text.replace(directory, name)
+    return text
 
 
 class RunStates:
