@@ -69,7 +69,7 @@ def main(argv=None) -> int:
     time_get(client, f"{PREFIX}/report?run={new}")
     steps = plugin._state(base).report().summary["steps"]
 
-    routes = [("/runs", f"{PREFIX}/runs"), ("/report", f"{PREFIX}/report?run={base}")]
+    routes = [("/runs", f"{PREFIX}/runs"), ("/figures", f"{PREFIX}/figures"), ("/report", f"{PREFIX}/report?run={base}")]
     routes += [(f"/figure?name={name}", f"{PREFIX}/figure?run={base}&name={name}") for name in FIGURES]
     routes += [("/compare", f"{PREFIX}/compare?base={base}&new={new}"), ("/index.js", f"{PREFIX}/index.js")]
     print(f"{args.workers} workers, {steps:,} step records; first /report (load + analysis): {load_ms:,.0f} ms\n")

@@ -6,6 +6,3 @@ PLUGIN_NAME = "tfdiag"
 
 # The tab's label in TensorBoard's top bar.
 TAB_NAME = "tfdiag"
-
-# Version of the HTTP API in http_api.md; bump when a route's response changes shape.
-HTTP_API_VERSION = 1

@@ -1,13 +1,16 @@
 """The tfdiag TensorBoard plugin: routes over ``tfdiag.analysis`` and the static frontend.
 
-Every JSON route is split into ``<x>_route(request)``, which validates the arguments
-(400 on a missing or malformed one, 404 on an unknown run), and ``<x>_impl(...)``, which
-returns plain data. See ``http_api.md`` for the routes.
+Routes only: every JSON route is split into ``<x>_route(request)``, which validates the
+arguments (400 on a missing or malformed one, 404 on an unknown run) and answers, and
+``<x>_impl(...)``, which returns plain data (or a ``JsonBody``, plain data already
+serialised and cached with the run). Run discovery and each run's live analysis are in
+``runs.py``. See ``http_api.md`` for the routes.
 """
 
 from __future__ import annotations
 
 import time
+from typing import Callable, TypeVar
 
 from tensorboard import errors
 from tensorboard.plugins import base_plugin
@@ -15,17 +18,17 @@ from werkzeug import Request, Response
 
 from tfdiag.errors import RunNotFoundError
 from tfdiag.report.compare import compare_reports
-from tfdiag.report.figures import FIGURES
+from tfdiag.report.figures import COMPARE_FIGURES, FIGURES, VIEWS
 from tfdiag.tb_plugin import metadata
 from tfdiag.tb_plugin.assets import PLOTLY_ROUTE, STATIC_FILES, Assets
-from tfdiag.tb_plugin.responses import MAX_ARG_LENGTH, handles_errors, json_response, json_safe, required_arg
-from tfdiag.tb_plugin.runs import DISCOVERY_TTL_S, REFRESH_INTERVAL_S, RunIndex, RunState, RunStates
+from tfdiag.tb_plugin.responses import MAX_ARG_LENGTH, JsonBody, handles_errors, json_response, required_arg
+from tfdiag.tb_plugin.runs import DISCOVERY_TTL_S, LOAD_WAIT_S, REFRESH_INTERVAL_S, RunIndex, RunState, RunStates
 
 # The tab asks TensorBoard's plugin listing whether it is active on every page load;
 # is_active re-walks the logdir at most this often.
 IS_ACTIVE_TTL_S = 10.0
 
-_json_safe = json_safe  # its former name
+T = TypeVar("T")
 
 __all__ = ["IS_ACTIVE_TTL_S", "MAX_ARG_LENGTH", "TfdiagPlugin", "TfdiagPluginLoader"]
 
@@ -49,9 +52,10 @@ class TfdiagPlugin(base_plugin.TBPlugin):
         discovery_ttl_s: float = DISCOVERY_TTL_S,
         refresh_interval_s: float = REFRESH_INTERVAL_S,
         is_active_ttl_s: float = IS_ACTIVE_TTL_S,
+        load_wait_s: float = LOAD_WAIT_S,
     ):
         self._index = RunIndex(context.logdir, ttl_s=discovery_ttl_s)
-        self._states = RunStates(refresh_interval_s=refresh_interval_s)
+        self._states = RunStates(refresh_interval_s=refresh_interval_s, load_wait_s=load_wait_s)
         self._assets = Assets()
         self._is_active_ttl_s = is_active_ttl_s
         self._active: bool = False
@@ -62,6 +66,7 @@ class TfdiagPlugin(base_plugin.TBPlugin):
     def get_plugin_apps(self):
         apps = {
             "/runs": self.runs_route,
+            "/figures": self.figures_route,
             "/report": self.report_route,
             "/figure": self.figure_route,
             "/compare": self.compare_route,
@@ -96,17 +101,30 @@ class TfdiagPlugin(base_plugin.TBPlugin):
         """The names of every run under the logdir, sorted ("." is the logdir itself)."""
         return list(self._index.runs())
 
+    # -- /figures --------------------------------------------------------------------
+
+    @handles_errors
+    def figures_route(self, request: Request) -> Response:
+        """``GET /figures`` → the views of a run and the charts of a comparison."""
+        return json_response(self.figures_impl())
+
+    def figures_impl(self) -> dict:
+        """``{"views": [[title, [figure name, ...]], ...], "compare": [figure name, ...]}``."""
+        return {
+            "views": [[title, [name for name, _ in charts]] for title, charts in VIEWS],
+            "compare": list(COMPARE_FIGURES),
+        }
+
     # -- /report ---------------------------------------------------------------------
 
     @handles_errors
     def report_route(self, request: Request) -> Response:
-        """``GET /report?run=NAME`` → the run's ``Report.to_dict()`` (with an ETag)."""
-        run = required_arg(request, "run")
-        return json_response(self._state(run).report_body(), request=request)
+        """``GET /report?run=NAME`` → the run's report as the tab shows it (with an ETag)."""
+        return json_response(self.report_impl(required_arg(request, "run")), request=request)
 
-    def report_impl(self, run: str) -> dict:
-        """The JSON report of run ``run``; raises ``NotFoundError`` for an unknown run."""
-        return self._state(run).report_dict()
+    def report_impl(self, run: str) -> JsonBody:
+        """``runs.tab_report`` of run ``run``, serialised; ``NotFoundError`` for an unknown run."""
+        return self._with_state(run, RunState.report_body)
 
     # -- /figure ---------------------------------------------------------------------
 
@@ -117,26 +135,25 @@ class TfdiagPlugin(base_plugin.TBPlugin):
         name = required_arg(request, "name")
         if name not in FIGURES:
             raise errors.InvalidArgumentError(f"unknown figure {name!r}; expected one of {', '.join(FIGURES)}")
-        return json_response(self._state(run).figure_body(name), request=request)
+        return json_response(self.figure_impl(run, name), request=request)
 
-    def figure_impl(self, run: str, name: str) -> str:
+    def figure_impl(self, run: str, name: str) -> JsonBody:
         """Figure ``name`` of run ``run`` as plotly JSON text (``plotly.io.to_json``)."""
-        return self._state(run).figure_json(name)
+        return self._with_state(run, lambda state: state.figure_body(name))
 
     # -- /compare --------------------------------------------------------------------
 
     @handles_errors
     def compare_route(self, request: Request) -> Response:
         """``GET /compare?base=NAME&new=NAME`` → ``compare_reports`` of the two runs."""
-        base = required_arg(request, "base")
-        new = required_arg(request, "new")
-        return json_response(self.compare_impl(base, new))
+        return json_response(self.compare_impl(required_arg(request, "base"), required_arg(request, "new")))
 
     def compare_impl(self, base: str, new: str) -> dict:
-        """``tfdiag.report.compare.compare_reports`` of two discovered runs, plus their names."""
-        base_state, new_state = self._state(base), self._state(new)
-        comparison = compare_reports(base_state.report(), new_state.report())
-        comparison["base_run"], comparison["new_run"] = base, new
+        """``compare_reports`` of two discovered runs, with the run names as ``base``/``new``
+        (and, as before, ``base_run``/``new_run``)."""
+        comparison = compare_reports(self._with_state(base, RunState.report), self._with_state(new, RunState.report))
+        comparison["base"] = comparison["base_run"] = base
+        comparison["new"] = comparison["new_run"] = new
         return comparison
 
     # -- static files ----------------------------------------------------------------
@@ -168,13 +185,19 @@ class TfdiagPlugin(base_plugin.TBPlugin):
     # -- helpers ---------------------------------------------------------------------
 
     def _state(self, run: str) -> RunState:
+        """The live state of the discovered run named ``run``; ``NotFoundError`` if there is none."""
         path = self._index.lookup(run)
         if path is None:
             raise errors.NotFoundError(f"no tfdiag run named {run!r} under the logdir")
+        return self._states.get(path, run)
+
+    def _with_state(self, run: str, use: Callable[[RunState], T]) -> T:
+        """``use(state)`` of run ``run``; ``NotFoundError`` if the run is unknown or went away meanwhile."""
+        state = self._state(run)
         try:
-            return self._states.get(path)
+            return use(state)
         except RunNotFoundError:
-            self._states.forget(path)
+            self._states.forget(state.path)
             raise errors.NotFoundError(f"run {run!r} is gone from the logdir") from None
 
 

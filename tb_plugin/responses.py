@@ -3,19 +3,29 @@
 from __future__ import annotations
 
 import functools
+import logging
 import hashlib
 import json
-import math
 from dataclasses import dataclass
 from typing import Any
 
 from tensorboard import errors
 from werkzeug import Request, Response
 
+from tfdiag.analysis.json_values import jsonable
+
+logger = logging.getLogger(__name__)
+
 # Arguments longer than this are refused before any lookup (run names are paths).
 MAX_ARG_LENGTH = 4096
 
 JSON = "application/json"
+
+
+class BusyError(errors.PublicError):
+    """The run is being loaded by another request for longer than a request waits (503)."""
+
+    http_code = 503
 
 
 @dataclass(frozen=True)
@@ -31,20 +41,7 @@ class JsonBody:
 
     @classmethod
     def of(cls, data: Any) -> "JsonBody":
-        return cls.of_text(json.dumps(json_safe(data), allow_nan=False, separators=(",", ":")))
-
-
-def json_safe(value: Any) -> Any:
-    """``value`` with NaN and infinities as None (JSON has neither) and numpy scalars as Python ones."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(key): json_safe(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(item) for item in value]
-    if hasattr(value, "item") and callable(value.item):  # numpy scalar
-        return json_safe(value.item())
-    return value
+        return cls.of_text(json.dumps(jsonable(data), allow_nan=False, separators=(",", ":")))
 
 
 def json_response(data: Any | JsonBody, status: int = 200, request: Request | None = None) -> Response:
@@ -69,6 +66,8 @@ def handles_errors(route):
 
     TensorBoard's own WSGI app does the same for plugins (as text); doing it here keeps
     the plugin's apps self-contained, so they can be served and tested on their own.
+    Any other exception is a bug (runs.py already turns a run's failures into warnings):
+    it is logged with its traceback and answered as a JSON 500.
     """
 
     @Request.application
@@ -77,6 +76,9 @@ def handles_errors(route):
             return route(*args)
         except errors.PublicError as error:
             return json_response({"error": str(error)}, status=error.http_code)
+        except Exception as error:  # noqa: BLE001 - a bug, not the run's content (runs.py guards each run)
+            logger.error("tfdiag: internal error in %s", route.__name__, exc_info=error)
+            return json_response({"error": f"internal error {type(error).__name__} (see TensorBoard's log)"}, status=500)
 
     return functools.wraps(route)(app)
 

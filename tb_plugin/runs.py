@@ -2,28 +2,42 @@
 
 Discovery walks the logdir with ``tfdiag.store.find_runs`` (not TensorBoard's data
 provider, so it works with ``--load_fast`` true or false and with run directories that
-hold no event files) and is cached for ``DISCOVERY_TTL_S``.
+hold no event files) and is cached for ``DISCOVERY_TTL_S``. A run is a directory inside
+the logdir: one whose real path (symbolic links resolved) leaves the logdir is not shown.
 
 Each run keeps one ``RunLoader``; ``RunState.report()`` calls ``refresh()`` at most every
 ``REFRESH_INTERVAL_S`` (reading only bytes appended since the previous refresh) and runs
 the analysis again only when the loader returned a new ``LoadedRun``, i.e. when
 something changed on disk. Figures are cached against the Report they were built from.
+
+Every run answers, however damaged: an unexpected exception while loading or analysing
+one run is logged (with its traceback) and becomes a warning of that run's report, which
+then holds nothing else; other runs are not affected. Each run has its own lock, held
+while it loads, so a run that takes long to load delays only requests for that run, and
+those wait at most ``LOAD_WAIT_S``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import plotly.io
 
 from tfdiag.analysis import LoadedRun, Report, RunLoader, analyze
-from tfdiag.report.figures import FIGURES
-from tfdiag.tb_plugin.responses import JsonBody
-from tfdiag.store import find_runs
+from tfdiag.errors import RunNotFoundError
+from tfdiag.report import formatting
+from tfdiag.report.figures import FIGURES, empty_figure
+from tfdiag.report.safe_text import printable
+from tfdiag.store import find_runs, log_dir
+from tfdiag.tb_plugin.responses import BusyError, JsonBody
+
+logger = logging.getLogger(__name__)
 
 # A run created under the logdir shows up in /runs (and activates the tab) within this
 # many seconds; one walk of a logdir with a few thousand directories takes a few ms.
@@ -33,13 +47,29 @@ DISCOVERY_TTL_S = 5.0
 # at most once a second keeps a burst of requests (report + figures) to one refresh.
 REFRESH_INTERVAL_S = 1.0
 
+# A request for a run that another request is loading waits this long, then answers 503
+# (the tab shows the message and retries on its next poll) instead of holding a server
+# thread for as long as the load takes.
+LOAD_WAIT_S = 30.0
+
 Clock = Callable[[], float]
 
 
 def run_name(logdir: str, run_dir: Path) -> str:
-    """The name a run is shown under: its path relative to the logdir, "." for the logdir."""
+    """The name a run is shown under: its path relative to the logdir, "." for the logdir.
+
+    Control characters and bytes that are not UTF-8 are written as escapes
+    (``tfdiag.report.safe_text.printable``), so every name can be shown, sent in a URL
+    and looked up again: ``run-\\xff`` is the directory whose name ends in byte 0xff.
+    """
     relative = os.path.relpath(run_dir, logdir)
-    return Path(relative).as_posix()
+    return printable(Path(relative).as_posix())
+
+
+def inside(path: str | os.PathLike, root: str) -> bool:
+    """Whether the real path of ``path`` (links resolved) is ``root`` or below it (``root`` is real)."""
+    real = os.path.realpath(path)
+    return os.path.commonpath([real, root]) == root
 
 
 class RunIndex:
@@ -81,8 +111,18 @@ class RunIndex:
     def _discover(self) -> dict[str, Path]:
         if not self.logdir or not os.path.isdir(self.logdir):
             return {}
-        found = {run_name(self.logdir, path): path for path in find_runs(self.logdir)}
-        return dict(sorted(found.items()))
+        root = os.path.realpath(self.logdir)
+        try:
+            found = find_runs(self.logdir)
+        except OSError as error:  # the logdir went away or became unreadable mid-walk
+            logger.warning("tfdiag: cannot list the runs under %s: %s", self.logdir, error)
+            return {}
+        runs = {
+            run_name(self.logdir, path): path
+            for path in found
+            if inside(path, root) and inside(log_dir(path), root)
+        }
+        return dict(sorted(runs.items()))
 
 
 class RunState:
@@ -93,10 +133,19 @@ class RunState:
     tab's polling, cost a dictionary lookup.
     """
 
-    def __init__(self, path: Path, refresh_interval_s: float = REFRESH_INTERVAL_S, clock: Clock = time.monotonic):
+    def __init__(
+        self,
+        path: Path,
+        name: str,
+        refresh_interval_s: float = REFRESH_INTERVAL_S,
+        clock: Clock = time.monotonic,
+        load_wait_s: float = LOAD_WAIT_S,
+    ):
         self.path = path
-        self.loader = RunLoader(path)
+        self.name = name
+        self.loader: RunLoader | None = None  # made on first refresh, under the guard
         self._refresh_interval_s = refresh_interval_s
+        self._load_wait_s = load_wait_s
         self._clock = clock
         self._lock = threading.Lock()
         self._refreshed_at: float | None = None
@@ -104,67 +153,144 @@ class RunState:
         self._report: Report | None = None
         self._report_body: JsonBody | None = None
         self._figures: dict[str, JsonBody] = {}
+        self._logged_error: str | None = None
         self.analyses = 0  # how many times the run was analysed (tests read it)
 
     def report(self) -> Report:
         """The Report of everything on disk at most ``refresh_interval_s`` ago."""
-        with self._lock:
+        with self._locked():
             return self._current()
 
-    def report_dict(self) -> dict:
-        """``report().to_dict()`` (the JSON contract)."""
-        return self.report().to_dict()
-
     def report_body(self) -> JsonBody:
-        """``report().to_dict()`` serialised, cached with the Report."""
-        with self._lock:
+        """``tab_report`` of the current Report, serialised; cached with the Report."""
+        with self._locked():
             report = self._current()
             if self._report_body is None:
-                self._report_body = JsonBody.of(report.to_dict())
+                self._report_body = JsonBody.of(tab_report(report, self.name, self.path))
             return self._report_body
 
     def figure_body(self, name: str) -> JsonBody:
         """The plotly JSON (``plotly.io.to_json``) of figure ``name`` (a key of FIGURES)."""
-        with self._lock:
+        with self._locked():
             report = self._current()
             if name not in self._figures:
-                self._figures[name] = JsonBody.of_text(plotly.io.to_json(FIGURES[name](report), validate=False))
+                self._figures[name] = JsonBody.of_text(self._figure_json(name, report))
             return self._figures[name]
 
-    def figure_json(self, name: str) -> str:
-        return self.figure_body(name).text
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        if not self._lock.acquire(timeout=self._load_wait_s):
+            raise BusyError(f"run {self.name!r} is still loading; try again shortly")
+        try:
+            yield
+        finally:
+            self._lock.release()
 
     def _current(self) -> Report:
         now = self._clock()
-        if self._refreshed_at is None or now - self._refreshed_at >= self._refresh_interval_s:
-            loaded = self.loader.refresh()  # reads only bytes appended since the last refresh
+        if self._report is None or now - self._refreshed_at >= self._refresh_interval_s:
             self._refreshed_at = now
-            if loaded is not self._loaded:  # RunLoader returns the same object when nothing changed
-                self._loaded = loaded
-                self._report = analyze(loaded)
-                self._report_body = None
-                self._figures = {}
-                self.analyses += 1
-        if self._report is None:
-            raise RuntimeError(f"{self.path}: no report after a refresh")  # unreachable: refresh always loads
+            try:
+                self._refresh()
+            except RunNotFoundError:
+                raise
+            except Exception as error:  # noqa: BLE001 - the last-resort guard of one run
+                self._fail(error)
         return self._report
+
+    def _refresh(self) -> None:
+        try:
+            if self.loader is None:
+                self.loader = RunLoader(self.path)  # RunNotFoundError if the run went away
+            loaded = self.loader.refresh()  # reads only bytes appended since the last refresh
+        except Exception:
+            self.loader, self._loaded = None, None  # its state is unknown: start over
+            raise
+        if loaded is not self._loaded:  # RunLoader returns the same object when nothing changed
+            self._loaded = loaded
+            self.analyses += 1
+            self._set(analyze(loaded))
+
+    def _fail(self, error: Exception) -> None:
+        """Replaces the report by one that says why this run has none (logged once per distinct error)."""
+        if not log_dir(self.path).is_dir():
+            raise RunNotFoundError(f"{self.path}: no longer a run") from error
+        message = f"{type(error).__name__}: {error}"
+        if message != self._logged_error:
+            logger.error("tfdiag: cannot analyse run %r (%s)", self.name, self.path, exc_info=error)
+            self._logged_error = message
+        tasks = list(self._loaded.sources) if self._loaded is not None else []
+        warnings = list(self._loaded.warnings) if self._loaded is not None else []
+        warnings.append(
+            f"this run could not be analysed: internal error {message} (the traceback is in TensorBoard's log)"
+        )
+        self._set(unanalysed_report(self.path, tasks, warnings))
+
+    def _set(self, report: Report) -> None:
+        self._report = report
+        self._report_body = None
+        self._figures = {}
+
+    def _figure_json(self, name: str, report: Report) -> str:
+        try:
+            return plotly.io.to_json(FIGURES[name](report), validate=False)
+        except Exception as error:  # noqa: BLE001 - one chart must not break the run's page
+            logger.error("tfdiag: cannot draw figure %r of run %r", name, self.name, exc_info=error)
+            message = _named(f"cannot draw this chart: internal error {type(error).__name__}: {error}", self.path, self.name)
+            return plotly.io.to_json(empty_figure(name, message), validate=False)
+
+
+def unanalysed_report(path: Path, tasks: list[str], warnings: list[str]) -> Report:
+    """A Report with no measurements: the run's path, the tasks seen, and why there is nothing else."""
+    return Report(
+        run={"path": str(path), "strategy": None, "tasks": sorted(tasks), "start_time_ns": None,
+             "tensorflow_version": None, "tfdiag_version": None, "skipped_records": 0, "warnings": warnings},
+        summary={"primary_bottleneck": None, "step_time_ms": None, "examples_per_s": None, "steps": 0, "findings": 0},
+        workers=[], rpc=[], shards=[], gpus=[], faults=[], findings=[],
+    )
+
+
+def tab_report(report: Report, name: str, path: Path) -> dict:
+    """``report.to_dict()`` as the tab shows it.
+
+    The run's path is its name (the tab never shows where the logdir is), the run
+    directory in warnings becomes the name, and each finding's recommendation gets
+    ``predicted_speedup_text``, formatted as in every report (``formatting.speedup``).
+    """
+    data = report.to_dict()
+    warnings = [_named(str(warning), path, name) for warning in data["run"].get("warnings") or []]
+    data["run"] = {**data["run"], "path": name, "warnings": warnings}
+    for finding in data["findings"]:
+        recommendation = finding.get("recommendation") or {}
+        recommendation["predicted_speedup_text"] = formatting.speedup(recommendation.get("predicted_speedup"))
+    return data
+
+
+def _named(text: str, path: Path, name: str) -> str:
+    """``text`` with the run directory (as given, or with links resolved) written as the run's name."""
+    for directory in sorted({str(path), os.path.realpath(path)}, key=len, reverse=True):
+        text = text.replace(directory, name)
+    return text
 
 
 class RunStates:
     """A ``RunState`` per run directory, made on first use."""
 
-    def __init__(self, refresh_interval_s: float = REFRESH_INTERVAL_S, clock: Clock = time.monotonic):
+    def __init__(
+        self, refresh_interval_s: float = REFRESH_INTERVAL_S, load_wait_s: float = LOAD_WAIT_S, clock: Clock = time.monotonic
+    ):
         self._refresh_interval_s = refresh_interval_s
+        self._load_wait_s = load_wait_s
         self._clock = clock
         self._lock = threading.Lock()
         self._states: dict[Path, RunState] = {}
 
-    def get(self, path: Path) -> RunState:
-        """The state of run ``path``; ``RunLoader`` raises ``RunNotFoundError`` if it is no longer a run."""
+    def get(self, path: Path, name: str) -> RunState:
+        """The state of run ``path`` (its first request raises ``RunNotFoundError`` if it is no longer a run)."""
         with self._lock:
             state = self._states.get(path)
             if state is None:
-                state = RunState(path, self._refresh_interval_s, self._clock)
+                state = RunState(path, name, self._refresh_interval_s, self._clock, self._load_wait_s)
                 self._states[path] = state
             return state
 
@@ -174,4 +300,4 @@ class RunStates:
             self._states.pop(path, None)
 
 
-__all__ = ["RunIndex", "RunState", "RunStates", "run_name"]
+__all__ = ["LOAD_WAIT_S", "RunIndex", "RunState", "RunStates", "inside", "run_name", "tab_report", "unanalysed_report"]

@@ -13,7 +13,8 @@ import pytest
 from tfdiag.cli import main
 from tfdiag.store import log_dir
 
-DESIGN_KEYS = ["schema_version", "run", "summary", "workers", "rpc", "shards", "gpus", "faults", "findings"]
+# The JSON report's sections (Report.to_dict; tb_plugin/http_api.md, "GET /report").
+REPORT_KEYS = ["schema_version", "run", "summary", "workers", "rpc", "shards", "gpus", "faults", "findings"]
 
 
 @pytest.fixture
@@ -93,9 +94,9 @@ def test_json_stdout_is_only_json(capsys, straggler):
     assert main(["analyze", str(straggler), "--format", "json"]) == 0
     captured = capsys.readouterr()
     data = json.loads(captured.out)
-    # DESIGN.md's keys, in order; the lead's documented extensions (ps, hosts) may follow.
-    assert [key for key in data if key in DESIGN_KEYS] == DESIGN_KEYS
-    assert set(data) - set(DESIGN_KEYS) <= {"ps", "hosts"}
+    # The report's sections in order; the later additions (ps, hosts) may follow.
+    assert [key for key in data if key in REPORT_KEYS] == REPORT_KEYS
+    assert set(data) - set(REPORT_KEYS) <= {"ps", "hosts"}
     assert data["summary"]["primary_bottleneck"] == "straggler"
     assert data["run"]["skipped_records"] == 0
 
@@ -254,3 +255,98 @@ def test_demo_reports_a_failed_job(capsys, fake_sample_cli, tmp_path):
     assert main(["demo", "--logdir", str(tmp_path / "demo"), "--steps", "5"]) == 2
     err = capsys.readouterr().err
     assert "tfdiag: error: the sample job failed (exit status 3)" in err
+
+
+# -- untrusted names, closed stdout ---------------------------------------------------------
+
+ANSI_TASK = "worker:\x1b[31m1\x1b[0m"
+ANSI_STRATEGY = "Parameter\x1b[2J\x07Server\u202eStrategy\r"
+
+
+@pytest.fixture
+def hostile_run(tmp_path):
+    """A straggler run whose slow task and strategy hold terminal escapes, in a directory
+    whose name is not UTF-8 (Python holds the byte 0xff as the surrogate U+DCFF)."""
+    from tests.analysis.conftest import RunBuilder
+
+    path = tmp_path / os.fsdecode(b"run-\xff")
+    return RunBuilder(path, strategy=ANSI_STRATEGY).steps("worker:0", step_ms=20).steps(ANSI_TASK, step_ms=60).write()
+
+
+def assert_no_raw_controls(text: str) -> None:
+    assert not any(ord(c) < 32 and c not in "\n" or 0x7F <= ord(c) <= 0x9F or 0xD800 <= ord(c) <= 0xDFFF for c in text)
+    assert "\u202e" not in text
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown", "html", "json"])
+def test_untrusted_names_are_escaped_and_written_as_utf8(capsys, hostile_run, tmp_path, fmt):
+    target = tmp_path / os.fsdecode(b"report-\xfe.out")
+    assert main(["analyze", str(hostile_run), "--format", fmt, "-o", str(target)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert_no_raw_controls(captured.err)
+    assert "report-\\xfe.out" in captured.err  # the file name as written, escaped
+    written = target.read_bytes().decode("utf-8")  # strict: no surrogate reached the file
+    if fmt == "json":
+        data = json.loads(written)
+        assert ANSI_TASK in [worker["task"] for worker in data["workers"]]  # JSON keeps names exactly, as \u escapes
+        assert data["run"]["strategy"] == ANSI_STRATEGY and written.isascii()
+        return
+    if fmt != "html":  # the HTML page inlines plotly.js, which has control characters of its own
+        assert_no_raw_controls(written)
+    if fmt == "markdown":  # Markdown escapes the backslash and the bracket of the escape
+        assert "worker:\\\\x1b\\[31m1" in written and "run-\\\\xff" in written
+    else:
+        assert "worker:\\x1b[31m1" in written and "run-\\xff" in written
+
+
+def test_untrusted_names_on_the_terminal(capsys, hostile_run):
+    assert main(["analyze", str(hostile_run)]) == 0
+    captured = capsys.readouterr()
+    assert_no_raw_controls(captured.out + captured.err)
+    assert "straggler" in captured.out and "worker:\\x1b[31m1\\x1b[0m" in captured.out
+    assert main(["compare", str(hostile_run), str(hostile_run)]) == 0
+    captured = capsys.readouterr()
+    assert_no_raw_controls(captured.out + captured.err)
+    assert "run-\\xff" in captured.out
+
+
+def test_errors_escape_the_path_they_name(capsys, tmp_path):
+    missing = tmp_path / "no\x1b[2Jrun\udcff"
+    assert main(["analyze", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert_no_raw_controls(err)
+    assert err.count("\n") == 1 and "no\\x1b[2Jrun\\xff" in err
+
+
+def run_cli(args, **popen):
+    return subprocess.Popen([sys.executable, "-m", "tfdiag.cli", *args], stderr=subprocess.PIPE, **popen)
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_reader_gone_exits_141_quietly(straggler, fmt):
+    """``tfdiag analyze RUN | head -0``: the pipe's reader is gone before the report is written."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    process = run_cli(["analyze", str(straggler), "--format", fmt], stdout=write_end)
+    os.close(write_end)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 141
+    assert err == b""
+
+
+def test_help_into_a_closed_pipe_exits_quietly():
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    process = run_cli(["--help"], stdout=write_end)
+    os.close(write_end)
+    _, err = process.communicate(timeout=120)
+    assert (process.returncode, err) == (0, b"")  # argparse ignores the failed write
+
+
+def test_closed_stdout_exits_141_quietly(straggler):
+    """``tfdiag analyze RUN >&-``: no file descriptor 1 at all."""
+    process = run_cli(["analyze", str(straggler)], stdout=subprocess.DEVNULL, preexec_fn=lambda: os.close(1))
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 141
+    assert err == b""

@@ -1,7 +1,16 @@
 """The ``tfdiag`` command line: analyze, compare, export-trace, sample, demo.
 
 Exit status: 0 ok; 1 findings at or above ``--fail-on``; 2 bad usage or input (the
-message goes to stderr on one line, ``tfdiag: error: ...``; ``--debug`` adds the traceback).
+message goes to stderr on one line, ``tfdiag: error: ...``; ``--debug`` adds the traceback);
+141 when stdout is closed before the output is written (``tfdiag analyze RUN | head -0``):
+nothing is printed, as for a command killed by SIGPIPE, whose status a shell reports as
+128 + 13 = 141 (Python ignores SIGPIPE, so the CLI exits with that status itself).
+(``--help`` and ``--version`` into a closed stdout exit 0 quietly: argparse ignores the
+failed write.)
+
+Reports go to stdout (or ``-o FILE``) and nothing else does: progress, warnings and
+errors go to stderr. Every name and message from a run is shown with its control
+characters and undecodable bytes escaped (``tfdiag.report.safe_text``).
 
 ``analyze``, ``compare`` and ``export-trace`` never import TensorFlow; ``sample`` and
 ``demo`` import the sample jobs only when they run (``sample`` also to build its options).
@@ -14,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 import time
@@ -23,10 +33,12 @@ from typing import Callable, Sequence
 
 from tfdiag import __version__
 from tfdiag.errors import InvalidOptionError, RunNotFoundError, TfdiagError
+from tfdiag.report.safe_text import printable, printable_lines
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_USAGE = 2
+EXIT_STDOUT_CLOSED = 128 + 13  # as a shell reports a command killed by SIGPIPE
 
 REPORT_FORMATS = ("text", "json", "markdown", "html")
 SEVERITIES = ("warning", "critical")
@@ -44,8 +56,13 @@ class CommandError(TfdiagError):
     """A command failed for a reason the user can act on (e.g. an unwritable output file)."""
 
 
+class StdoutClosedError(Exception):
+    """stdout was closed (the reader of a pipe went away, or the command ran with ``>&-``)."""
+
+
 def _say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+    if sys.stderr is not None:
+        print(printable(message), file=sys.stderr, flush=True)
 
 
 def _warn(message: str) -> None:
@@ -95,7 +112,7 @@ def _analyze_run(path: str, quiet: bool):
         raise RunNotFoundError(f"{path}: no such run directory")
     if not run.is_dir():
         raise RunNotFoundError(f"{path}: not a directory")
-    progress = _ProgressBar(f"reading {run.name or path}", enabled=not quiet)
+    progress = _ProgressBar(printable(f"reading {run.name or path}"), enabled=not quiet)
     try:
         report = analyze(run, progress=progress)
     finally:
@@ -108,8 +125,7 @@ def _analyze_run(path: str, quiet: bool):
 
 def _write_output(text: str, output: str | None, quiet: bool = False) -> None:
     if output is None or output == "-":
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        _to_stdout(text)
         return
     try:
         Path(output).write_text(text, encoding="utf-8")
@@ -117,6 +133,21 @@ def _write_output(text: str, output: str | None, quiet: bool = False) -> None:
         raise CommandError(f"{output}: cannot write ({error.strerror or error})") from error
     if not quiet:
         _say(f"tfdiag: wrote {output}")
+
+
+def _to_stdout(text: str) -> None:
+    """Writes ``text`` to stdout and flushes it; ``StdoutClosedError`` if stdout is closed."""
+    if sys.stdout is None:
+        raise StdoutClosedError
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except (BrokenPipeError, ValueError) as error:  # ValueError: the stream object was closed
+        raise StdoutClosedError from error
+    except OSError as error:
+        if error.errno != errno.EBADF:  # EBADF: file descriptor 1 is closed
+            raise
+        raise StdoutClosedError from error
 
 
 def _fails(report, fail_on: str | None) -> bool:
@@ -191,11 +222,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
         raise CommandError(f"the sample job failed (exit status {returncode}); its task logs are under {run_dir}")
     _say(f"tfdiag demo: training finished in {time.monotonic() - started:.0f} s; analysing {run_dir}")
     report = _analyze_run(str(run_dir), quiet=False)
-    sys.stdout.write(render_text(report))
     html_path = run_dir / "report.html"
     _write_output(render_html(report), str(html_path), quiet=True)
-    print(f"\nHTML report: {html_path}")
-    print(f"TensorBoard: tensorboard --logdir {logdir} --host 127.0.0.1   then open the \"tfdiag\" tab")
+    footer = (
+        f"\nHTML report: {html_path}\n"
+        f"TensorBoard: tensorboard --logdir {logdir} --host 127.0.0.1   then open the \"tfdiag\" tab\n"
+    )
+    _write_output(render_text(report) + printable_lines(footer), None)
     return EXIT_OK
 
 
@@ -295,6 +328,17 @@ def _one_line(error: BaseException) -> str:
     return text or type(error).__name__
 
 
+def _silence_stdout() -> None:
+    """Points file descriptor 1 at /dev/null, so the interpreter's final flush of what is
+    still buffered for the closed stdout fails quietly instead of printing an error."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+    except OSError:
+        pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the CLI and returns its exit status (the console script exits with it)."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -317,13 +361,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         _say("tfdiag: interrupted")
         return 130
-    except BrokenPipeError:
-        # `tfdiag analyze RUN | head`: the reader went away; nothing more to say.
-        try:
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keeps the interpreter's final flush quiet
-        except OSError:
-            pass
-        return EXIT_OK
+    except StdoutClosedError:
+        _silence_stdout()
+        return EXIT_STDOUT_CLOSED
     except Exception as error:  # noqa: BLE001 - one line unless --debug
         if debug:
             traceback.print_exc()

@@ -18,11 +18,10 @@ const AUTO_REFRESH_MS = 15000;
 const EMPTY_CHART_PX = 150;
 const DEFAULT_CHART_PX = 380;
 
-/** The charts shown side by side for each run in compare mode. */
-const COMPARE_FIGURES = ['step_breakdown', 'step_time'];
-
 const state = {
   /** @type {string[]} */ runs: [],
+  /** @type {import('./model.js').Figures} the charts of a run and of a comparison (from /figures) */
+  figures: {views: [], compare: []},
   /** @type {string|null} */ run: null,
   /** @type {string|null} the second run of compare mode, or null */ compare: null,
   /** Incremented on every load; a response for an older generation is dropped. */
@@ -71,7 +70,7 @@ async function reload(force, {quiet = false} = {}) {
   const maxAgeMs = force ? 0 : undefined;
   let runs;
   try {
-    runs = await model.getRuns({maxAgeMs});
+    [runs, state.figures] = await Promise.all([model.getRuns({maxAgeMs}), model.getFigureList()]);
   } catch (error) {
     showError(`Cannot list runs: ${error.message}`);
     return;
@@ -152,7 +151,7 @@ function drawRun(report, sameLayout) {
     dom.findings = views.h('div', {className: 'findings-box'});
     dom.workers = views.h('div', {className: 'workers-box'});
     dom.charts = [];
-    const sections = model.VIEWS.map(([title, names]) => {
+    const sections = state.figures.views.map(([title, names]) => {
       const boxes = names.map((name) => views.chartBox(name));
       boxes.forEach((box, i) => dom.charts.push([box, state.run, names[i]]));
       return views.viewSection(title, boxes);
@@ -168,14 +167,15 @@ function drawRun(report, sameLayout) {
 /** The compare page: the comparison, then each run's overview and charts side by side. */
 function drawComparison([comparison, baseReport, newReport], base, compare) {
   const column = (report, run) => {
-    const boxes = COMPARE_FIGURES.map((name) => views.chartBox(name));
+    const boxes = state.figures.compare.map((name) => views.chartBox(name));
     boxes.forEach((box) => (box.dataset.run = run));
     return [views.h('div', {}, views.h('h2', {className: 'run-name'}, run), views.overviewView(report), boxes), boxes];
   };
   const [left, leftBoxes] = column(baseReport, base);
   const [right, rightBoxes] = column(newReport, compare);
   dom.main.replaceChildren(views.comparisonView(comparison), views.sideBySide(left, right));
-  return [...leftBoxes.map((box, i) => [box, base, COMPARE_FIGURES[i]]), ...rightBoxes.map((box, i) => [box, compare, COMPARE_FIGURES[i]])];
+  const names = state.figures.compare;
+  return [...leftBoxes.map((box, i) => [box, base, names[i]]), ...rightBoxes.map((box, i) => [box, compare, names[i]])];
 }
 
 async function drawFigure(box, run, name, {maxAgeMs, current}) {

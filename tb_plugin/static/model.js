@@ -5,7 +5,8 @@
 
 /**
  * @typedef {{p50: number, p95: number, mean: number}} StepTime
- * @typedef {{action: string, change: string, predicted_speedup: (number|null)}} Recommendation
+ * @typedef {{action: string, change: string, predicted_speedup: (number|null),
+ *            predicted_speedup_text: string}} Recommendation
  * @typedef {{kind: string, severity: string, title: string, summary: string,
  *            tasks: string[], evidence: Object<string, *>, recommendation: Recommendation}} Finding
  * @typedef {{task: string, steps: number, step_time_ms: StepTime, input_wait_frac: number,
@@ -15,6 +16,8 @@
  * @typedef {{base: *, new: *, ratio: (number|null), change_pct: (number|null)}} Metric
  * @typedef {{kind: string, severity: string, title: string, tasks: string[],
  *            predicted_speedup: (number|null)}} FindingEntry
+ * @typedef {{views: Array<[string, string[]]>, compare: string[]}} Figures
+ *     views: [section title, [figure name, ...]] in order; compare: the charts of each compared run
  * @typedef {{base_run: string, new_run: string, examples_per_s: Metric, step_time_ms: Metric,
  *            primary_bottleneck: {base: ?string, new: ?string},
  *            findings: {resolved: FindingEntry[], new: FindingEntry[],
@@ -23,15 +26,6 @@
 
 /** How long a response is reused before it is fetched again (ms). */
 export const DEFAULT_MAX_AGE_MS = 5000;
-
-/** The views of the tab: [section title, [figure name, ...]]; names are /figure?name= values. */
-export const VIEWS = [
-  ['Step time', ['step_breakdown', 'step_time']],
-  ['Communication', ['rpc_latency_heatmap', 'rpc_latency_over_time']],
-  ['Utilisation', ['gpu_utilization', 'host_utilization']],
-  ['Data shards and parameter servers', ['shard_balance', 'ps_load']],
-  ['Faults', ['fault_timeline']],
-];
 
 /** @type {Map<string, {time: number, promise: Promise<*>}>} */
 const cache = new Map();
@@ -74,6 +68,15 @@ export function fetchJson(route, params = {}, {maxAgeMs = DEFAULT_MAX_AGE_MS} = 
 /** @return {Promise<string[]>} the names of the runs under the logdir */
 export function getRuns(options) {
   return fetchJson('runs', {}, options);
+}
+
+/**
+ * The charts the tab shows (defined once, in tfdiag.report.figures); they do not change
+ * while TensorBoard runs, so the first answer is kept.
+ * @return {Promise<Figures>}
+ */
+export function getFigureList() {
+  return fetchJson('figures', {}, {maxAgeMs: Infinity});
 }
 
 /** @return {Promise<Report>} */

@@ -38,10 +38,13 @@ export function number(value, digits = 1) {
   return Number(value).toLocaleString(undefined, {maximumFractionDigits: digits, minimumFractionDigits: 0});
 }
 
-/** @param {number|null|undefined} speedup e.g. 1.35 */
-export function speedupText(speedup) {
-  if (speedup === null || speedup === undefined) return 'speed-up unknown';
-  return `${number(speedup, 2)}× predicted (+${number((speedup - 1) * 100, 0)} % throughput)`;
+/**
+ * The predicted speed-up as the reports write it (formatted by the backend, e.g. "+35 %").
+ * @param {import('./model.js').Recommendation} rec
+ */
+export function speedupText(rec) {
+  const text = rec && rec.predicted_speedup_text;
+  return !text || text === 'unknown' ? 'speed-up unknown' : `${text} predicted throughput`;
 }
 
 /** @param {number|null|undefined} pct a signed percent change */
@@ -89,7 +92,7 @@ export function primaryBox(finding) {
     {className: `primary severity-${finding.severity}`, dataset: {kind: finding.kind}},
     h('div', {className: 'primary-label'}, 'Primary bottleneck'),
     h('div', {className: 'primary-title'}, h('span', {className: 'kind'}, finding.kind), ' — ', finding.title),
-    h('div', {className: 'speedup'}, speedupText(rec.predicted_speedup)),
+    h('div', {className: 'speedup'}, speedupText(rec)),
     finding.tasks && finding.tasks.length ? h('div', {className: 'tasks'}, 'Tasks: ', finding.tasks.join(', ')) : null,
     rec.action ? h('div', {className: 'action'}, rec.action) : null,
     rec.change ? h('pre', {className: 'change'}, h('code', {}, rec.change)) : null,
@@ -128,15 +131,19 @@ export function overviewView(report) {
       stat('Health', healthy ? 'ok' : `${number(skipped, 0)} skipped record(s), ${warnings.length} warning(s)`, healthy ? 'ok' : 'unhealthy'),
     ),
     h('div', {className: 'task-list'}, h('span', {className: 'stat-label'}, `Tasks (${tasks.length}) `), tasks.map((t) => h('span', {className: 'task'}, t))),
-    warningsView(warnings, skipped),
+    warningsView(warnings, skipped, !summary.steps),
   );
 }
 
-function warningsView(warnings, skipped) {
+/**
+ * The run's warnings (what could not be read, and why), as text.
+ * @param {string[]} warnings @param {number} skipped @param {boolean} open shown unfolded (a run with nothing else to show)
+ */
+function warningsView(warnings, skipped, open) {
   if (!warnings.length && !skipped) return null;
   return h(
     'details',
-    {className: 'warnings'},
+    {className: 'warnings', open: open ? '' : undefined},
     h('summary', {}, `${warnings.length} warning(s), ${skipped} skipped record(s)`),
     h('ul', {}, warnings.map((w) => h('li', {}, w))),
   );
@@ -170,7 +177,7 @@ export function findingView(finding) {
       h('span', {className: `badge severity-${finding.severity}`}, finding.severity),
       h('span', {className: 'kind'}, finding.kind),
       h('span', {className: 'finding-title'}, finding.title),
-      h('span', {className: 'speedup'}, speedupText(rec.predicted_speedup)),
+      h('span', {className: 'speedup'}, speedupText(rec)),
     ),
     h('p', {className: 'finding-summary'}, finding.summary),
     finding.tasks && finding.tasks.length ? h('p', {className: 'tasks'}, 'Tasks: ', finding.tasks.join(', ')) : null,

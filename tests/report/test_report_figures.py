@@ -176,15 +176,6 @@ def test_host_utilization_rates_from_cumulative_counters(full_report):
     assert data["layout"]["yaxis3"]["title"]["text"] == "network (MB/s)"
 
 
-def test_network_rate_ignores_counter_resets():
-    import pandas as pd
-
-    samples = pd.DataFrame({"time_ns": [0, 10**9, 2 * 10**9, 3 * 10**9], "net_sent_bytes": [0, 100, 20, 120],
-                            "net_recv_bytes": [0, 0, 0, 0]})
-    rate = figures.network_rate(samples)
-    assert np.isnan(rate[0]) and rate[1] == 100 and np.isnan(rate[2]) and rate[3] == 100
-
-
 def test_shard_balance_from_shards_then_from_steps(full_report, tmp_path):
     data = as_json(figures.shard_balance(full_report))
     (bars,) = data["data"]

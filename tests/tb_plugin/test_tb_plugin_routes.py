@@ -120,6 +120,26 @@ def test_run_named_like_markup_is_a_plain_string(tmp_path):
     assert json.loads(response.get_data(as_text=True))["summary"]["primary_bottleneck"] == "straggler"
 
 
+# -- /figures ---------------------------------------------------------------------------
+
+
+def test_figures_lists_every_figure_once_in_view_order(client):
+    from tfdiag.report.figures import COMPARE_FIGURES
+
+    listing = get_json(client, PREFIX + "/figures?run=..")  # arguments are ignored
+    assert [name for _, names in listing["views"] for name in names] == list(FIGURES)
+    assert all(isinstance(title, str) and title for title, _ in listing["views"])
+    assert listing["compare"] == list(COMPARE_FIGURES) and set(COMPARE_FIGURES) <= set(FIGURES)
+
+
+def test_the_frontend_names_no_figure_itself():
+    """The chart list comes from /figures only: no figure name is spelled in the JS."""
+    static = Path(__file__).parents[2] / "tb_plugin" / "static"
+    for script in static.glob("*.js"):
+        text = script.read_text()
+        assert not [name for name in FIGURES if f"'{name}'" in text or f'"{name}"' in text], script.name
+
+
 # -- /report ----------------------------------------------------------------------------
 
 
@@ -468,12 +488,3 @@ def test_static_refuses_unknown_names(client, path):
     response = client.get(PREFIX + path)
     assert response.status_code == 404
     assert "import" not in response.get_data(as_text=True)
-
-
-def test_json_safe_replaces_non_finite_numbers():
-    import numpy as np
-
-    from tfdiag.tb_plugin.plugin import _json_safe
-
-    data = {"a": float("nan"), "b": [float("inf"), 1.5, np.float64(2.0), np.int64(3)], "c": ("x", None)}
-    assert _json_safe(data) == {"a": None, "b": [None, 1.5, 2.0, 3], "c": ["x", None]}

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from tfdiag.report.figures import FIGURES
+
 from tests.tb_plugin.tb_plugin_runs import make_full_run, make_run
 
 CHROMIUM = "/usr/bin/chromium"
@@ -86,11 +88,8 @@ def wait_until_up(process: subprocess.Popen, base: str, log_path: Path) -> None:
 
 MARKUP_RUN = "<script>alert(1)</script>"
 HOSTILE_TASK = "worker:<img src=x onerror=alert(9)>"
-RUNS = sorted([MARKUP_RUN, "full", "slow", "sweep/even", "tasks"])
-FIGURE_NAMES = [
-    "step_breakdown", "step_time", "rpc_latency_heatmap", "rpc_latency_over_time", "gpu_utilization",
-    "host_utilization", "shard_balance", "ps_load", "fault_timeline",
-]
+RUNS = sorted([MARKUP_RUN, "damaged", "full", "slow", "sweep/even", "tasks"])
+FIGURE_NAMES = list(FIGURES)
 
 
 def check_routes(base: str) -> None:
@@ -107,6 +106,10 @@ def check_routes(base: str) -> None:
     status, content_type, body = fetch(plugin + "/report?run=slow")
     assert (status, content_type) == (200, "application/json")
     assert json.loads(body)["summary"]["primary_bottleneck"] == "straggler"
+
+    status, content_type, body = fetch(plugin + "/report?run=damaged")
+    assert (status, content_type) == (200, "application/json")
+    assert json.loads(body)["run"]["warnings"]
 
     status, content_type, body = fetch(plugin + "/figure?run=full&name=rpc_latency_heatmap")
     assert (status, content_type) == (200, "application/json")
@@ -133,6 +136,9 @@ def make_logdir(logdir: Path) -> None:
     make_run(logdir / MARKUP_RUN, slow_ms=20.0)  # a run name that is also markup
     make_full_run(logdir / "full")  # every signal: every chart has data
     make_full_run(logdir / "tasks", worker_names=("worker:0", HOSTILE_TASK))  # a task name that is markup
+    damaged = make_run(logdir / "damaged")  # a manifest that is not JSON, a task file of garbage
+    (damaged / "plugins" / "tfdiag" / "manifest.json").write_text("{not json")
+    (damaged / "plugins" / "tfdiag" / "worker-9.tfdiag").write_bytes(bytes(range(256)) * 4)
     # A directory with no event files and no run: discovery walks the logdir.
     (logdir / "other").mkdir()
 
@@ -234,6 +240,13 @@ def open_tab(browser, url: str, tmp_path: Path) -> None:
         assert HOSTILE_TASK in legend
         assert frame.locator(".tfdiag img").count() == 0
         page.screenshot(path=str(tmp_path / "tab-tasks.png"), full_page=True)
+
+        # A damaged run shows its page, with its warnings as text.
+        frame.locator(".run-select").select_option("damaged")
+        frame.locator(".stat.unhealthy").wait_for(timeout=20_000)
+        warnings = frame.locator(".warnings li")
+        assert warnings.count() >= 1 and all(text.strip() for text in warnings.all_text_contents())
+        assert frame.locator(".message.error").count() == 0
 
         # Switch back and forth quickly: a late response for an earlier choice is dropped.
         frame.locator(".run-select").select_option(MARKUP_RUN)

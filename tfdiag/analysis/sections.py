@@ -2,20 +2,11 @@
 
 from __future__ import annotations
 
-import math
-
 from tfdiag.analysis.breakdown import run_throughput
 from tfdiag.analysis.components import COMPONENTS, step_components
 from tfdiag.analysis.findings import Finding
+from tfdiag.analysis.json_values import rounded
 from tfdiag.analysis.measurements import Measurements
-
-
-def _number(value, digits: int = 3):
-    """A JSON-safe rounded float: None for NaN or missing."""
-    if value is None:
-        return None
-    value = float(value)
-    return None if math.isnan(value) or math.isinf(value) else round(value, digits)
 
 
 def run_section(measured: Measurements) -> dict:
@@ -43,8 +34,8 @@ def summary_section(measured: Measurements, findings: list[Finding]) -> dict:
     step_ms, examples_per_s = run_throughput(measured.steps)
     return {
         "primary_bottleneck": findings[0].kind if findings else None,
-        "step_time_ms": _number(step_ms),
-        "examples_per_s": _number(examples_per_s, 2),
+        "step_time_ms": rounded(step_ms),
+        "examples_per_s": rounded(examples_per_s, 2),
         "steps": int(measured.steps["steps"].sum()) if not measured.steps.empty else 0,
         "findings": len(findings),
     }
@@ -56,11 +47,11 @@ def workers_section(measured: Measurements) -> list[dict]:
         {
             "task": row.task,
             "steps": int(row.steps),
-            "step_time_ms": {"p50": _number(row.p50_ns / 1e6), "p95": _number(row.p95_ns / 1e6),
-                             "mean": _number(row.mean_ns / 1e6)},
-            "input_wait_frac": _number(row.input_wait_frac, 4),
+            "step_time_ms": {"p50": rounded(row.p50_ns / 1e6), "p95": rounded(row.p95_ns / 1e6),
+                             "mean": rounded(row.mean_ns / 1e6)},
+            "input_wait_frac": rounded(row.input_wait_frac, 4),
             "examples": int(row.examples),
-            "breakdown_ms": {name: _number(components.at[row.task, f"{name}_ns"] / 1e6) for name in COMPONENTS},
+            "breakdown_ms": {name: rounded(components.at[row.task, f"{name}_ns"] / 1e6) for name in COMPONENTS},
         }
         for row in measured.workers.itertuples()
     ]
@@ -72,11 +63,11 @@ def rpc_section(measured: Measurements) -> list[dict]:
             "src": row.src,
             "dst": row.dst,
             "samples": int(row.samples),
-            "rtt_ms": {"p50": _number(row.rtt_p50_ns / 1e6), "p95": _number(row.rtt_p95_ns / 1e6),
-                       "p99": _number(row.rtt_p99_ns / 1e6)},
-            "clock_offset_ms": _number(row.offset_ns / 1e6),
-            "clock_offset_uncertainty_ms": _number(row.offset_uncertainty_ns / 1e6),
-            "bandwidth_mb_s": _number(row.bandwidth_bps / 1e6, 1),
+            "rtt_ms": {"p50": rounded(row.rtt_p50_ns / 1e6), "p95": rounded(row.rtt_p95_ns / 1e6),
+                       "p99": rounded(row.rtt_p99_ns / 1e6)},
+            "clock_offset_ms": rounded(row.offset_ns / 1e6),
+            "clock_offset_uncertainty_ms": rounded(row.offset_uncertainty_ns / 1e6),
+            "bandwidth_mb_s": rounded(row.bandwidth_bps / 1e6, 1),
         }
         for row in measured.links.itertuples()
     ]
@@ -96,10 +87,10 @@ def gpus_section(measured: Measurements) -> list[dict]:
             "host": row.host,
             "index": int(row.index),
             "samples": int(row.samples),
-            "util_pct": {"mean": _number(row.util_mean, 1), "p50": _number(row.util_p50, 1)},
-            "mem_used_frac": _number(row.mem_used_frac),
-            "mem_used_frac_peak": _number(row.mem_used_frac_peak),
-            "power_w": _number(row.power_w_mean, 1),
+            "util_pct": {"mean": rounded(row.util_mean, 1), "p50": rounded(row.util_p50, 1)},
+            "mem_used_frac": rounded(row.mem_used_frac),
+            "mem_used_frac_peak": rounded(row.mem_used_frac_peak),
+            "power_w": rounded(row.power_w_mean, 1),
         }
         for row in measured.gpus.itertuples()
     ]
@@ -111,10 +102,10 @@ def faults_section(measured: Measurements) -> list[dict]:
         {
             "task": row.task,
             "kind": row.kind,
-            "time": _number((row.time_ns - start_ns) / 1e9) if start_ns else None,
+            "time": rounded((row.time_ns - start_ns) / 1e9) if start_ns else None,
             "time_ns": int(row.time_ns),
             "message": row.message,
-            "recovered_after_s": _number(row.recovered_after_s),
+            "recovered_after_s": rounded(row.recovered_after_s),
         }
         for row in measured.faults.itertuples()
     ]
@@ -123,7 +114,7 @@ def faults_section(measured: Measurements) -> list[dict]:
 def ps_section(measured: Measurements) -> list[dict]:
     return [
         {"task": row.task, "variables": int(row.variables), "bytes": int(row.bytes),
-         "bytes_share": _number(row.bytes_share), "largest": row.largest, "largest_bytes": int(row.largest_bytes),
+         "bytes_share": rounded(row.bytes_share), "largest": row.largest, "largest_bytes": int(row.largest_bytes),
          "transfer_bytes": int(row.transfer_bytes)}
         for row in measured.ps_load.itertuples()
     ]
@@ -131,8 +122,8 @@ def ps_section(measured: Measurements) -> list[dict]:
 
 def hosts_section(measured: Measurements) -> list[dict]:
     return [
-        {"host": row.host, "task": row.task, "cpu_pct": {"mean": _number(row.cpu_mean, 1), "peak": _number(row.cpu_peak, 1)},
-         "mem_used_frac_peak": _number(row.mem_used_frac_peak), "net_mb_s": _number(row.net_bytes_per_s / 1e6, 2),
-         "disk_mb_s": _number(row.disk_bytes_per_s / 1e6, 2)}
+        {"host": row.host, "task": row.task, "cpu_pct": {"mean": rounded(row.cpu_mean, 1), "peak": rounded(row.cpu_peak, 1)},
+         "mem_used_frac_peak": rounded(row.mem_used_frac_peak), "net_mb_s": rounded(row.net_bytes_per_s / 1e6, 2),
+         "disk_mb_s": rounded(row.disk_bytes_per_s / 1e6, 2)}
         for row in measured.hosts.itertuples()
     ]

@@ -20,6 +20,7 @@ from tfdiag.analysis.result import Report
 from tfdiag.errors import InvalidOptionError
 from tfdiag.report import formatting as fmt
 from tfdiag.report.json_format import dumps
+from tfdiag.report.safe_text import printable_lines
 
 COMPARE_FORMATS = ("text", "json")
 
@@ -112,7 +113,7 @@ def render_compare_text(comparison: dict[str, Any]) -> str:
         )
     if not findings["persisting"]:
         lines.append("  none")
-    return "\n".join(lines) + "\n"
+    return printable_lines("\n".join(lines) + "\n")
 
 
 def render_comparison(comparison: dict[str, Any], fmt_name: str) -> str:

@@ -1,8 +1,13 @@
 """Plotly figures of a Report, shared by the HTML report and the TensorBoard tab.
 
-Each figure is a function ``Report -> plotly.graph_objects.Figure``; ``FIGURES`` maps
-the name the tab asks for (``/figure?name=...``) to it, in the order both show them.
-Callers serialise a figure (``plotly.io.to_json``) or embed it (``Figure.to_html``).
+Each figure is a function ``Report -> plotly.graph_objects.Figure``; ``VIEWS`` groups
+them in sections under the name the tab asks for (``/figure?name=...``), ``FIGURES``
+maps each name to its function in that order, the order both show them. This is the
+only list of figures: the tab's frontend reads it from the ``/figures`` route. Callers
+serialise a figure (``plotly.io.to_json``) or embed it (``Figure.to_html``). Derived
+values (rates from counters) come from ``tfdiag.analysis``; here they are only drawn.
+The module is longer than 400 lines because the nine figures share its helpers and
+conventions; a new family of figures belongs in a module of its own.
 
 Conventions, so that every view reads the same:
 
@@ -14,8 +19,9 @@ Conventions, so that every view reads the same:
   about ``MAX_POINTS_PER_FIGURE`` points however large the run.
 - A figure without data is an empty chart with an annotation saying what is missing
   (``layout.meta.empty`` is true), never an error.
-- Names from the run (tasks, hosts, variables) are HTML-escaped: plotly renders trace
-  names, tick labels and hover text as a subset of HTML.
+- Names from the run (tasks, hosts, variables) are HTML-escaped, control characters
+  escaped too (``label``): plotly renders trace names, tick labels and hover text as a
+  subset of HTML.
 
 Example:
     >>> from tfdiag.analysis import analyze
@@ -34,7 +40,9 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from tfdiag.analysis.rates import network_rate
 from tfdiag.analysis.result import Report
+from tfdiag.report.safe_text import printable
 
 # One series never holds more than this many points; plotly in a browser stays
 # responsive up to a few tens of thousands of points per chart (SVG traces slow down
@@ -72,8 +80,8 @@ MARGIN = {"l": 70, "r": 20, "t": 60, "b": 60}
 
 
 def label(text: Any) -> str:
-    """``text`` as plotly shows it literally: ``label("<b>w</b>") == "&lt;b&gt;w&lt;/b&gt;"``."""
-    return html.escape(str(text), quote=False)
+    """``text`` as plotly shows it literally, control characters escaped: ``label("<b>w</b>") == "&lt;b&gt;w&lt;/b&gt;"``."""
+    return html.escape(printable(text), quote=False)
 
 
 def is_empty(figure: go.Figure) -> bool:
@@ -90,7 +98,7 @@ def downsample(x: np.ndarray, y: np.ndarray, max_points: int) -> tuple[np.ndarra
 
     >>> x = np.arange(10); y = np.array([0, 9, 0, 0, 0, 0, 0, 0, 7, 0])
     >>> downsample(x, y, 4)[1].tolist()
-    [0, 9, 0, 7]
+    [0.0, 9.0, 0.0, 7.0]
     """
     x, y = np.asarray(x), np.asarray(y, dtype=float)
     n = len(y)
@@ -135,6 +143,11 @@ def _style(figure: go.Figure, title: str, xaxis_title: str | None = None, yaxis_
     if yaxis_title is not None:
         figure.update_layout(yaxis_title=yaxis_title)
     return figure
+
+
+def empty_figure(title: str, message: str) -> go.Figure:
+    """A chart without data that says why (``layout.meta.empty`` is true)."""
+    return _empty(go.Figure(), title, message)
 
 
 def _empty(figure: go.Figure, title: str, message: str) -> go.Figure:
@@ -340,21 +353,6 @@ def host_utilization(report: Report) -> go.Figure:
     return _style(figure, title, height=640)
 
 
-def network_rate(samples: pd.DataFrame) -> np.ndarray:
-    """Bytes per second sent plus received, from one sampler's cumulative counters (time-sorted).
-
-    The first sample has no rate (NaN); a counter that went backwards (a restart) gives NaN.
-    """
-    moved = (samples["net_sent_bytes"].astype("float64") + samples["net_recv_bytes"].astype("float64")).to_numpy()
-    times_ns = samples["time_ns"].to_numpy(dtype="int64")
-    rate = np.full(len(moved), np.nan)
-    if len(moved) > 1:
-        delta, elapsed = np.diff(moved), np.diff(times_ns) / 1e9  # differences first: ns since 1970 overflow float precision
-        with np.errstate(divide="ignore", invalid="ignore"):
-            rate[1:] = np.where((elapsed > 0) & (delta >= 0), delta / elapsed, np.nan)
-    return rate
-
-
 def shard_balance(report: Report) -> go.Figure:
     """Examples each worker consumed (shard records; step records when there are none)."""
     title = "Data-shard balance"
@@ -439,17 +437,21 @@ def _colour(number: int) -> str:
     return _PALETTE[number % len(_PALETTE)]
 
 
-# Name (the tab's /figure?name=) -> figure, in the order the tab and the HTML report show them.
-FIGURES: dict[str, Callable[[Report], go.Figure]] = {
-    "step_breakdown": step_breakdown,
-    "step_time": step_time_over_run,
-    "rpc_latency_heatmap": rpc_latency_heatmap,
-    "rpc_latency_over_time": rpc_latency_over_time,
-    "gpu_utilization": gpu_utilization,
-    "host_utilization": host_utilization,
-    "shard_balance": shard_balance,
-    "ps_load": ps_load,
-    "fault_timeline": fault_timeline,
-}
+# The views of a run, in the order the tab and the HTML report show them: (title of the
+# tab's section, ((name, figure), ...)). The name is what the tab asks for (/figure?name=);
+# the tab reads this list from its /figures route, so it is defined here only.
+VIEWS: tuple[tuple[str, tuple[tuple[str, Callable[[Report], go.Figure]], ...]], ...] = (
+    ("Step time", (("step_breakdown", step_breakdown), ("step_time", step_time_over_run))),
+    ("Communication", (("rpc_latency_heatmap", rpc_latency_heatmap), ("rpc_latency_over_time", rpc_latency_over_time))),
+    ("Utilisation", (("gpu_utilization", gpu_utilization), ("host_utilization", host_utilization))),
+    ("Data shards and parameter servers", (("shard_balance", shard_balance), ("ps_load", ps_load))),
+    ("Faults", (("fault_timeline", fault_timeline),)),
+)
 
-__all__ = ["FIGURES", "downsample", "is_empty", "label", "network_rate", "time_origin", *(f.__name__ for f in FIGURES.values())]
+# Name -> figure, in view order.
+FIGURES: dict[str, Callable[[Report], go.Figure]] = {name: make for _, charts in VIEWS for name, make in charts}
+
+# The charts shown side by side for each of two compared runs.
+COMPARE_FIGURES = ("step_breakdown", "step_time")
+
+__all__ = ["COMPARE_FIGURES", "FIGURES", "VIEWS", "downsample", "empty_figure", "is_empty", "label", "time_origin", *(f.__name__ for f in FIGURES.values())]

@@ -1,7 +1,9 @@
 """The self-contained HTML report: one file, plotly.js inlined, opens with no network.
 
-Every string that comes from the run (paths, task names, finding text) is escaped with
-``html.escape``; figure data goes through plotly's JSON encoder, which escapes ``<``.
+Every string that comes from the run (paths, task names, finding text) goes through
+``escape``: HTML-escaped, control characters and undecodable bytes written as visible
+escapes (``tfdiag.report.safe_text``); figure data goes through plotly's JSON encoder,
+which escapes ``<``.
 
 Example:
     >>> from tfdiag.analysis import analyze
@@ -11,12 +13,13 @@ Example:
 from __future__ import annotations
 
 import functools
-from html import escape
+import html
 
 from tfdiag.analysis.findings import Finding
 from tfdiag.analysis.result import Report
 from tfdiag.report import figures
 from tfdiag.report import formatting as fmt
+from tfdiag.report.safe_text import printable_lines
 
 STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto;
@@ -44,6 +47,11 @@ dl.evidence { display: grid; grid-template-columns: max-content auto; gap: .2rem
 dl.evidence dt { color: #616e7c; }
 dl.evidence dd { margin: 0; }
 """
+
+
+def escape(text: object) -> str:
+    """``text`` safe inside an element or a quoted attribute: ``escape("<b>") == "&lt;b&gt;"``."""
+    return html.escape(printable_lines(str(text)))
 
 
 @functools.lru_cache(maxsize=1)

@@ -12,6 +12,7 @@ import re
 
 from tfdiag.analysis.result import Report
 from tfdiag.report import formatting as fmt
+from tfdiag.report.safe_text import printable, printable_lines
 
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 _LINE_START_SPECIAL = re.compile(r"^([#+\-=])")
@@ -24,7 +25,7 @@ def escape(text: str) -> str:
     >>> escape("worker:<b>|1")
     'worker:&lt;b&gt;\\\\|1'
     """
-    one_line = " ".join(str(text).split())
+    one_line = printable(" ".join(str(text).split()))
     escaped = _MARKDOWN_SPECIAL.sub(r"\\\1", html.escape(one_line, quote=False))
     escaped = _LINE_START_SPECIAL.sub(r"\\\1", escaped)
     return _LINE_START_NUMBER.sub(r"\1\\.", escaped)
@@ -32,7 +33,7 @@ def escape(text: str) -> str:
 
 def code(text: str) -> str:
     """``text`` as an inline code span (a fence longer than any backtick run inside it)."""
-    one_line = " ".join(str(text).split())
+    one_line = printable(" ".join(str(text).split()))
     longest = max((len(run) for run in re.findall(r"`+", one_line)), default=0)
     fence = "`" * (longest + 1)
     pad = " " if one_line.startswith("`") or one_line.endswith("`") else ""
@@ -94,4 +95,4 @@ def render_markdown(report: Report) -> str:
             f"Change: {code(recommendation.change)}",
             "",
         ]
-    return "\n".join(lines).rstrip() + "\n"
+    return printable_lines("\n".join(lines).rstrip() + "\n")

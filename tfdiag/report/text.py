@@ -1,4 +1,7 @@
-"""The terminal report: plain text, at most ``WIDTH`` columns.
+"""The terminal report: plain text, at most ``WIDTH`` columns, with nothing that drives a terminal.
+
+Names and messages from the run are shown with their control characters escaped
+(``tfdiag.report.safe_text``), so an ANSI sequence in a task name prints as ``\\x1b[...``.
 
 Example:
     >>> from tfdiag.analysis import analyze
@@ -12,6 +15,7 @@ import textwrap
 from tfdiag.analysis.findings import Finding
 from tfdiag.analysis.result import Report
 from tfdiag.report import formatting as fmt
+from tfdiag.report.safe_text import printable_lines
 
 WIDTH = 100
 # Task names longer than this are cut in the worker table (the full name is in the JSON).
@@ -22,7 +26,7 @@ INDENT = "    "
 def render_text(report: Report) -> str:
     """The report as a terminal summary: run, throughput, workers, ranked findings."""
     sections = [_header(report), _throughput(report), _workers(report), _sections(report), _findings(report)]
-    return "\n\n".join(section for section in sections if section) + "\n"
+    return printable_lines("\n\n".join(section for section in sections if section) + "\n")
 
 
 def _wrap(text: str, initial: str = "", subsequent: str | None = None) -> list[str]:

@@ -136,9 +136,11 @@ def rpc_events(report: Report, context: TraceContext) -> list[dict[str, Any]]:
 
 
 def fault_events(report: Report, context: TraceContext) -> list[dict[str, Any]]:
-    """Failures, retries and recoveries as instant events on the task they concern."""
+    """Failures, retries and recoveries as instant events on the task they concern (those with a time)."""
     events: list[dict[str, Any]] = []
     for fault in report.faults:
+        if fault.get("time_ns") is None:
+            continue
         pid, tid = context.track(str(fault["task"]), FAULTS_THREAD, "faults")
         [time] = context.us(np.array([fault["time_ns"]])).tolist()
         events.append({"name": f"{fault['kind']}", "cat": "fault", "ph": "i", "s": "p", "ts": time, "pid": pid,
