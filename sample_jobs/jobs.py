@@ -37,6 +37,9 @@ class JobSpec:
     ps: bool = True
     chief: bool = True
     single: bool = False  # one process (MirroredStrategy): --workers and --ps do not apply
+    # Every step needs every worker (MultiWorkerMirroredStrategy): a lost worker fails the
+    # others, so recovering from it means restarting them all from a backup.
+    synchronous: bool = False
     injections: tuple[str, ...] = ()  # the --inject kinds that apply
     tunings: tuple[str, ...] = ()  # the --tune keys that apply
     batch: int = 256  # default examples per step (global batch)
@@ -75,6 +78,7 @@ JOBS: dict[str, JobSpec] = {
             summary_task="worker:0",
             ps=False,
             chief=False,
+            synchronous=True,
             injections=("input-delay", "slow-worker", "shard-skew", "kill-worker"),
             tunings=_PIPELINE_TUNE + ("autoshard", "strategy", "mixed_precision"),
             batch=512,

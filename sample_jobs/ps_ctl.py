@@ -252,6 +252,7 @@ def run(config: JobConfig) -> JobSummary:
     coordinator.join()
 
     progress = Progress()
+    progress.update(0)  # warmed up: training starts
     kill_steps = sorted(k.step for k in config.plan.of(KillWorker))
     start = time.perf_counter()
     loss = None

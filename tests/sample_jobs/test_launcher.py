@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
@@ -48,27 +49,67 @@ def processes_mentioning(text):
     return found
 
 
+# How to bring the launcher to each state before it is signalled: extra arguments, and
+# the condition (on the run directory) that says the state is reached.
+def _training(logdir):
+    return (logdir / "tasks" / "progress").exists()
+
+
+def _recovering(logdir):
+    log = logdir / "tasks" / "worker-1.log"
+    return log.exists() and b"restarted after kill-worker" in log.read_bytes()
+
+
+STATES = {
+    # Signalled as soon as the launcher has started its first child.
+    "starting": ([], None),
+    # A kill that never comes makes the chief report its progress (step 0 once warmed up).
+    "training": (["--inject", "kill-worker=1@1000000"], _training),
+    # Worker 1 killed at step 5 and being started again.
+    "recovering": (["--inject", "kill-worker=1@5+restart"], _recovering),
+}
+# Every task is stopped within this long of the signal: SIGTERM, then SIGKILL after the
+# launcher's STOP_GRACE_S (5 s), plus the time a loaded 2-core host takes to reap.
+STOP_WITHIN_S = 10.0
+
+
+def descendants(process):
+    with contextlib.suppress(psutil.Error):
+        return {child.pid: child for child in process.children(recursive=True)}
+    return {}
+
+
 @pytest.mark.cluster
+@pytest.mark.parametrize("state", list(STATES))
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_interrupt_stops_every_task(tmp_path, sig):
+def test_interrupt_stops_every_task(tmp_path, sig, state, record_property):
+    extra, reached = STATES[state]
     logdir = tmp_path / "run"
     launcher = subprocess.Popen(
-        [sys.executable, "-m", "tfdiag.sample_jobs", "ps_ctl", "--steps", "1000000", "--logdir", str(logdir)],
+        [sys.executable, "-m", "tfdiag.sample_jobs", "ps_ctl", "--steps", "1000000", "--logdir", str(logdir), *extra],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
+    parent = psutil.Process(launcher.pid)
+    seen = {}
     try:
-        deadline = time.monotonic() + 60
-        while len(processes_mentioning(str(logdir))) < 6:  # the launcher and its 5 tasks
-            assert time.monotonic() < deadline, "the cluster did not start"
+        deadline = time.monotonic() + 120
+        while not seen if reached is None else not reached(logdir):
+            assert time.monotonic() < deadline, f"the cluster did not reach {state}"
             assert launcher.poll() is None, launcher.communicate()
-            time.sleep(0.2)
-        time.sleep(1.0)
+            seen.update(descendants(parent))
+            time.sleep(0.01 if reached is None else 0.1)
+        seen.update(descendants(parent))
+        signalled = time.monotonic()
         launcher.send_signal(sig)
         _, stderr = launcher.communicate(timeout=30)
+        stopped_s = time.monotonic() - signalled
+        record_property("stop_s", round(stopped_s, 2))  # in --junitxml reports
     finally:
         if launcher.poll() is None:
             launcher.kill()
     assert launcher.returncode == 130, stderr
     assert "interrupted" in stderr
-    time.sleep(0.5)
+    assert stopped_s < STOP_WITHIN_S, stderr
+    alive = [p for p in seen.values() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert alive == [], stderr
     assert processes_mentioning(str(logdir)) == []
