@@ -12,7 +12,7 @@ import re
 from dataclasses import asdict, dataclass, field
 
 from tfdiag.errors import InvalidOptionError
-from tfdiag.sample_jobs.inject import Plan, parse_injection, parse_tuning
+from tfdiag.sample_jobs.inject import KillWorker, Plan, parse_injection, parse_tuning
 
 # Upper bounds of the numeric options: a local cluster of more than MAX_TASKS tasks of a
 # job does not fit one host, and counts beyond MAX_COUNT overflow TensorFlow's int32 shapes.
@@ -45,6 +45,7 @@ class JobSpec:
     # Every step needs every worker (MultiWorkerMirroredStrategy): a lost worker fails the
     # others, so recovering from it means restarting them all from a backup.
     synchronous: bool = False
+    chief_worker: bool = False  # worker 0 is the chief: the job cannot lose it
     injections: tuple[str, ...] = ()  # the --inject kinds that apply
     tunings: tuple[str, ...] = ()  # the --tune keys that apply
     batch: int = 256  # default examples per step (global batch)
@@ -110,6 +111,7 @@ JOBS: dict[str, JobSpec] = {
             job_roles=("worker",),
             summary_task="worker:0",
             chief=False,
+            chief_worker=True,
             injections=("input-delay", "slow-worker", "shard-skew", "hot-ps", "slow-ps", "kill-worker"),
             tunings=_PIPELINE_TUNE + ("partitioner",),
             batch=1024,
@@ -122,15 +124,35 @@ JOBS: dict[str, JobSpec] = {
 STRATEGY_JOBS = {"ps": "ps_fit", "mwms": "mwms_fit"}
 
 
+def _injection_help(spec: JobSpec, kind: str) -> str:
+    if kind == "kill-worker" and spec.synchronous:
+        return "kill-worker (+restart only)"
+    if kind == "kill-worker" and spec.chief_worker:
+        return "kill-worker (worker 1 or above)"
+    return kind
+
+
 def applicability_help() -> str:
     """One line per job: which --inject kinds and --tune keys apply (for --help)."""
     lines = []
     for spec in JOBS.values():
-        lines.append(
-            f"{spec.name}: {spec.description}. inject: {', '.join(spec.injections) or '-'}; "
-            f"tune: {', '.join(spec.tunings) or '-'}"
-        )
+        injections = ", ".join(_injection_help(spec, kind) for kind in spec.injections)
+        lines.append(f"{spec.name}: {spec.description}. inject: {injections or '-'}; tune: {', '.join(spec.tunings) or '-'}")
     return "\n".join(lines)
+
+
+def _check_kill(spec: JobSpec, kill: KillWorker, text: str) -> None:
+    """Refuses the kills a job cannot survive, saying why."""
+    if spec.synchronous and not kill.restart:
+        raise InvalidOptionError(
+            f"Invalid value for option `--inject`. {spec.name} cannot go on without a worker (every step needs "
+            f"all of them); add +restart to restart the workers and resume from the backup. Received: {text!r}"
+        )
+    if spec.chief_worker and kill.worker == 0:
+        raise InvalidOptionError(
+            f"Invalid value for option `--inject`. Worker 0 of {spec.name} is the chief, which the others need "
+            f"to initialise the model; kill worker 1 or above. Received: {text!r}"
+        )
 
 
 def job_spec(name: str) -> JobSpec:
@@ -191,6 +213,8 @@ class JobConfig:
                     f"Invalid value for option `--inject`. There is no worker {index} in a cluster of "
                     f"{self.workers} workers. Received: {text!r}"
                 )
+            if isinstance(injection, KillWorker):
+                _check_kill(spec, injection, text)
             index = getattr(injection, "ps", None)
             if index is not None and index >= self.ps:
                 raise InvalidOptionError(
