@@ -2,7 +2,7 @@
 
 ``import_tf_keras`` sets ``TF_USE_LEGACY_KERAS=1`` before TensorFlow is imported, so
 ``tf.keras`` is tf-keras too (Keras 3's ``model.fit`` fails under both multi-worker
-strategies, see TF-NOTES).
+strategies in TensorFlow 2.21).
 """
 
 from __future__ import annotations

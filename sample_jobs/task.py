@@ -23,8 +23,9 @@ import time
 from tfdiag.collectors import identity
 from tfdiag.sample_jobs.jobs import JobConfig
 
-# Servers take a few seconds to start (TF-NOTES); five processes on two cores can take
-# longer, so the job waits this long for every port before giving up.
+# A server listens only once its process has imported TensorFlow: seconds alone, about
+# 20 s when five tasks import it at once on a busy 2-core host; the job waits this long
+# for every port before giving up.
 CLUSTER_WAIT_S = 120.0
 
 
