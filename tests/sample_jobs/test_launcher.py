@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from tfdiag.sample_jobs.jobs import JobConfig
-from tfdiag.sample_jobs.launcher import LocalCluster, pick_free_ports
+from tfdiag.sample_jobs.launcher import STOP_GRACE_S, LocalCluster, pick_free_ports
 
 
 def test_pick_free_ports_are_distinct():
@@ -36,6 +36,48 @@ def test_tasks_run_the_given_program_with_their_config(tmp_path):
         assert seen["argv"][0] == "--config" and JobConfig.from_json(seen["argv"][1]) == config
         assert f"{seen['tf_config']['task']['type']}:{seen['tf_config']['task']['index']}" == task
         assert seen["tf_config"]["cluster"] == cluster.cluster
+
+
+# A task that ignores SIGTERM, as a process stuck in a long C++ call can.
+STUBBORN_TASK = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(120)"
+
+
+def start_stubborn(tmp_path):
+    config = JobConfig("ps_ctl", str(tmp_path), ps=1, workers=1)
+    cluster = LocalCluster(config, task_command=[sys.executable, "-c", STUBBORN_TASK])
+    cluster.start()
+    deadline = time.monotonic() + 60
+    while not all(b"up" in task.log.read_bytes() for task in cluster.tasks.values()):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    return cluster
+
+
+def test_an_interrupted_cluster_starts_nothing(tmp_path):
+    cluster = LocalCluster(JobConfig("ps_ctl", str(tmp_path)), task_command=[sys.executable, "-c", STUBBORN_TASK])
+    cluster.interrupt(signal.SIGINT)
+    cluster.start()
+    assert cluster.tasks == {} and cluster.wait() == 130
+
+
+def test_stop_kills_what_ignores_sigterm_after_the_grace_period(tmp_path):
+    cluster = start_stubborn(tmp_path)
+    began = time.monotonic()
+    cluster.stop()
+    assert STOP_GRACE_S <= time.monotonic() - began < STOP_GRACE_S + 5
+    assert all(task.process.returncode == -signal.SIGKILL for task in cluster.tasks.values())
+    cluster._spawn("worker", 0)  # noqa: SLF001 - a restart that comes due after stop()
+    assert all(task.process.returncode is not None for task in cluster.tasks.values())
+
+
+def test_a_second_interrupt_kills_at_once(tmp_path):
+    cluster = start_stubborn(tmp_path)
+    cluster.interrupt(signal.SIGINT)
+    cluster.interrupt(signal.SIGINT)
+    began = time.monotonic()
+    cluster.stop()
+    assert time.monotonic() - began < STOP_GRACE_S / 2
+    assert all(task.process.returncode == -signal.SIGKILL for task in cluster.tasks.values())
 
 
 def processes_mentioning(text):
