@@ -14,6 +14,7 @@ those ports.
 from __future__ import annotations
 
 import argparse
+import atexit
 import logging
 import os
 import socket
@@ -77,13 +78,26 @@ def run_task(config: JobConfig) -> int:
     return 0
 
 
+def end_without_teardown(exit_code: list[int]) -> None:
+    """Registered first, so run last of the ``atexit`` handlers (they run in reverse order):
+    once every handler has run (collectors close their files there), ends the process
+    without the interpreter's finalisation. Finalising TensorFlow's remote eager context
+    and the ClusterCoordinator took 3-4 s per run of ``ps_ctl``, against 0.3 s without."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(exit_code[0])
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tfdiag.sample_jobs.task")
     parser.add_argument("--config", required=True, help="the JobConfig as JSON")
     args = parser.parse_args(argv)
+    exit_code = [1]  # what the process ends with unless run_task returns
+    atexit.register(end_without_teardown, exit_code)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    return run_task(JobConfig.from_json(args.config))
+    exit_code[0] = run_task(JobConfig.from_json(args.config))
+    return exit_code[0]
 
 
 if __name__ == "__main__":
