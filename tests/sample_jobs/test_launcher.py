@@ -104,11 +104,14 @@ def _recovering(logdir):
 
 STATES = {
     # Signalled as soon as the launcher has started its first child.
-    "starting": ([], None),
+    "starting": ("ps_ctl", [], None),
     # A kill that never comes makes the chief report its progress (step 0 once warmed up).
-    "training": (["--inject", "kill-worker=1@1000000"], _training),
-    # Worker 1 killed at step 5 and being started again.
-    "recovering": (["--inject", "kill-worker=1@5+restart"], _recovering),
+    "training": ("ps_ctl", ["--inject", "kill-worker=1@1000000"], _training),
+    # Worker 1 killed at step 5 and being started again. tf1_session: under
+    # ParameterServerStrategy a kill sometimes fails the whole job (1 of 30 ps_ctl runs:
+    # TensorFlow 2.21's coordinator takes a derived CancelledError for a user error), and
+    # then there is nothing left to interrupt.
+    "recovering": ("tf1_session", ["--inject", "kill-worker=1@5+restart"], _recovering),
 }
 # Every task is stopped within this long of the signal: SIGTERM, then SIGKILL after the
 # launcher's STOP_GRACE_S (5 s), plus the time a loaded 2-core host takes to reap.
@@ -125,10 +128,10 @@ def descendants(process):
 @pytest.mark.parametrize("state", list(STATES))
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_interrupt_stops_every_task(tmp_path, sig, state, record_property):
-    extra, reached = STATES[state]
+    job, extra, reached = STATES[state]
     logdir = tmp_path / "run"
     launcher = subprocess.Popen(
-        [sys.executable, "-m", "tfdiag.sample_jobs", "ps_ctl", "--steps", "1000000", "--logdir", str(logdir), *extra],
+        [sys.executable, "-m", "tfdiag.sample_jobs", job, "--steps", "1000000", "--logdir", str(logdir), *extra],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     parent = psutil.Process(launcher.pid)
