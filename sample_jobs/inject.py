@@ -144,7 +144,7 @@ def parse_injection(spec: str) -> Injection:
             f"{', '.join(INJECTION_KINDS)}. Received: {spec!r}"
         )
     pattern, form, build = _FORMS[kind]
-    match = pattern.fullmatch(value.strip())
+    match = pattern.fullmatch(value.strip().lower())
     if match is None:
         raise InvalidOptionError(f"Invalid value for option `--inject`. Expected {kind}={form}. Received: {spec!r}")
     injection = build(match)

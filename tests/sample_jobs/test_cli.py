@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from tfdiag.errors import InvalidOptionError
 from tfdiag.sample_jobs import cli
-from tfdiag.sample_jobs.inject import INJECTION_KINDS, TUNING_VALUES
+from tfdiag.sample_jobs.inject import INJECTION_KINDS, TUNING_VALUES, parse_injection
 from tfdiag.sample_jobs.jobs import JobConfig
 
 
@@ -45,15 +45,23 @@ def test_logdir_under_a_file_names_the_file(capsys, tmp_path):
 # Values built from the characters that make the parsers' edge cases: digits of every
 # kind, signs, separators, exponents, letters.
 EDGE_TEXT = st.text(alphabet=string.digits + "²١٣.:@+-=eE ,xIN" + "\u00a0", max_size=14)
-SPECS = st.one_of(
+INDEX = st.one_of(st.integers(0, 3).map(str), EDGE_TEXT)
+NUMBER = st.one_of(st.integers(0, 10**7).map(str), st.floats(0, 10**7).map(lambda f: f"{f:.4f}"), EDGE_TEXT)
+# Each kind's own form (I:MS, I@STEP+restart, ...) with edge-case numbers in it.
+INJECT_SPECS = st.one_of(
     EDGE_TEXT,
-    st.builds("{}={}".format, st.sampled_from(INJECTION_KINDS), EDGE_TEXT),
-    st.builds("{}={}".format, st.sampled_from(sorted(TUNING_VALUES)), EDGE_TEXT),
+    st.builds("input-delay={}".format, NUMBER),
+    st.builds("{}={}:{}".format, st.sampled_from(["slow-worker", "shard-skew", "slow-ps"]), INDEX, NUMBER),
+    st.builds("hot-ps={}".format, INDEX),
+    st.builds("kill-worker={}@{}{}".format, INDEX, NUMBER, st.sampled_from(["", "+restart", "+RESTART"])),
 )
+WORDS = st.sampled_from(sorted({w for v in TUNING_VALUES.values() if isinstance(v, tuple) for w in v}))
+TUNE_SPECS = st.one_of(EDGE_TEXT, st.builds("{}={}".format, st.sampled_from(sorted(TUNING_VALUES)),
+                                            st.one_of(NUMBER, WORDS)))
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(inject=st.lists(SPECS, max_size=2), tune=st.lists(SPECS, max_size=2), job=st.sampled_from(
+@given(inject=st.lists(INJECT_SPECS, max_size=2), tune=st.lists(TUNE_SPECS, max_size=1), job=st.sampled_from(
     ["ps_ctl", "ps_fit", "mwms_fit", "mirrored", "tf1_session"]))
 def test_any_inject_or_tune_value_is_accepted_or_a_clear_error(inject, tune, job):
     """Fuzz: a config is either valid and round-trips through the JSON the tasks get, or
@@ -72,3 +80,17 @@ def test_any_inject_or_tune_value_is_accepted_or_a_clear_error(inject, tune, job
 def test_arguments_parse_with_the_subcommand_parser():
     args = cli.add_arguments(argparse.ArgumentParser()).parse_args(["mwms_fit", "--timeout", "30"])
     assert (args.job, args.timeout) == ("mwms_fit", 30.0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(spec=INJECT_SPECS)
+def test_any_inject_value_parses_to_a_spec_that_parses_back(spec):
+    """Fuzz: what the tasks receive (the normalised spec) parses to the same injection."""
+    try:
+        injection = parse_injection(spec)
+    except InvalidOptionError as error:
+        assert repr(spec) in str(error)
+        event("rejected")
+        return
+    event("accepted")
+    assert parse_injection(injection.spec) == injection
