@@ -24,6 +24,9 @@ MultiWorkerMirroredStrategy) cannot go on without the killed worker — the othe
 fail — so after a ``+restart`` kill every job task that fails is restarted as well, as an
 orchestrator restarts a failed job, and the job resumes from its ``BackupAndRestore`` backup.
 
+One module past 400 lines: starting, watching, killing, restarting and stopping the
+tasks all change the same record of the cluster's processes.
+
 Example:
     >>> result = launch(JobConfig("ps_ctl", "logs/run1", steps=50))  # doctest: +SKIP
     >>> result.returncode, result.summary_line  # doctest: +SKIP
