@@ -24,9 +24,9 @@ import time
 from tfdiag.collectors import identity
 from tfdiag.sample_jobs.jobs import JobConfig
 
-# A server listens only once its process has imported TensorFlow: seconds alone, about
-# 20 s when five tasks import it at once on a busy 2-core host; the job waits this long
-# for every port before giving up.
+# A server listens only once its process has imported TensorFlow, which takes several
+# times longer when every task of a local cluster imports it at once on a few cores; the
+# job waits this long for every port before giving up.
 CLUSTER_WAIT_S = 120.0
 
 
@@ -81,8 +81,8 @@ def run_task(config: JobConfig) -> int:
 def end_without_teardown(exit_code: list[int]) -> None:
     """Registered first, so run last of the ``atexit`` handlers (they run in reverse order):
     once every handler has run (collectors close their files there), ends the process
-    without the interpreter's finalisation. Finalising TensorFlow's remote eager context
-    and the ClusterCoordinator took 3-4 s per run of ``ps_ctl``, against 0.3 s without."""
+    without the interpreter's finalisation, where tearing down TensorFlow's remote eager
+    context and the ClusterCoordinator takes seconds for no benefit: the servers go next."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(exit_code[0])
