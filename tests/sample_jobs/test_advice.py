@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import doctest
+import importlib
+
 import pytest
 
 from tfdiag.analysis.findings import FINDING_KINDS
@@ -39,3 +42,9 @@ def test_every_option_is_one_the_job_accepts():
                 options = tune_options(kind, config, evidence)
                 assert JobConfig(job, "/tmp/run", tune=options).plan.specs["tune"] == list(options)
     assert set(TUNE_FOR_FINDING) <= set(FINDING_KINDS)
+
+
+@pytest.mark.parametrize("module", ["tfdiag.sample_jobs.advice", "tfdiag.sample_jobs.inject"])
+def test_docstring_examples(module):
+    result = doctest.testmod(importlib.import_module(module))
+    assert result.attempted > 0 and result.failed == 0
