@@ -28,6 +28,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from tfdiag.sample_jobs.advice import tune_options
+from tfdiag.sample_jobs.jobs import JobConfig
+
 SUMMARY = re.compile(r"tfdiag-sample: steps=(\d+) wall_s=([\d.]+) examples_per_s=([\d.]+)")
 
 
@@ -38,19 +41,23 @@ class Scenario:
     inject: tuple[str, ...]
     expected_kind: str | None
     expected_task: str | None  # a task the primary finding must name; None: any
-    fix: tuple[str, ...]  # --tune options that apply the advice
     fix_removes_injection: bool = False  # the advice is to repair the host or link
     ps: int = 2
 
+    @property
+    def fix(self) -> tuple[str, ...]:
+        """The --tune options that apply the expected finding's advice (``sample_jobs.advice``)."""
+        return tune_options(self.expected_kind, JobConfig(self.job, "-", ps=self.ps, workers=2))
+
 
 SCENARIOS = (
-    Scenario("clean ps_ctl", "ps_ctl", (), None, None, ()),
-    Scenario("input delay", "ps_ctl", ("input-delay=20",), "input_bound", None, ("prefetch=on", "map_parallel=on")),
-    Scenario("slow worker", "ps_ctl", ("slow-worker=1:40",), "straggler", "worker:1", (), fix_removes_injection=True),
-    Scenario("hot ps", "ps_ctl", ("hot-ps=0",), "ps_hotspot", "ps:0", ("partitioner=2",)),
-    Scenario("slow ps link", "ps_ctl", ("slow-ps=1:25",), "slow_link", "ps:1", (), fix_removes_injection=True),
-    Scenario("shard skew", "mwms_fit", ("shard-skew=1:3",), "shard_imbalance", "worker:1", ("autoshard=data",), ps=0),
-    Scenario("worker killed", "ps_ctl", ("kill-worker=1@30+restart",), "task_failure", "worker:1", (),
+    Scenario("clean ps_ctl", "ps_ctl", (), None, None),
+    Scenario("input delay", "ps_ctl", ("input-delay=20",), "input_bound", None),
+    Scenario("slow worker", "ps_ctl", ("slow-worker=1:40",), "straggler", "worker:1", fix_removes_injection=True),
+    Scenario("hot ps", "ps_ctl", ("hot-ps=0",), "ps_hotspot", "ps:0"),
+    Scenario("slow ps link", "ps_ctl", ("slow-ps=1:25",), "slow_link", "ps:1", fix_removes_injection=True),
+    Scenario("shard skew", "mwms_fit", ("shard-skew=1:3",), "shard_imbalance", "worker:1", ps=0),
+    Scenario("worker killed", "ps_ctl", ("kill-worker=1@30+restart",), "task_failure", "worker:1",
              fix_removes_injection=True),
 )
 

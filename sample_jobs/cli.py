@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import tempfile
@@ -105,6 +106,23 @@ def run(args: argparse.Namespace) -> int:
     return result.returncode
 
 
+def make_logdir(logdir: Path) -> None:
+    """Creates the run directory, or raises ``InvalidOptionError`` naming it and the problem."""
+    try:
+        logdir.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise InvalidOptionError(f"Invalid value for option `--logdir`. {str(logdir)!r} is a file, not a directory") from None
+    except NotADirectoryError:
+        file = next((p for p in logdir.parents if p.is_file()), None)
+        raise InvalidOptionError(
+            f"Invalid value for option `--logdir`. Cannot create {str(logdir)!r}: {str(file)!r} is a file, not a directory"
+        ) from None
+    except OSError as error:
+        raise InvalidOptionError(
+            f"Invalid value for option `--logdir`. Cannot create {str(logdir)!r}: {error.strerror or error}"
+        ) from None
+
+
 def default_logdir(job: str) -> Path:
     return Path(tempfile.gettempdir()) / "tfdiag" / f"{job}-{time.strftime('%Y%m%d-%H%M%S')}"
 
@@ -130,14 +148,18 @@ def run_sample(
     as the task ``TF_CONFIG`` names (servers block until terminated).
 
     Raises:
-        InvalidOptionError: a bad job name, count, ``inject`` or ``tune`` spec.
+        InvalidOptionError: a bad job name, count, ``inject`` or ``tune`` spec, timeout,
+            or a ``logdir`` that cannot be created.
     """
     job_spec(job)
+    if timeout_s is not None and not 0 < timeout_s < math.inf:
+        raise InvalidOptionError(f"Invalid value for option `--timeout`. Expected seconds > 0. Received: {timeout_s!r}")
     logdir = Path(logdir) if logdir else default_logdir(job)
     config = JobConfig(
         job=job, logdir=str(logdir), steps=steps, batch=batch, model_size=model_size, ps=ps, workers=workers,
         collect=collect, inject=tuple(inject or ()), tune=tuple(tune or ()),
     )
+    make_logdir(logdir)
     if os.environ.get("TF_CONFIG", "").strip():
         from tfdiag.sample_jobs.task import run_task
 

@@ -2,7 +2,7 @@
 
 ``import_tf_keras`` sets ``TF_USE_LEGACY_KERAS=1`` before TensorFlow is imported, so
 ``tf.keras`` is tf-keras too (Keras 3's ``model.fit`` fails under both multi-worker
-strategies, see TF-NOTES).
+strategies in TensorFlow 2.21).
 """
 
 from __future__ import annotations
@@ -36,6 +36,10 @@ def worker_delay_layer(tf, keras, delays_us: dict, worker_index):
 
     ``worker_index`` is an int (MultiWorkerMirroredStrategy: this process's index) or a
     callable returning a tensor (ParameterServerStrategy: resolved per closure).
+
+    The sleep is a control dependency of the output, not on its data path: the gradient
+    of the layer is the identity's, and the sleep's ``tf.data`` op (which has no gradient)
+    is never differentiated.
     """
 
     class WorkerDelay(keras.layers.Layer):
@@ -43,8 +47,9 @@ def worker_delay_layer(tf, keras, delays_us: dict, worker_index):
 
         def call(self, inputs):
             index = worker_index() if callable(worker_index) else worker_index
-            delay = per_worker_value(tf, delays_us, index)
-            return sleep_us(tf, delay, inputs)
+            slept = sleep_us(tf, per_worker_value(tf, delays_us, index))
+            with tf.control_dependencies([slept]):
+                return tf.identity(inputs)
 
     return WorkerDelay(name="injected_worker_delay")
 

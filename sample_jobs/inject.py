@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 
 from tfdiag.errors import InvalidOptionError
 
@@ -98,8 +99,14 @@ class KillWorker:
 
 Injection = InputDelay | SlowWorker | ShardSkew | HotPs | SlowPs | KillWorker
 
-_INT = r"(\d+)"
-_NUM = r"(\d+(?:\.\d*)?|\.\d+)"
+# ASCII digits only: ``\d`` would take any Unicode digit, which ``int``/``float`` then
+# read differently (or reject, as the superscript "²").
+_INT = r"([0-9]+)"
+_NUM = r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
+# The largest delay (ms) and shard-skew factor accepted: far beyond any useful demo, and
+# small enough that the microseconds and batch sizes derived from them fit an int64.
+MAX_MS = 3_600_000.0
+MAX_FACTOR = 1000.0
 _FORMS = {
     "input-delay": (re.compile(rf"{_NUM}"), "MS", lambda m: InputDelay(float(m[1]))),
     "slow-worker": (re.compile(rf"{_INT}:{_NUM}"), "I:MS", lambda m: SlowWorker(int(m[1]), float(m[2]))),
@@ -117,7 +124,9 @@ INJECTION_KINDS = tuple(_FORMS)
 
 
 def _num(value: float) -> str:
-    return f"{value:g}"
+    """``value`` in the positional notation the parser reads back (never ``1e+06``)."""
+    text = format(Decimal(repr(value)), "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def parse_injection(spec: str) -> Injection:
@@ -135,12 +144,18 @@ def parse_injection(spec: str) -> Injection:
             f"{', '.join(INJECTION_KINDS)}. Received: {spec!r}"
         )
     pattern, form, build = _FORMS[kind]
-    match = pattern.fullmatch(value.strip())
+    match = pattern.fullmatch(value.strip().lower())
     if match is None:
         raise InvalidOptionError(f"Invalid value for option `--inject`. Expected {kind}={form}. Received: {spec!r}")
     injection = build(match)
-    if kind == "shard-skew" and injection.factor <= 0:
-        raise InvalidOptionError(f"Invalid value for option `--inject`. The factor F must be > 0. Received: {spec!r}")
+    if kind == "shard-skew" and not 0 < injection.factor <= MAX_FACTOR:
+        raise InvalidOptionError(
+            f"Invalid value for option `--inject`. The factor F must be > 0 and <= {MAX_FACTOR:g}. Received: {spec!r}"
+        )
+    if getattr(injection, "ms", 0) > MAX_MS:
+        raise InvalidOptionError(
+            f"Invalid value for option `--inject`. MS must be <= {MAX_MS:.0f}. Received: {spec!r}"
+        )
     return injection
 
 
@@ -185,7 +200,7 @@ def parse_tuning(spec: str) -> Tuning:
         )
     allowed = TUNING_VALUES[key]
     if allowed is int:
-        if not value.isdigit() or int(value) <= 0:
+        if not re.fullmatch(_INT, value) or int(value) <= 0:
             raise InvalidOptionError(f"Invalid value for option `--tune`. {key} needs a positive integer. Received: {spec!r}")
         value = str(int(value))
     elif value not in allowed:

@@ -12,7 +12,12 @@ import re
 from dataclasses import asdict, dataclass, field
 
 from tfdiag.errors import InvalidOptionError
-from tfdiag.sample_jobs.inject import Plan
+from tfdiag.sample_jobs.inject import KillWorker, Plan, parse_injection, parse_tuning
+
+# Upper bounds of the numeric options: a local cluster of more than MAX_TASKS tasks of a
+# job does not fit one host, and counts beyond MAX_COUNT overflow TensorFlow's int32 shapes.
+MAX_TASKS = 64
+MAX_COUNT = 2**31 - 1
 
 SUMMARY_PREFIX = "tfdiag-sample:"
 _SUMMARY_RE = re.compile(
@@ -37,6 +42,10 @@ class JobSpec:
     ps: bool = True
     chief: bool = True
     single: bool = False  # one process (MirroredStrategy): --workers and --ps do not apply
+    # Every step needs every worker (MultiWorkerMirroredStrategy): a lost worker fails the
+    # others, so recovering from it means restarting them all from a backup.
+    synchronous: bool = False
+    chief_worker: bool = False  # worker 0 is the chief: the job cannot lose it
     injections: tuple[str, ...] = ()  # the --inject kinds that apply
     tunings: tuple[str, ...] = ()  # the --tune keys that apply
     batch: int = 256  # default examples per step (global batch)
@@ -75,6 +84,7 @@ JOBS: dict[str, JobSpec] = {
             summary_task="worker:0",
             ps=False,
             chief=False,
+            synchronous=True,
             injections=("input-delay", "slow-worker", "shard-skew", "kill-worker"),
             tunings=_PIPELINE_TUNE + ("autoshard", "strategy", "mixed_precision"),
             batch=512,
@@ -101,6 +111,7 @@ JOBS: dict[str, JobSpec] = {
             job_roles=("worker",),
             summary_task="worker:0",
             chief=False,
+            chief_worker=True,
             injections=("input-delay", "slow-worker", "shard-skew", "hot-ps", "slow-ps", "kill-worker"),
             tunings=_PIPELINE_TUNE + ("partitioner",),
             batch=1024,
@@ -113,15 +124,35 @@ JOBS: dict[str, JobSpec] = {
 STRATEGY_JOBS = {"ps": "ps_fit", "mwms": "mwms_fit"}
 
 
+def _injection_help(spec: JobSpec, kind: str) -> str:
+    if kind == "kill-worker" and spec.synchronous:
+        return "kill-worker (+restart only)"
+    if kind == "kill-worker" and spec.chief_worker:
+        return "kill-worker (worker 1 or above)"
+    return kind
+
+
 def applicability_help() -> str:
     """One line per job: which --inject kinds and --tune keys apply (for --help)."""
     lines = []
     for spec in JOBS.values():
-        lines.append(
-            f"{spec.name}: {spec.description}. inject: {', '.join(spec.injections) or '-'}; "
-            f"tune: {', '.join(spec.tunings) or '-'}"
-        )
+        injections = ", ".join(_injection_help(spec, kind) for kind in spec.injections)
+        lines.append(f"{spec.name}: {spec.description}. inject: {injections or '-'}; tune: {', '.join(spec.tunings) or '-'}")
     return "\n".join(lines)
+
+
+def _check_kill(spec: JobSpec, kill: KillWorker, text: str) -> None:
+    """Refuses the kills a job cannot survive, saying why."""
+    if spec.synchronous and not kill.restart:
+        raise InvalidOptionError(
+            f"Invalid value for option `--inject`. {spec.name} cannot go on without a worker (every step needs "
+            f"all of them); add +restart to restart the workers and resume from the backup. Received: {text!r}"
+        )
+    if spec.chief_worker and kill.worker == 0:
+        raise InvalidOptionError(
+            f"Invalid value for option `--inject`. Worker 0 of {spec.name} is the chief, which the others need "
+            f"to initialise the model; kill worker 1 or above. Received: {text!r}"
+        )
 
 
 def job_spec(name: str) -> JobSpec:
@@ -149,43 +180,46 @@ class JobConfig:
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        for name in ("steps", "workers"):
+        for name, low, high in (("steps", 1, MAX_COUNT), ("workers", 1, MAX_TASKS), ("batch", 0, MAX_COUNT),
+                                ("model_size", 0, MAX_COUNT), ("ps", 0, MAX_TASKS)):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise InvalidOptionError(f"Invalid value for option `--{name}`. Expected an integer >= 1. Received: {value!r}")
-        for name in ("batch", "model_size", "ps"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 0:
+            if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
                 option = name.replace("_", "-")
-                raise InvalidOptionError(f"Invalid value for option `--{option}`. Expected an integer >= 0. Received: {value!r}")
-        plan = Plan.parse(self.inject, self.tune)  # validates; stores normalised specs
-        object.__setattr__(self, "inject", tuple(plan.specs["inject"]))
-        object.__setattr__(self, "tune", tuple(plan.specs["tune"]))
+                raise InvalidOptionError(
+                    f"Invalid value for option `--{option}`. Expected an integer from {low} to {high}. Received: {value!r}"
+                )
+        # Parsed one by one so that every error quotes the value as it was given.
+        injections = [(text, parse_injection(text)) for text in self.inject]
+        tunings = [(text, parse_tuning(text)) for text in self.tune]
+        object.__setattr__(self, "inject", tuple(injection.spec for _, injection in injections))
+        object.__setattr__(self, "tune", tuple(tuning.spec for _, tuning in tunings))
         spec = job_spec(self.job)
-        for tuning in plan.tunings:
+        for text, tuning in tunings:
             if tuning.key not in spec.tunings:
                 raise InvalidOptionError(
                     f"Invalid value for option `--tune`. {tuning.key} does not apply to {self.job} "
-                    f"(it takes: {', '.join(spec.tunings) or 'none'}). Received: {tuning.spec!r}"
+                    f"(it takes: {', '.join(spec.tunings) or 'none'}). Received: {text!r}"
                 )
         spec = self.spec  # the job that runs, after --tune strategy=
-        for injection in plan.injections:
+        for text, injection in injections:
             if injection.kind not in spec.injections:
                 raise InvalidOptionError(
                     f"Invalid value for option `--inject`. {injection.kind} does not apply to {spec.name} "
-                    f"(it takes: {', '.join(spec.injections) or 'none'}). Received: {injection.spec!r}"
+                    f"(it takes: {', '.join(spec.injections) or 'none'}). Received: {text!r}"
                 )
             index = getattr(injection, "worker", None)
             if index is not None and not spec.single and index >= self.workers:
                 raise InvalidOptionError(
                     f"Invalid value for option `--inject`. There is no worker {index} in a cluster of "
-                    f"{self.workers} workers. Received: {injection.spec!r}"
+                    f"{self.workers} workers. Received: {text!r}"
                 )
+            if isinstance(injection, KillWorker):
+                _check_kill(spec, injection, text)
             index = getattr(injection, "ps", None)
             if index is not None and index >= self.ps:
                 raise InvalidOptionError(
                     f"Invalid value for option `--inject`. There is no ps {index} in a cluster of {self.ps} ps. "
-                    f"Received: {injection.spec!r}"
+                    f"Received: {text!r}"
                 )
         if spec.ps and not spec.single and self.ps < 1:
             raise InvalidOptionError(f"Invalid value for option `--ps`. {spec.name} needs at least 1 ps. Received: {self.ps!r}")

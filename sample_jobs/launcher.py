@@ -4,16 +4,28 @@ Every task is its own process (``python -m tfdiag.sample_jobs.task``) with its o
 ``TF_CONFIG``; its stdout and stderr go to ``LOGDIR/tasks/<job>-<index>.log``. The
 launcher waits for the tasks that run the job, then terminates the servers. Children
 run in their own process groups (a terminal's Ctrl-C reaches only the launcher, which
-then stops them in order) and get ``SIGTERM`` from the kernel if the launcher dies
+then stops them) and get ``SIGTERM`` from the kernel if the launcher dies
 (``PR_SET_PDEATHSIG``); ``stop()`` sends ``SIGTERM`` to each group, then ``SIGKILL``
 after ``STOP_GRACE_S``.
+
+Interruption: while ``launch`` runs, ``SIGINT`` and ``SIGTERM`` only record that the
+cluster must stop (``LocalCluster.interrupt``); nothing is raised in the middle of
+starting, restarting or stopping a task, so every child is recorded before it can be
+missed, no task starts once stopping began, and every wait is a short poll that looks
+at the flag. A second signal skips the grace period (``SIGKILL`` at once).
 
 Injections that act from outside TensorFlow live here: ``slow-ps=I:MS`` starts a
 delaying TCP proxy (``tfdiag.sample_jobs.proxy``) in front of ps I and gives every
 other task the proxy's port as ps I's address; ``kill-worker=I@STEP[+restart]`` sends
 ``SIGKILL`` to worker I once the summary task reports reaching STEP (through the file
 named by ``TFDIAG_SAMPLE_PROGRESS``) and, with ``+restart``, starts it again on the
-same port ``RESTART_PAUSE_S`` later.
+same port ``RESTART_PAUSE_S`` later. A synchronous job (``JobSpec.synchronous``:
+MultiWorkerMirroredStrategy) cannot go on without the killed worker — the others' collectives
+fail — so after a ``+restart`` kill every job task that fails is restarted as well, as an
+orchestrator restarts a failed job, and the job resumes from its ``BackupAndRestore`` backup.
+
+One module past 400 lines: starting, watching, killing, restarting and stopping the
+tasks all change the same record of the cluster's processes.
 
 Example:
     >>> result = launch(JobConfig("ps_ctl", "logs/run1", steps=50))  # doctest: +SKIP
@@ -44,6 +56,8 @@ from tfdiag.sample_jobs.jobs import JobConfig, JobSpec, parse_summary
 HOST = "127.0.0.1"
 STOP_GRACE_S = 5.0
 POLL_S = 0.2
+# How often ``stop()`` looks whether the tasks have exited.
+STOP_POLL_S = 0.05
 # While a kill is pending the launcher looks at the progress file this often.
 KILL_POLL_S = 0.02
 # How long a killed worker stays down before ``+restart`` starts it again: long enough
@@ -91,11 +105,19 @@ def log_tail(path: Path, lines: int = TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    except OSError:
-        pass
+def _die_with(parent_pid: int):
+    """A ``preexec_fn``: the child gets ``SIGTERM`` when the launcher dies, even if that
+    happened before the request was made (then the child exits at once)."""
+
+    def preexec() -> None:  # runs in the child between fork and exec
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        except OSError:
+            pass
+        if os.getppid() != parent_pid:
+            os._exit(1)
+
+    return preexec
 
 
 @dataclass
@@ -142,7 +164,11 @@ class LocalCluster:
         self.progress_file = self.logdir / "tasks" / "progress"
         self._kills = list(self.plan.of(KillWorker))
         self._restarts: list[tuple[float, str, int]] = []  # (due, job, index)
-        self._lock = threading.Lock()
+        # Job tasks a synchronous job may still restart after a ``+restart`` kill.
+        self._restartable: set[str] = set()
+        self.interrupted: int | None = None  # the first SIGINT/SIGTERM received
+        self._hurry = False  # a second signal: SIGKILL without a grace period
+        self._stopping = False
 
     # -- lifecycle -------------------------------------------------------------------
     def start(self, *, job_tasks: bool = True) -> None:
@@ -158,6 +184,8 @@ class LocalCluster:
             self.progress_file.unlink()
         atexit.register(self.stop)
         for index, ms in sorted(slow_ps.items()):
+            if self.interrupted:
+                return
             listen = next(ports)
             self.advertised["ps"][index] = f"{HOST}:{listen}"
             target = int(self.cluster["ps"][index].rpartition(":")[2])
@@ -174,8 +202,18 @@ class LocalCluster:
             key=lambda ji: ji[0] in self.spec.job_roles,
         )
         for job, index in order:
+            if self.interrupted:
+                return
             if job_tasks or job not in self.spec.job_roles:
                 self._spawn(job, index)
+
+    def interrupt(self, signum: int) -> None:
+        """Asks the cluster to stop (a signal handler may call it): ``start`` starts no
+        more tasks, ``wait`` returns, and a second call makes ``stop`` kill at once."""
+        if self.interrupted is None:
+            self.interrupted = signum
+        else:
+            self._hurry = True
 
     def tf_config(self, job: str, index: int) -> dict:
         """The ``TF_CONFIG`` of one task: its own address is where it listens, the others'
@@ -202,6 +240,8 @@ class LocalCluster:
         self._spawn_process(task, log, command, env)
 
     def _spawn_process(self, task: str, log: Path, command: list[str], env: dict) -> None:
+        if self._stopping or self.interrupted:  # stopping, or about to: start nothing more
+            return
         with open(log, "ab") as out:
             process = subprocess.Popen(
                 command,
@@ -210,17 +250,20 @@ class LocalCluster:
                 stderr=subprocess.STDOUT,
                 env=env,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=_die_with(os.getpid()),
             )
-        with self._lock:
-            self.tasks[task] = TaskProcess(task, log, process)
+        self.tasks[task] = TaskProcess(task, log, process)
 
     def wait(self, timeout_s: float | None = None) -> int:
-        """Waits for the job's tasks; returns 0, or 1 when a task failed or time ran out."""
+        """Waits for the job's tasks; returns 0, 1 when a task failed or time ran out, or
+        130 when ``interrupt`` was called."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
+            if self.interrupted:
+                return 130
             self._inject_kills()
             job_tasks = [t for t in self.tasks.values() if t.job in self.spec.job_roles and not t.killed]
+            pending = {f"{job}:{index}" for _, job, index in self._restarts}
             failed = False
             for task in list(self.tasks.values()):
                 code = task.process.poll()
@@ -228,6 +271,12 @@ class LocalCluster:
                     continue
                 if task.killed:
                     task.reported = True
+                    continue
+                if code != 0 and task.task in self._restartable:
+                    task.reported = True
+                    self._restartable.discard(task.task)
+                    self._say(f"task {task.task} failed with exit code {code} after the kill; restarting it")
+                    self._restarts.append((time.monotonic() + RESTART_PAUSE_S, task.job, int(task.task.partition(":")[2])))
                     continue
                 if code != 0:
                     task.reported = True
@@ -240,7 +289,7 @@ class LocalCluster:
                     self._say(f"task {task.task} exited before the job ended")
             if failed:
                 return 1
-            if all(t.process.poll() == 0 for t in job_tasks):
+            if not pending and all(t.process.poll() == 0 for t in job_tasks):
                 return 0
             if deadline is not None and time.monotonic() > deadline:
                 self._say(f"timed out after {timeout_s:.0f} s; stopping the cluster")
@@ -262,31 +311,35 @@ class LocalCluster:
                     f"; restarting it in {RESTART_PAUSE_S:g} s" if kill.restart else ""))
                 if kill.restart:
                     self._restarts.append((time.monotonic() + RESTART_PAUSE_S, "worker", kill.worker))
+                    if self.spec.synchronous:
+                        self._restartable |= {t.task for t in self.tasks.values()
+                                              if t.job in self.spec.job_roles and t is not task}
         for due, job, index in list(self._restarts):
-            if time.monotonic() >= due:
+            old = self.tasks[f"{job}:{index}"]
+            # Not before the pause is over and the old process is gone (a SIGKILL is quick).
+            if time.monotonic() >= due and old.process.poll() is not None:
                 self._restarts.remove((due, job, index))
-                old = self.tasks[f"{job}:{index}"]
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    old.process.wait(STOP_GRACE_S)
                 with open(old.log, "ab") as out:
                     out.write(b"\n----- tfdiag sample: restarted after kill-worker -----\n")
                 self._spawn(job, index)
                 self._say(f"restarted {job}:{index} on {self.cluster[job][index]}")
 
     def stop(self) -> None:
-        """Terminates every task still running (SIGTERM, then SIGKILL). Safe to call twice."""
-        with self._lock:
-            running = [t for t in self.tasks.values() if t.process.poll() is None]
+        """Terminates every task still running (SIGTERM, then SIGKILL after ``STOP_GRACE_S``
+        or at a second ``interrupt``) and starts none afterwards. Safe to call twice."""
+        self._stopping = True
+        running = [t for t in self.tasks.values() if t.process.poll() is None]
         for task in running:
             _signal_group(task.process, signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_S
+        while running and time.monotonic() < deadline and not self._hurry:
+            time.sleep(STOP_POLL_S)
+            running = [t for t in running if t.process.poll() is None]
         for task in running:
-            try:
-                task.process.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                _signal_group(task.process, signal.SIGKILL)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    task.process.wait(STOP_GRACE_S)
+            _signal_group(task.process, signal.SIGKILL)
+        for task in running:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                task.process.wait(STOP_GRACE_S)  # SIGKILL cannot be ignored: this is brief
         atexit.unregister(self.stop)
 
     def __enter__(self) -> "LocalCluster":
@@ -320,20 +373,22 @@ def _signal_group(process: subprocess.Popen, sig: int) -> None:
 
 
 @contextlib.contextmanager
-def _terminate_raises():
-    """Turns SIGTERM into KeyboardInterrupt (main thread only) so ``finally`` blocks run."""
+def _signals_stop(cluster: LocalCluster):
+    """While inside, ``SIGINT`` and ``SIGTERM`` call ``cluster.interrupt`` instead of raising
+    (main thread only: Python runs signal handlers there)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
+        cluster.interrupt(signum)
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def launch(config: JobConfig, *, timeout_s: float | None = None, stderr=None) -> LaunchResult:
@@ -345,13 +400,12 @@ def launch(config: JobConfig, *, timeout_s: float | None = None, stderr=None) ->
     stderr = stderr or sys.stderr
     cluster = LocalCluster(config, stderr=stderr)
     returncode = 1
-    with _terminate_raises():
+    with _signals_stop(cluster):
         try:
             cluster.start()
             returncode = cluster.wait(timeout_s)
-        except KeyboardInterrupt:
-            print("tfdiag sample: interrupted; stopping the cluster", file=stderr, flush=True)
-            returncode = 130
+            if returncode == 130:
+                print("tfdiag sample: interrupted; stopping the cluster", file=stderr, flush=True)
         finally:
             cluster.stop()
     summary = cluster.summary_line()

@@ -21,15 +21,19 @@ and worker I consumes F times the examples (``examples`` in its step records).
 ``slow-worker=I:MS`` is an identity layer that sleeps on worker I. ``kill-worker``:
 MultiWorkerMirroredStrategy has no elastic recovery — when a worker dies the
 collectives of the others fail (``UnavailableError``/``Socket closed``, or a timeout
-of the collective health check) and the job ends with an error; a restarted worker
-cannot rejoin a running ``fit``. Real jobs restart every task and resume with
-``BackupAndRestore``.
+of the collective health check) and they end with an error; a restarted worker cannot
+rejoin a running ``fit``. So the job does what a fault-tolerant Keras job does: it
+trains with ``BackupAndRestore`` (a backup in ``LOGDIR/backup`` at the end of every
+epoch), and with ``kill-worker=I@STEP+restart`` the launcher restarts worker I and every
+worker that failed after it, as an orchestrator restarts a failed job; they resume
+from the last epoch backed up. Without ``+restart`` the job ends with an error.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 
 from tfdiag.sample_jobs import click_model
 from tfdiag.sample_jobs.common import pipeline_options, say_once, worker_index_from_tf_config
@@ -103,7 +107,9 @@ def run(config: JobConfig) -> JobSummary:
         model = click_model.build_model(keras, config.hidden, extra_layers=extra)
         click_model.compile_model(keras, model)
 
-    callbacks = click_model.standard_callbacks(keras, config.logdir)
+    # The first callback: it restores the backed-up epoch before the others begin.
+    callbacks = [keras.callbacks.BackupAndRestore(backup_dir=str(Path(config.logdir) / "backup"))]
+    callbacks += click_model.standard_callbacks(keras, config.logdir)
     if config.collect:
         from tfdiag.collectors import DiagnosticsCallback
 

@@ -3,7 +3,7 @@
 The loop a user would write (and copy): a synthetic regression dataset generated
 in-graph on each worker through ``create_per_worker_dataset``, an MLP as a
 ``tf.Module``-style object of plain ``tf.Variable``s (works with variable partitioners,
-unlike a Keras 3 model under ParameterServerStrategy, see TF-NOTES), plain SGD, one
+which a Keras 3 model under ParameterServerStrategy does not support), plain SGD, one
 ``coordinator.schedule`` per step and a final ``coordinator.join()``. tfdiag is attached
 with one line, ``instrument_coordinator``, unless ``--no-collect``.
 
@@ -252,6 +252,7 @@ def run(config: JobConfig) -> JobSummary:
     coordinator.join()
 
     progress = Progress()
+    progress.update(0)  # warmed up: training starts
     kill_steps = sorted(k.step for k in config.plan.of(KillWorker))
     start = time.perf_counter()
     loss = None

@@ -14,6 +14,7 @@ those ports.
 from __future__ import annotations
 
 import argparse
+import atexit
 import logging
 import os
 import socket
@@ -23,8 +24,9 @@ import time
 from tfdiag.collectors import identity
 from tfdiag.sample_jobs.jobs import JobConfig
 
-# Servers take a few seconds to start (TF-NOTES); five processes on two cores can take
-# longer, so the job waits this long for every port before giving up.
+# A server listens only once its process has imported TensorFlow, which takes several
+# times longer when every task of a local cluster imports it at once on a few cores; the
+# job waits this long for every port before giving up.
 CLUSTER_WAIT_S = 120.0
 
 
@@ -76,13 +78,26 @@ def run_task(config: JobConfig) -> int:
     return 0
 
 
+def end_without_teardown(exit_code: list[int]) -> None:
+    """Registered first, so run last of the ``atexit`` handlers (they run in reverse order):
+    once every handler has run (collectors close their files there), ends the process
+    without the interpreter's finalisation, where tearing down TensorFlow's remote eager
+    context and the ClusterCoordinator takes seconds for no benefit: the servers go next."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(exit_code[0])
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tfdiag.sample_jobs.task")
     parser.add_argument("--config", required=True, help="the JobConfig as JSON")
     args = parser.parse_args(argv)
+    exit_code = [1]  # what the process ends with unless run_task returns
+    atexit.register(end_without_teardown, exit_code)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    return run_task(JobConfig.from_json(args.config))
+    exit_code[0] = run_task(JobConfig.from_json(args.config))
+    return exit_code[0]
 
 
 if __name__ == "__main__":

@@ -34,6 +34,8 @@ from tfdiag.sample_jobs.jobs import JobConfig, JobSummary, parse_summary
         ("slow-ps=0:15", SlowPs(0, 15.0)),
         ("kill-worker=1@50", KillWorker(1, 50, False)),
         ("kill-worker=1@50+restart", KillWorker(1, 50, True)),
+        ("input-delay=1000000", InputDelay(1e6)),
+        ("input-delay=0.0000001", InputDelay(1e-7)),
     ],
 )
 def test_parse_injection(spec, expected):
@@ -45,7 +47,9 @@ def test_parse_injection(spec, expected):
 @pytest.mark.parametrize(
     "spec",
     ["", "input-delay", "input-delay=", "input-delay=-3", "input-delay=abc", "slow-worker=1", "slow-worker=a:40",
-     "slow-worker=1:40:2", "shard-skew=1:0", "kill-worker=1", "kill-worker=1@x", "warp-drive=9"],
+     "slow-worker=1:40:2", "shard-skew=1:0", "kill-worker=1", "kill-worker=1@x", "warp-drive=9",
+     "input-delay=²", "hot-ps=١", "input-delay=1e3", "input-delay=inf", "input-delay=nan", "input-delay=3600001",
+     "shard-skew=0:1001", "slow-worker=0:" + "9" * 400],
 )
 def test_bad_injection_names_option_and_value(spec):
     with pytest.raises(InvalidOptionError) as info:
@@ -62,11 +66,29 @@ def test_parse_tuning(spec, expected):
     assert parse_tuning(spec) == expected
 
 
-@pytest.mark.parametrize("spec", ["prefetch", "prefetch=maybe", "batch=0", "batch=x", "turbo=on"])
+@pytest.mark.parametrize("spec", ["prefetch", "prefetch=maybe", "batch=0", "batch=x", "turbo=on", "batch=²", "batch=١",
+                                  "partitioner=-1"])
 def test_bad_tuning_names_option_and_value(spec):
     with pytest.raises(InvalidOptionError, match="--tune") as info:
         parse_tuning(spec)
     assert repr(spec) in str(info.value)
+
+
+def test_job_config_errors_quote_the_value_as_given():
+    given = " INPUT-DELAY=1000000.0"
+    config = JobConfig("ps_ctl", "/tmp/x", inject=(given,))
+    assert config.inject == ("input-delay=1000000",)
+    assert JobConfig.from_json(config.to_json()) == config  # what the tasks receive parses again
+    with pytest.raises(InvalidOptionError) as info:
+        JobConfig("mirrored", "/tmp/x", inject=(given.replace("INPUT-DELAY", "slow-worker"),))
+    assert repr(given.replace("INPUT-DELAY", "slow-worker")) in str(info.value)
+
+
+@pytest.mark.parametrize("option, value", [("workers", 65), ("ps", 65), ("steps", 2**31), ("batch", -1),
+                                           ("model_size", 2**40), ("steps", True)])
+def test_job_config_rejects_counts_out_of_range(option, value):
+    with pytest.raises(InvalidOptionError, match=f"--{option.replace('_', '-')}"):
+        JobConfig("ps_ctl", "/tmp/x", **{option: value})
 
 
 def test_plan_lookups():

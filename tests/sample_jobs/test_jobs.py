@@ -112,6 +112,48 @@ def test_kill_worker_with_restart_finishes_every_step(tmp_path):
     # coordinator's reconnection polling; the contract is that every step finishes.
 
 
+# Every injection each job lists in `tfdiag sample --help`, composed into one short run
+# per job: (steps, the --inject values). Kills come early enough to be recovered from.
+EVERY_INJECTION = {
+    "ps_ctl": (40, ["input-delay=2", "slow-worker=1:20", "shard-skew=0:2", "hot-ps=1", "slow-ps=0:5",
+                    "kill-worker=1@10+restart"]),
+    "ps_fit": (30, ["input-delay=2", "slow-worker=1:20", "shard-skew=0:2", "hot-ps=1", "slow-ps=0:5",
+                    "kill-worker=1@10+restart"]),
+    "mwms_fit": (20, ["input-delay=2", "slow-worker=0:20", "shard-skew=1:2", "kill-worker=1@6+restart"]),
+    "mirrored": (10, ["input-delay=2"]),
+    # A restarted tf1 worker waits for the chief's "model ready" check (about 30 s): killed only.
+    "tf1_session": (30, ["input-delay=2", "slow-worker=1:20", "shard-skew=0:2", "hot-ps=1", "slow-ps=0:5",
+                         "kill-worker=1@10"]),
+}
+
+
+def test_the_injection_table_covers_every_listed_injection():
+    from tfdiag.sample_jobs.jobs import JOBS
+
+    assert set(EVERY_INJECTION) == set(JOBS)
+    for job, (_, inject) in EVERY_INJECTION.items():
+        assert {spec.partition("=")[0] for spec in inject} == set(JOBS[job].injections), job
+
+
+@pytest.mark.parametrize("job", sorted(EVERY_INJECTION))
+def test_every_listed_injection_runs_and_the_run_is_readable(tmp_path, job):
+    from tfdiag.analysis.load import load_run
+
+    steps, inject = EVERY_INJECTION[job]
+    stderr = io.StringIO()
+    result = run_sample(job, workers=2, ps=2, steps=steps, batch=128, logdir=tmp_path / "run", inject=inject,
+                        timeout_s=TIMEOUT_S, stderr=stderr)
+    said = stderr.getvalue()
+    assert result.ok, said + "".join(f"\n--- {task}\n" + path.read_text()[-3000:]
+                                     for task, path in result.task_logs.items())
+    if any(spec.startswith("kill-worker") for spec in inject):
+        assert "killed worker:1" in said
+    if any(spec.endswith("+restart") for spec in inject):
+        assert "restarted worker:1" in said
+    run = load_run(result.logdir)
+    assert not run.skipped and "worker:0" in set(run.frame("step")["task"])
+
+
 def test_mwms_shard_skew_is_examples_per_worker(tmp_path):
     result = sample(tmp_path / "run", "mwms_fit", steps=10, batch=256, inject=["shard-skew=1:2"])
     workers = workers_of(result.logdir)

@@ -66,7 +66,7 @@ def _ps_bound(measured: Measurements) -> list[Finding]:
             },
             recommendation=Recommendation(
                 action="Keep the model on the workers and all-reduce gradients instead of round-tripping every variable.",
-                change="ParameterServerStrategy → MultiWorkerMirroredStrategy  # sample jobs: --tune strategy=mwms",
+                change="ParameterServerStrategy → MultiWorkerMirroredStrategy",
                 predicted_speedup=speedup,
             ),
         )
@@ -98,7 +98,7 @@ def _allreduce_bound(measured: Measurements) -> list[Finding]:
             evidence={"allreduce_ms_p50": round(reduce_ns / 1e6, 2), "step_ms_median": round(step_ns / 1e6, 2)},
             recommendation=Recommendation(
                 action="Amortise each all-reduce over more examples: double the per-worker batch (scale the learning rate).",
-                change="global_batch_size *= 2  # sample jobs: --tune batch=<2x>",
+                change="global_batch_size *= 2",
                 predicted_speedup=speedup,
             ),
         )

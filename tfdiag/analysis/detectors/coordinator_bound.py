@@ -55,7 +55,7 @@ def detect(measured: Measurements) -> list[Finding]:
                 action=f"Do more work per closure: run {STEPS_PER_CLOSURE} steps inside each scheduled tf.function.",
                 change=(
                     f"@tf.function\ndef train_steps(iterator):\n    for _ in tf.range({STEPS_PER_CLOSURE}): train_step(next(iterator))"
-                    f"  # model.fit: steps_per_execution={STEPS_PER_CLOSURE}; sample jobs: --tune steps_per_closure={STEPS_PER_CLOSURE}"
+                    f"  # model.fit: steps_per_execution={STEPS_PER_CLOSURE}"
                 ),
                 predicted_speedup=speedup,
             ),

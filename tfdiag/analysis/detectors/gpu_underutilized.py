@@ -49,7 +49,7 @@ def detect(measured: Measurements) -> list[Finding]:
             recommendation=Recommendation(
                 action="Give each GPU more work per step: double the per-replica batch (and scale the learning rate), "
                 "or run several steps per tf.function call.",
-                change="global_batch_size *= 2; model.compile(..., steps_per_execution=8)  # sample jobs: --tune batch=<2x>",
+                change="global_batch_size *= 2; model.compile(..., steps_per_execution=8)",
                 predicted_speedup=speedup,
             ),
         )

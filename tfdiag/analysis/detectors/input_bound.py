@@ -16,7 +16,7 @@ CRITICAL_INPUT_FRACTION = 0.50
 
 CHANGE = (
     "dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE)"
-    ".prefetch(tf.data.AUTOTUNE)  # sample jobs: --tune prefetch=on --tune map_parallel=on"
+    ".prefetch(tf.data.AUTOTUNE)"
 )
 
 

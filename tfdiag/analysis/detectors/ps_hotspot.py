@@ -69,7 +69,7 @@ def detect(measured: Measurements) -> list[Finding]:
                 change=(
                     "strategy = tf.distribute.ParameterServerStrategy(cluster_resolver, "
                     "variable_partitioner=tf.distribute.experimental.partitioners.MinSizePartitioner("
-                    f"min_shard_bytes=256 << 10, max_shards={partitions}))  # sample jobs: --tune partitioner={partitions}"
+                    f"min_shard_bytes=256 << 10, max_shards={partitions}))"
                 ),
                 predicted_speedup=speedup,
             ),

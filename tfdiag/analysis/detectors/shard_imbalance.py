@@ -75,7 +75,6 @@ def detect(measured: Measurements) -> list[Finding]:
                 change=(
                     "options = tf.data.Options(); options.experimental_distribute.auto_shard_policy = "
                     "tf.data.experimental.AutoShardPolicy.DATA; dataset = dataset.with_options(options)"
-                    "  # sample jobs: --tune autoshard=data"
                 ),
                 predicted_speedup=speedup,
             ),
