@@ -2,7 +2,8 @@
 
 A small real run (two workers' step records plus notes, shard counters, RPC probes and
 system samples, written through the real ``TaskWriter``) is damaged one way per case:
-bit flips, byte splices and truncations of a task file; Arrow payloads damaged, swapped
+bit flips, byte splices and truncations of a task file; Arrow payloads damaged (bytes,
+or a string column's offsets), swapped
 for other schemas or given int64 extremes, with the CRC recomputed so they reach the
 decoder; frames duplicated, reordered or given huge lengths; whole files copied; the
 manifest malformed; FIFOs, directories, dangling links, link loops and /dev/zero named
@@ -150,6 +151,25 @@ def mutate_payload(case: Case) -> str:
     return what
 
 
+def mutate_offsets(case: Case) -> str:
+    """One offset of a string column's offsets buffer overwritten, CRC recomputed: well-formed
+    IPC holding invalid Arrow, the damage that crashes compute kernels."""
+    chosen = case.rng.choice([item for item in case.frames if step_rows(item[1])])
+    payload = chosen[1][HEADER.size :]
+    batch = pa.ipc.open_stream(pa.py_buffer(payload)).read_next_batch()
+    strings = [i for i, f in enumerate(batch.schema) if f.type == pa.string()]
+    column = case.rng.choice(strings)
+    offsets = batch.column(column).buffers()[1].to_pybytes()[: 4 * (batch.num_rows + 1)]
+    damaged = bytearray(offsets)
+    slot = case.rng.randrange(batch.num_rows + 1)
+    value = case.rng.choice([-1, 1 << 30, 2**31 - 1, -(2**31), case.rng.randint(0, 1 << 16)])
+    struct.pack_into("<i", damaged, 4 * slot, value)
+    records = HEADER.unpack_from(chosen[1])[4]
+    at = payload.rfind(offsets)  # in the record batch body, after the schema message
+    case.replace(chosen, reframe(payload[:at] + bytes(damaged) + payload[at + len(offsets) :], records))
+    return f"offset {slot} of {batch.schema.names[column]} = {value}"
+
+
 def mutate_truncate(case: Case) -> str:
     cut = case.rng.randrange(len(case.data))
     case.write(case.data[:cut], [(o, f) for o, f in case.frames if o + len(f) > cut])
@@ -280,6 +300,7 @@ PLUGIN_SUBPATH = os.path.join("plugins", "tfdiag")
 MUTATIONS = {
     "bitflip": mutate_bitflip,
     "payload": mutate_payload,
+    "arrow-offsets": mutate_offsets,
     "truncate": mutate_truncate,
     "huge-length": mutate_huge_length,
     "duplicate-frame": mutate_duplicate,
@@ -297,7 +318,7 @@ def mutation_of(index: int) -> str:
     return list(MUTATIONS)[index % len(MUTATIONS)]
 
 
-def run_case(base: Path, work: Path, seed: int, index: int) -> dict:
+def run_case(base: Path, work: Path, seed: int, index: int, announce=None) -> dict:
     """Damages a copy of ``base`` and pushes it through load, analysis and every renderer."""
     from tfdiag.analysis import analyze, load_run
     from tfdiag.report import RENDERERS, render_chrome_trace
@@ -309,6 +330,8 @@ def run_case(base: Path, work: Path, seed: int, index: int) -> dict:
     mutation = mutation_of(index)
     detail = MUTATIONS[mutation](case)
     outcome = {"index": index, "mutation": mutation, "detail": detail}
+    if announce is not None:
+        announce(outcome)  # the parent knows the case even if the analysis kills this process
     try:
         loaded = load_run(run)
         report = analyze(loaded)
@@ -339,11 +362,16 @@ def run_case(base: Path, work: Path, seed: int, index: int) -> dict:
 
 
 def worker_main(base: Path, work: Path, seed: int) -> int:
-    """Answers one JSON line per case index read from stdin, on the original stdout."""
+    """For each case index read from stdin, answers two JSON lines on the original stdout:
+    the case (before running it), then its outcome."""
     answers = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # anything the analysis prints goes to stderr, not into the answers
+
+    def answer(item: dict) -> None:
+        answers.write(json.dumps(item) + "\n")
+
     for line in sys.stdin:
-        answers.write(json.dumps(run_case(base, work, seed, int(line))) + "\n")
+        answer(run_case(base, work, seed, int(line), announce=answer))
     return 0
 
 
@@ -354,25 +382,40 @@ class Pool:
         self.args = [sys.executable, __file__, "--worker", str(base), str(work), "--seed", str(seed)]
         self.timeout_s = timeout_s
         self.process = None
+        self.pending = b""
 
     def ask(self, index: int) -> dict:
         if self.process is None:
-            self.process = subprocess.Popen(self.args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self.process.stdin.write(f"{index}\n")
+            self.process = subprocess.Popen(self.args, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            self.pending = b""
+        self.process.stdin.write(f"{index}\n".encode())
         self.process.stdin.flush()
-        ready, _, _ = select.select([self.process.stdout], [], [], self.timeout_s)
-        line = self.process.stdout.readline() if ready else ""
-        if line:
-            return json.loads(line)
         outcome = {"index": index, "mutation": mutation_of(index)}
-        if not ready:
+        deadline = time.monotonic() + self.timeout_s
+        while (line := self._line(deadline)) is not None:
+            outcome.update(json.loads(line))
+            if "outcome" in outcome:
+                return outcome
+        if time.monotonic() >= deadline:
             self.process.kill()
             outcome.update(outcome="hang", error=f"no answer in {self.timeout_s} s")
-        else:
+        else:  # the worker's stdout closed: it died
             outcome.update(outcome="crash", error=f"worker died with status {self.process.wait()}")
         self.process.wait()
         self.process = None
         return outcome
+
+    def _line(self, deadline: float) -> bytes | None:
+        """The worker's next line, or None at the deadline or when it died."""
+        stdout = self.process.stdout.fileno()
+        while b"\n" not in self.pending:
+            ready, _, _ = select.select([stdout], [], [], max(deadline - time.monotonic(), 0))
+            chunk = os.read(stdout, 1 << 16) if ready else b""
+            if not chunk:
+                return None
+            self.pending += chunk
+        line, self.pending = self.pending.split(b"\n", 1)
+        return line
 
     def close(self) -> None:
         if self.process is not None:
