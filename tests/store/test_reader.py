@@ -189,3 +189,17 @@ def test_frames_carry_their_offset_and_a_payload_digest(tmp_path):
 
     assert [item.offset for item in result.frames] == [0, len(frames[0]), len(frames[0]) + len(frames[1])]
     assert result.frames[0].digest == result.frames[2].digest != result.frames[1].digest
+
+
+def test_garbage_before_a_frame_being_written_leaves_its_start_for_the_next_read(tmp_path):
+    frames = step_frames(2)
+    path = tmp_path / "worker-0.tfdiag"
+    junk = b"\x00junk" * 5
+    path.write_bytes(frames[0] + junk + frames[1][:2])  # the writer has written "TF" so far
+
+    first = read_task_file(path)
+    path.write_bytes(frames[0] + junk + frames[1])
+    second = read_task_file(path, first.end_offset)
+
+    assert first.end_offset == len(frames[0]) + len(junk)
+    assert [batch.column("step")[0].as_py() for batch in second.batches["step"]] == [10]

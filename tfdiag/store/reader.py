@@ -223,11 +223,16 @@ class _Scanner:
     def _skip_to_next_marker(self, position: int, reason: str, records: int) -> int | None:
         """Reports the bytes from ``position`` to the next frame marker (or the end) as bad."""
         following = self.window.find_magic(position + 1)
-        end = following if following is not None else self.window.end
+        end = following if following is not None else self.window.end - self._partial_magic_at_end()
         if reason == "bytes of garbage":
             reason = f"{end - position} bytes of garbage"
         self._skip(position, end, reason, records)
         return following
+
+    def _partial_magic_at_end(self) -> int:
+        """How many last bytes read could begin a frame marker a writer is still writing."""
+        tail = bytes(self.window.data[-(len(MAGIC) - 1) :])
+        return next((size for size in range(len(tail), 0, -1) if MAGIC.startswith(tail[-size:])), 0)
 
     def _skip(self, position: int, end: int, reason: str, records: int) -> None:
         self.result.skipped.append(SkippedRecords(self.name, position, reason, records))
