@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-CASES = 12  # one of each mutation class (rendering HTML takes most of a case); benchmarks/fuzz.py runs longer
+CASES = 24  # two of each mutation class; benchmarks/fuzz.py --cases N runs longer
 
 
 def test_damaged_runs_never_crash_hang_or_raise_and_good_frames_count():

@@ -15,7 +15,7 @@ from tfdiag.analysis import load_run
 from tfdiag.store import log_dir, read_task_file
 
 FRAMES = step_frames(6, rows=3)
-SETTINGS = settings(max_examples=60, deadline=None, derandomize=True,
+SETTINGS = settings(max_examples=60, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
