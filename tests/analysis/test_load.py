@@ -211,12 +211,16 @@ def test_refresh_survives_every_bad_input_class_at_once(synthetic_run, tmp_path)
         assert any(name in warning for warning in result["warnings"]), name
 
 
-def test_a_run_directory_that_went_away_is_run_not_found(tmp_path):
+def test_a_run_directory_that_went_away_keeps_its_records_with_a_warning(tmp_path):
     writer = TaskWriter(tmp_path / "run", "worker:0")
     _step(writer, "worker:0", 0)
     writer.close()
     loader = RunLoader(tmp_path / "run")
+    assert len(loader.refresh().frame("step")) == 1
     shutil.rmtree(tmp_path / "run")
 
-    with pytest.raises(RunNotFoundError, match="not a tfdiag run"):
-        loader.refresh()
+    run = loader.refresh()
+
+    assert len(run.frame("step")) == 1
+    assert any(str(log_dir(tmp_path / "run")) in warning and "cannot list the directory" in warning
+               for warning in run.warnings)

@@ -6,8 +6,8 @@ re-reads what it already has. A file that shrank or was replaced is read again f
 byte 0. Frames whose payload is byte-for-byte one already loaded (a copied task file, a
 frame written twice) are counted once. Nothing that is in the run directory makes
 ``refresh`` raise: each problem is a counted skip or a warning naming the file (the
-only error is ``RunNotFoundError``, for a directory that is not a run). Nothing here
-imports TensorFlow.
+only error is ``RunNotFoundError``, from the constructor, for a directory that is not a
+run). Nothing here imports TensorFlow.
 """
 
 from __future__ import annotations
@@ -84,7 +84,8 @@ class RunLoader:
 
     def __init__(self, run_dir: str | os.PathLike):
         self.path = Path(run_dir)
-        self._check_is_run()
+        if not log_dir(self.path).is_dir():
+            raise RunNotFoundError(f"{self.path}: not a tfdiag run (no {log_dir(self.path)} directory)")
         self._files: dict[Path, _TaskFile] = {}
         self._seen: dict[bytes, tuple[Path, int]] = {}  # payload digest -> where it was first read
         self._notes: list[str] = []  # warnings that stay: files read again from 0
@@ -103,9 +104,9 @@ class RunLoader:
 
         An incomplete frame at the end of a file is counted as skipped in the returned
         run (it is lost if the task has stopped) and read again at the next refresh.
-        Returns the same object as the previous call when nothing changed.
+        Returns the same object as the previous call when nothing changed. A run
+        directory that went away keeps what was read, with a warning.
         """
-        self._check_is_run()
         files, rejected = task_files(self.path)
         stats = {path: stat for path in files if (stat := _stat(path)) is not None}
         total = sum(max(min(stat.st_size, MAX_TASK_FILE_BYTES) - self._offset(path), 0) for path, stat in stats.items())
@@ -133,10 +134,6 @@ class RunLoader:
         if self._run is None or changed or manifest_changed or run.warnings != self._run.warnings:
             self._run = run
         return self._run
-
-    def _check_is_run(self) -> None:
-        if not log_dir(self.path).is_dir():
-            raise RunNotFoundError(f"{self.path}: not a tfdiag run (no {log_dir(self.path)} directory)")
 
     def _offset(self, path: Path) -> int:
         state = self._files.get(path)
