@@ -145,7 +145,7 @@ class RunLoader:
             first = self._seen.get(frame.digest)
             if first is not None:
                 reason = f"duplicate of the frame at {first[0]} byte {first[1]}; counted once"
-                state.skipped.append(SkippedRecords(str(path), frame.offset, reason, frame.records))
+                state.skipped.append(SkippedRecords(str(path), frame.offset, reason, frame.records, str(first[0])))
                 continue
             self._seen[frame.digest] = (path, frame.offset)
             state.digests.append(frame.digest)
@@ -216,11 +216,20 @@ class RunLoader:
 
 
 def _skip_warnings(skipped: list[SkippedRecords]) -> list[str]:
-    """A sentence per skip, at most ``MAX_LISTED_SKIPS_PER_FILE`` per file and a sum of the rest."""
+    """A sentence per skip, at most ``MAX_LISTED_SKIPS_PER_FILE`` per file and a sum of the rest;
+    the duplicates of one file's frames in another are summed in one sentence."""
     by_file: dict[str, list[SkippedRecords]] = defaultdict(list)
+    duplicates: dict[tuple[str, str], list[SkippedRecords]] = defaultdict(list)
     for item in skipped:
-        by_file[item.file].append(item)
+        if item.duplicate_of is None:
+            by_file[item.file].append(item)
+        else:
+            duplicates[(item.file, item.duplicate_of)].append(item)
     warnings = []
+    for (file, first), items in duplicates.items():
+        records = sum(item.records for item in items)
+        warnings.append(f"{file}: skipped {records} records in {len(items)} frames from byte {items[0].offset}: "
+                        f"duplicates of frames of {first}; counted once")
     for file, items in by_file.items():
         warnings += [item.sentence() for item in items[:MAX_LISTED_SKIPS_PER_FILE]]
         rest = items[MAX_LISTED_SKIPS_PER_FILE:]

@@ -32,12 +32,16 @@ CHUNK_BYTES = 8 << 20
 
 @dataclass(frozen=True)
 class SkippedRecords:
-    """Records the reader could not use: where, why, and how many (0 if unknown)."""
+    """Records the reader could not use: where, why, and how many (0 if unknown).
+
+    ``duplicate_of`` names the file that held the same frame first, for a duplicate.
+    """
 
     file: str
     offset: int
     reason: str
     records: int
+    duplicate_of: str | None = None
 
     def sentence(self) -> str:
         count = f"{self.records} records" if self.records else "data"
