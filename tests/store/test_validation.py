@@ -55,7 +55,7 @@ def test_an_older_writer_without_the_last_columns_is_read(tmp_path):
     assert result.batches["step"][0].num_rows == 4 and not result.skipped
 
 
-@pytest.mark.parametrize("value", [-(2**63), -1, MAX_INT_VALUE + 1, 2**63 - 1])
+@pytest.mark.parametrize("value", [-(2**63), -1, MAX_INT_VALUE + 1, 2**63 - 1])  # MAX_INT_VALUE + 1 == 2**62
 def test_rows_with_out_of_range_ints_are_dropped_and_counted(tmp_path, value):
     batch = step_batch(4, begin_ns=[0, value, 2_000, 3_000])
 

@@ -22,7 +22,7 @@ MANIFEST_NAME = "manifest.json"
 # A manifest is a cluster spec and a few fields: a few kB even for hundreds of tasks.
 MAX_MANIFEST_BYTES = 1 << 20
 # Largest int a time field may hold (the same bound as task-file values, the year 2116).
-_MAX_TIME_NS = 1 << 62
+_MAX_TIME_NS = (1 << 62) - 1
 
 
 @dataclass

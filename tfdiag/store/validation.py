@@ -19,9 +19,9 @@ from tfdiag.events import KINDS, SCHEMA_VERSION
 
 # Every int64 column of the log is a time since the epoch, a duration, a count or an
 # index, none of them negative. 2**62 ns is the year 2116 and 2**62 bytes 4 EiB: a
-# larger value is damage, and values up to 2**62 keep a difference of two times, or a
-# time plus a clock offset, inside int64.
-MAX_INT_VALUE = 1 << 62
+# larger value is damage, and values below 2**62 keep the sum of two (the midpoint of a
+# probe's send and receive times, a time plus a clock offset) inside int64.
+MAX_INT_VALUE = (1 << 62) - 1
 # Tighter bounds where a larger value is absurd even for one record, so that int64 sums
 # over every row that fits in memory cannot wrap: a record covers at most 2**32
 # training steps (a closure runs tens) and 2**40 examples (a trillion).
