@@ -88,7 +88,7 @@ class RunLoader:
             raise RunNotFoundError(f"{self.path}: not a tfdiag run (no {log_dir(self.path)} directory)")
         self._files: dict[Path, _TaskFile] = {}
         self._seen: dict[bytes, tuple[Path, int]] = {}  # payload digest -> where it was first read
-        self._notes: list[str] = []  # warnings that stay: files read again from 0
+        self._notes: dict[Path, str] = {}  # warnings that stay: the last time each file was read again from 0
         self._manifest_key: tuple | None = None
         self._manifest = ManifestRead(None)
         self._frames: dict[str, pd.DataFrame] = {}
@@ -115,7 +115,7 @@ class RunLoader:
         for path, stat in stats.items():
             state = self._files.get(path)
             if state is not None and ((stat.st_dev, stat.st_ino) != state.identity or stat.st_size < state.offset):
-                self._notes.append(f"{path}: shrank or was replaced since it was read (byte {state.offset}); read again from byte 0")
+                self._notes[path] = f"{path}: shrank or was replaced since it was read (byte {state.offset}); read again from byte 0"
                 self._forget(path)
                 state = None
             if state is None:
@@ -180,7 +180,7 @@ class RunLoader:
 
     def _build(self, files: list[Path], rejected: list[str]) -> LoadedRun:
         skipped = [item for state in self._files.values() for item in state.skipped + state.pending]
-        warnings = self._notes + rejected + self._manifest.warnings + _skip_warnings(skipped)
+        warnings = list(self._notes.values()) + rejected + self._manifest.warnings + _skip_warnings(skipped)
         warnings += [f"{path}: no longer readable; the records read from it before are kept"
                      for path in self._files if path not in files]
         warnings += self._shared_writer_warnings()
