@@ -182,7 +182,8 @@ def mutate_truncate(case: Case) -> str:
 
 def mutate_huge_length(case: Case) -> str:
     offset, frame = chosen = case.pick()
-    length = case.rng.choice([0xFFFFFFFF, case.rng.randint(len(frame), 0xFFFFFFFF), len(frame) + case.rng.randint(1, 4096)])
+    near = len(frame) + case.rng.randint(1, 4096)
+    length = case.rng.choice([0xFFFFFFFF, case.rng.randint(len(frame), 0xFFFFFFFF), near])
     header = bytearray(frame[: HEADER.size])
     struct.pack_into("<I", header, 5, length)
     case.replace(chosen, bytes(header) + frame[HEADER.size :])

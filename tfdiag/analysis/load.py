@@ -115,7 +115,8 @@ class RunLoader:
         for path, stat in stats.items():
             state = self._files.get(path)
             if state is not None and ((stat.st_dev, stat.st_ino) != state.identity or stat.st_size < state.offset):
-                self._notes[path] = f"{path}: shrank or was replaced since it was read (byte {state.offset}); read again from byte 0"
+                self._notes[path] = (f"{path}: shrank or was replaced since it was read (byte {state.offset}); "
+                                     "read again from byte 0")
                 self._forget(path)
                 state = None
             if state is None:
@@ -176,7 +177,8 @@ class RunLoader:
         return True
 
     def _batches(self, kind: str):
-        return ((batch, source) for state in self._files.values() for name, batch, source in state.records if name == kind)
+        for state in self._files.values():
+            yield from ((batch, source) for name, batch, source in state.records if name == kind)
 
     def _build(self, files: list[Path], rejected: list[str]) -> LoadedRun:
         skipped = [item for state in self._files.values() for item in state.skipped + state.pending]
@@ -184,7 +186,8 @@ class RunLoader:
         warnings += [f"{path}: no longer readable; the records read from it before are kept"
                      for path in self._files if path not in files]
         warnings += self._shared_writer_warnings()
-        sources = sorted({self._files[path].task or _task_from_file_name(path) for path in files if path in self._files})
+        sources = sorted({self._files[path].task or _task_from_file_name(path) for path in files
+                          if path in self._files})
         return LoadedRun(self.path, self._manifest.manifest, dict(self._frames), skipped, warnings, sources)
 
     def _shared_writer_warnings(self) -> list[str]:
@@ -192,8 +195,8 @@ class RunLoader:
         for path, state in sorted(self._files.items()):
             for task in sorted({source for _, _, source in state.records}):
                 files_of_task[task].append(path.name)
-        return [f"{self.path}: frames written by {task} are in {len(names)} files ({', '.join(names)}): a copied or renamed file?"
-                for task, names in files_of_task.items() if len(names) > 1]
+        return [f"{self.path}: frames written by {task} are in {len(names)} files ({', '.join(names)}): "
+                "a copied or renamed file?" for task, names in files_of_task.items() if len(names) > 1]
 
     def _frame(self, kind: str) -> pd.DataFrame:
         schema = KINDS[kind].arrow_schema()

@@ -187,7 +187,8 @@ class _Scanner:
         if version != FORMAT_VERSION:
             return self._skip_to_next_marker(position, f"unknown frame format version {version}", 0)
         if length > MAX_FRAME_BYTES:
-            return self._skip_to_next_marker(position, f"frame length {length} exceeds the {MAX_FRAME_BYTES}-byte bound", 0)
+            reason = f"frame length {length} exceeds the {MAX_FRAME_BYTES}-byte bound"
+            return self._skip_to_next_marker(position, reason, 0)
         end = position + HEADER.size + length
         if not window.has(end):
             if window.over_limit:

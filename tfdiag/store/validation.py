@@ -85,9 +85,8 @@ def _check_schema_version(text: str | None) -> None:
     except ValueError:
         raise FrameRejected(f"unreadable schema_version {text[:40]!r}") from None
     if version > SCHEMA_VERSION:
-        raise FrameRejected(
-            f"schema version {version} is newer than this tfdiag's ({SCHEMA_VERSION}): its columns may mean something else"
-        )
+        raise FrameRejected(f"schema version {version} is newer than this tfdiag's ({SCHEMA_VERSION}): "
+                            "its columns may mean something else")
 
 
 def _check_columns(schema: pa.Schema, kind: str) -> None:
