@@ -203,3 +203,16 @@ def test_garbage_before_a_frame_being_written_leaves_its_start_for_the_next_read
 
     assert first.end_offset == len(frames[0]) + len(junk)
     assert [batch.column("step")[0].as_py() for batch in second.batches["step"]] == [10]
+
+
+def test_a_file_of_fake_frame_headers_costs_bounded_time(tmp_path):
+    count = 16_000  # each header claims a length reaching to the end of the file
+    total = count * HEADER.size
+    path = tmp_path / "worker-0.tfdiag"
+    lengths = [max(total - (i + 1) * HEADER.size - 1, 0) for i in range(count)]
+    path.write_bytes(b"".join(HEADER.pack(b"TFDG", 1, length, 0, 1) for length in lengths))
+
+    result = in_child_process(_read_summary, path, timeout_s=60)
+
+    assert result["steps"] == 0
+    assert "too many damaged frame headers" in result["unread"]

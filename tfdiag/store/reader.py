@@ -28,6 +28,14 @@ from tfdiag.store.validation import FrameRejected, check_frame
 MAX_TASK_FILE_BYTES = 2 << 30
 # How much is read at a time.
 CHUNK_BYTES = 8 << 20
+# CRC work allowed per read, as a multiple of the bytes read (plus one largest frame). Good
+# frames cost 1x; every damaged header that claims a length costs a CRC over it, so a file
+# crafted of fake headers would otherwise cost time quadratic in their number.
+CRC_WORK_PER_BYTE = 4
+
+
+class _CrcBudgetSpent(Exception):
+    """Raised inside the scanner when the CRC work allowed for one read is used up."""
 
 
 @dataclass(frozen=True)
@@ -162,12 +170,21 @@ class _Scanner:
         self.name = name
         self.window = _Window(file, offset)
         self.result = result
+        to_read = max(min(os.fstat(file.fileno()).st_size, MAX_TASK_FILE_BYTES) - offset, 0)
+        self.crc_budget = CRC_WORK_PER_BYTE * to_read + MAX_FRAME_BYTES
 
     def scan(self) -> None:
         position = self.result.end_offset
-        while position is not None:
-            self.window.release(position)
-            position = self._frame_at(position)
+        try:
+            while position is not None:
+                self.window.release(position)
+                position = self._frame_at(position)
+        except _CrcBudgetSpent:
+            self.result.truncated_tail = None
+            self.result.unread = SkippedRecords(
+                self.name, self.result.end_offset, "too many damaged frame headers to check; not read past here", 0
+            )
+            return
         if self.window.over_limit:
             stop = self.result.end_offset
             self.result.unread = SkippedRecords(
@@ -201,7 +218,7 @@ class _Scanner:
             self._skip(position, following, f"frame length {length} runs past the end of the file", records)
             return following
         payload = window.bytes(position + HEADER.size, end)
-        if zlib.crc32(payload) != crc:
+        if self._crc(payload) != crc:
             return self._skip_to_next_marker(position, "CRC mismatch", records)
         self._use_payload(position, end, payload, records)
         return end
@@ -239,6 +256,12 @@ class _Scanner:
         tail = bytes(self.window.data[-(len(MAGIC) - 1) :])
         return next((size for size in range(len(tail), 0, -1) if MAGIC.startswith(tail[-size:])), 0)
 
+    def _crc(self, payload: bytes) -> int:
+        self.crc_budget -= len(payload)
+        if self.crc_budget < 0:
+            raise _CrcBudgetSpent
+        return zlib.crc32(payload)
+
     def _skip(self, position: int, end: int, reason: str, records: int) -> None:
         self.result.skipped.append(SkippedRecords(self.name, position, reason, records))
         self.result.end_offset = max(self.result.end_offset, end)
@@ -251,7 +274,7 @@ class _Scanner:
             magic, version, length, crc, _ = HEADER.unpack_from(window.data, candidate - window.base)
             end = candidate + HEADER.size + length
             if version == FORMAT_VERSION and length <= MAX_FRAME_BYTES and window.has(end):
-                if zlib.crc32(window.bytes(candidate + HEADER.size, end)) == crc:
+                if self._crc(window.bytes(candidate + HEADER.size, end)) == crc:
                     return candidate
             candidate = window.find_magic(candidate + 1)
         return None
