@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import traceback
 from pathlib import Path
 
 import pytest
@@ -80,3 +82,36 @@ def synthetic_run(tmp_path):
         return write_synthetic_run(tmp_path / name, **kwargs)
 
     return make
+
+
+def in_child_process(function, *args, timeout_s: float = 60.0):
+    """``function(*args)`` run in a fresh process, so a segfault or a hang fails the test
+    instead of killing or stalling pytest. ``function`` must be a module-level function
+    and its result picklable; an exception in the child fails the test with its traceback.
+    """
+    context = multiprocessing.get_context("spawn")
+    receiver, sender = context.Pipe(duplex=False)
+    process = context.Process(target=_call_and_send, args=(sender, function, args))
+    process.start()
+    sender.close()
+    try:
+        if not receiver.poll(timeout_s):
+            pytest.fail(f"{function.__name__} did not finish within {timeout_s} s (a hang)")
+        ok, value = receiver.recv()
+    except EOFError:
+        process.join()
+        pytest.fail(f"{function.__name__} killed its process (exit code {process.exitcode}: a crash)")
+    finally:
+        if process.is_alive():
+            process.kill()
+        process.join()
+    if not ok:
+        pytest.fail(f"{function.__name__} raised in the child process:\n{value}")
+    return value
+
+
+def _call_and_send(sender, function, args) -> None:
+    try:
+        sender.send((True, function(*args)))
+    except BaseException:  # noqa: BLE001 - everything goes back to the test
+        sender.send((False, traceback.format_exc()))

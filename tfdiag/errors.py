@@ -9,9 +9,5 @@ class RunNotFoundError(TfdiagError):
     """A path given as a run holds no ``plugins/tfdiag`` directory."""
 
 
-class LogFormatError(TfdiagError):
-    """A log file cannot be read at all (as opposed to a skipped record)."""
-
-
 class InvalidOptionError(TfdiagError, ValueError):
     """An argument or option has a value tfdiag cannot use."""

@@ -1,7 +1,14 @@
 """read_task_file: good frames are read, bad ones reported with file, offset and reason."""
 
-from tfdiag.store import TaskWriter, read_task_file
-from tfdiag.store.framing import HEADER
+import os
+import struct
+
+import pytest
+
+from tests.conftest import in_child_process
+from tests.store.frames import bad_offsets_payload, frame, step_batch, step_frames, stream
+from tfdiag.store import TaskWriter, read_task_file, reader
+from tfdiag.store.framing import HEADER, MAX_FRAME_BYTES
 
 
 def _write_frames(tmp_path, frames=3, rows=10):
@@ -76,3 +83,136 @@ def test_incremental_read_from_end_offset_returns_only_new_frames(tmp_path):
     second = read_task_file(writer.path, first.end_offset)
 
     assert [b.to_pydict()["message"] for b in second.batches["note"]] == [["second"]]
+
+
+# --- untrusted input: nothing in a task file crashes, hangs or stops the reader ---
+
+def _read_summary(path):
+    """read_task_file in a form a child process can send back."""
+    result = read_task_file(path)
+    return {
+        "steps": sum(batch.num_rows for batch in result.batches["step"]),
+        "skipped": [(item.offset, item.reason, item.records) for item in result.skipped],
+        "unread": result.unread and result.unread.reason,
+        "end_offset": result.end_offset,
+    }
+
+
+def test_damaged_arrow_offsets_behind_a_good_crc_are_skipped_not_a_crash(tmp_path):
+    good = step_frames(2)
+    path = tmp_path / "worker-0.tfdiag"
+    path.write_bytes(good[0] + frame(bad_offsets_payload(), 10) + good[1])
+
+    summary = in_child_process(_read_summary, path)
+
+    assert summary["steps"] == 20
+    [(offset, reason, records)] = summary["skipped"]
+    assert (offset, records) == (len(good[0]), 10)
+    assert "unreadable payload" in reason and "ffset" in reason
+
+
+def test_a_fifo_is_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "worker-0.tfdiag"
+    os.mkfifo(fifo)
+
+    summary = in_child_process(_read_summary, fifo, timeout_s=30)
+
+    assert summary["steps"] == 0 and "a FIFO, not a regular file" in summary["unread"]
+
+
+def test_a_link_to_dev_zero_is_refused(tmp_path):
+    link = tmp_path / "worker-0.tfdiag"
+    link.symlink_to("/dev/zero")
+
+    summary = in_child_process(_read_summary, link, timeout_s=30)
+
+    assert "a character device, not a regular file" in summary["unread"]
+
+
+def test_a_file_over_the_size_bound_is_read_up_to_it(tmp_path, monkeypatch):
+    frames = step_frames(3)
+    path = tmp_path / "worker-0.tfdiag"
+    path.write_bytes(b"".join(frames))
+    monkeypatch.setattr(reader, "MAX_TASK_FILE_BYTES", len(frames[0]) + len(frames[1]) + 5)
+
+    result = read_task_file(path)
+
+    assert sum(batch.num_rows for batch in result.batches["step"]) == 20
+    assert result.unread.offset == len(frames[0]) + len(frames[1])
+    assert "larger than the" in result.unread.reason and result.truncated_tail is None
+
+
+@pytest.mark.parametrize("length", [0xFFFFFFFF, MAX_FRAME_BYTES + 1, 5_000])
+def test_a_huge_or_wrong_length_costs_only_its_frame(tmp_path, length):
+    frames = step_frames(3)
+    payload = frames[1][HEADER.size:]
+    path = tmp_path / "worker-0.tfdiag"
+    path.write_bytes(frames[0] + frame(payload, 10, length=length) + frames[2])
+
+    result = read_task_file(path)
+
+    assert [batch.column("step")[0].as_py() for batch in result.batches["step"]] == [0, 20]
+    [skipped] = result.skipped
+    assert skipped.offset == len(frames[0]) and str(length) in skipped.reason
+    assert result.truncated_tail is None and result.end_offset == path.stat().st_size
+
+
+def test_a_length_that_swallows_later_frames_costs_only_its_own(tmp_path):
+    frames = step_frames(4)
+    header = bytearray(frames[0][:HEADER.size])
+    struct.pack_into("<I", header, 5, len(frames[0]) + len(frames[1]))  # reaches into frame 2
+    path = tmp_path / "worker-0.tfdiag"
+    path.write_bytes(bytes(header) + b"".join(frames)[HEADER.size:])
+
+    result = read_task_file(path)
+
+    assert [batch.column("step")[0].as_py() for batch in result.batches["step"]] == [10, 20, 30]
+    assert [item.reason for item in result.skipped] == ["CRC mismatch"]
+
+
+def test_every_batch_of_a_frame_is_read(tmp_path):
+    first, second = step_batch(3), step_batch(4, first_step=3)
+    path = tmp_path / "worker-0.tfdiag"
+    path.write_bytes(frame(stream(first, second), 7))
+
+    result = read_task_file(path)
+
+    assert [batch.num_rows for batch in result.batches["step"]] == [3, 4] and not result.skipped
+
+
+def test_frames_carry_their_offset_and_a_payload_digest(tmp_path):
+    frames = step_frames(2)
+    path = tmp_path / "worker-0.tfdiag"
+    path.write_bytes(frames[0] + frames[1] + frames[0])
+
+    result = read_task_file(path)
+
+    assert [item.offset for item in result.frames] == [0, len(frames[0]), len(frames[0]) + len(frames[1])]
+    assert result.frames[0].digest == result.frames[2].digest != result.frames[1].digest
+
+
+def test_garbage_before_a_frame_being_written_leaves_its_start_for_the_next_read(tmp_path):
+    frames = step_frames(2)
+    path = tmp_path / "worker-0.tfdiag"
+    junk = b"\x00junk" * 5
+    path.write_bytes(frames[0] + junk + frames[1][:2])  # the writer has written "TF" so far
+
+    first = read_task_file(path)
+    path.write_bytes(frames[0] + junk + frames[1])
+    second = read_task_file(path, first.end_offset)
+
+    assert first.end_offset == len(frames[0]) + len(junk)
+    assert [batch.column("step")[0].as_py() for batch in second.batches["step"]] == [10]
+
+
+def test_a_file_of_fake_frame_headers_costs_bounded_time(tmp_path):
+    count = 16_000  # each header claims a length reaching to the end of the file
+    total = count * HEADER.size
+    path = tmp_path / "worker-0.tfdiag"
+    lengths = [max(total - (i + 1) * HEADER.size - 1, 0) for i in range(count)]
+    path.write_bytes(b"".join(HEADER.pack(b"TFDG", 1, length, 0, 1) for length in lengths))
+
+    result = in_child_process(_read_summary, path, timeout_s=60)
+
+    assert result["steps"] == 0
+    assert "too many damaged frame headers" in result["unread"]

@@ -70,7 +70,9 @@ def worker_table(steps: pd.DataFrame) -> pd.DataFrame:
     # Filter only the columns each statistic needs: a copy of ten million rows of every
     # column would double the peak memory.
     timed = ~steps["warmup"] | (counts == 1)
-    timing = steps.loc[timed, ["task", "duration_ns", "input_wait_ns"]].groupby("task", sort=True, observed=True)
+    # Sums of untrusted int64 values are taken in float64, which cannot wrap round.
+    timing = steps.loc[timed, ["task", "duration_ns", "input_wait_ns"]].astype(
+        {"duration_ns": "float64", "input_wait_ns": "float64"}).groupby("task", sort=True, observed=True)
     # The mean gap between consecutive step starts after the warm-up step telescopes to
     # (last start - second start) / (steps - 2): no sort needed.
     after_warmup = steps.loc[~steps["warmup"], ["task", "begin_ns", "steps"]].groupby("task", sort=True, observed=True)
@@ -85,8 +87,8 @@ def worker_table(steps: pd.DataFrame) -> pd.DataFrame:
             "mean_ns": timing["duration_ns"].mean(),
             "period_ns": periods.where(starts.size() > 1),
             "input_wait_frac": timing["input_wait_ns"].sum() / timing["duration_ns"].sum().clip(lower=1),
-            "examples": grouped["examples"].sum(),
-            "active_ns": grouped["end_ns"].max() - grouped["begin_ns"].min(),
+            "examples": steps["examples"].astype("float64").groupby(steps["task"], sort=True, observed=True).sum(),
+            "active_ns": grouped["end_ns"].max().astype("float64") - grouped["begin_ns"].min().astype("float64"),
         }
     ).reset_index()
     table["task"] = table["task"].astype(str)
@@ -99,7 +101,7 @@ def run_throughput(steps: pd.DataFrame) -> tuple[float | None, float | None]:
     """(median step time in ms, examples per second over the whole run) of a ``step_table``."""
     if steps.empty:
         return None, None
-    span_ns = int(steps["end_ns"].max() - steps["begin_ns"].min())
+    span_ns = int(steps["end_ns"].max()) - int(steps["begin_ns"].min())
     step_ms = float(np.median(steps["duration_ns"])) / 1e6
-    examples_per_s = float(steps["examples"].sum()) / (span_ns / 1e9) if span_ns > 0 else None
+    examples_per_s = float(steps["examples"].astype("float64").sum()) / (span_ns / 1e9) if span_ns > 0 else None
     return step_ms, examples_per_s

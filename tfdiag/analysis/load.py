@@ -2,12 +2,18 @@
 
 The loader is incremental: ``RunLoader.refresh()`` reads only the bytes appended to each
 task file since the previous call, so a live run (and the TensorBoard tab) never
-re-reads what it already has. Nothing here imports TensorFlow.
+re-reads what it already has. A file that shrank or was replaced is read again from
+byte 0. Frames whose payload is byte-for-byte one already loaded (a copied task file, a
+frame written twice) are counted once. Nothing that is in the run directory makes
+``refresh`` raise: each problem is a counted skip or a warning naming the file (the
+only error is ``RunNotFoundError``, from the constructor, for a directory that is not a
+run). Nothing here imports TensorFlow.
 """
 
 from __future__ import annotations
 
 import os
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -17,10 +23,14 @@ import pyarrow as pa
 
 from tfdiag.errors import RunNotFoundError
 from tfdiag.events import KINDS
-from tfdiag.store import MANIFEST_NAME, SkippedRecords, log_dir, read_manifest, read_task_file
+from tfdiag.store import MANIFEST_NAME, ManifestRead, SkippedRecords, load_manifest, log_dir, read_task_file, task_files
 from tfdiag.store.paths import LOG_SUFFIX
+from tfdiag.store.reader import MAX_TASK_FILE_BYTES, ReadResult
 
 ProgressCallback = Callable[[int, int], None]  # (bytes read so far, bytes to read)
+
+# Skips listed one by one per file; the rest of a badly damaged file is summed in one line.
+MAX_LISTED_SKIPS_PER_FILE = 10
 
 
 @dataclass
@@ -28,7 +38,8 @@ class LoadedRun:
     """Every record of a run, one long-form DataFrame per record kind.
 
     Each frame has the kind's columns (``tfdiag.events``) plus ``source``, the task whose
-    file held the record. String columns are pandas categoricals.
+    file held the record. String columns are pandas categoricals. ``warnings`` are
+    sentences naming the file (and byte offset) of every problem met while loading.
     """
 
     path: Path
@@ -49,6 +60,19 @@ class LoadedRun:
         return sum(item.records for item in self.skipped)
 
 
+@dataclass
+class _TaskFile:
+    """What the loader holds of one task file."""
+
+    identity: tuple[int, int]  # (device, inode): a replaced file has a new one
+    offset: int = 0
+    task: str | None = None  # the task that wrote the first good frame
+    records: list[tuple[str, pa.RecordBatch, str]] = field(default_factory=list)  # (kind, batch, source)
+    digests: list[bytes] = field(default_factory=list)
+    skipped: list[SkippedRecords] = field(default_factory=list)
+    pending: list[SkippedRecords] = field(default_factory=list)  # tail / unread: retried at each refresh
+
+
 class RunLoader:
     """Reads a run directory, and on each ``refresh`` only what was appended since.
 
@@ -62,65 +86,122 @@ class RunLoader:
         self.path = Path(run_dir)
         if not log_dir(self.path).is_dir():
             raise RunNotFoundError(f"{self.path}: not a tfdiag run (no {log_dir(self.path)} directory)")
-        self._offsets: dict[Path, int] = {}
-        self._batches: dict[str, list[pa.RecordBatch]] = {}
-        self._sources: dict[str, list[str]] = {}
-        self._skipped: list[SkippedRecords] = []
-        self._tails: dict[Path, SkippedRecords] = {}
-        self._file_tasks: dict[Path, str] = {}
-        self._manifest_mtime_ns: int | None = None
+        self._files: dict[Path, _TaskFile] = {}
+        self._seen: dict[bytes, tuple[Path, int]] = {}  # payload digest -> where it was first read
+        self._notes: dict[Path, str] = {}  # warnings that stay: the last time each file was read again from 0
+        self._manifest_key: tuple | None = None
+        self._manifest = ManifestRead(None)
+        self._frames: dict[str, pd.DataFrame] = {}
         self._run: LoadedRun | None = None
+
+    @property
+    def _offsets(self) -> dict[Path, int]:
+        """Where the next refresh reads each file from."""
+        return {path: state.offset for path, state in self._files.items()}
 
     def refresh(self, progress: ProgressCallback | None = None) -> LoadedRun:
         """Reads new bytes of every task file and returns the whole run so far.
 
         An incomplete frame at the end of a file is counted as skipped in the returned
         run (it is lost if the task has stopped) and read again at the next refresh.
+        Returns the same object as the previous call when nothing changed. A run
+        directory that went away keeps what was read, with a warning.
         """
-        files = sorted(log_dir(self.path).glob("*" + LOG_SUFFIX))
-        sizes = {path: path.stat().st_size for path in files}
-        total = sum(max(sizes[path] - self._offsets.get(path, 0), 0) for path in files)
+        files, rejected = task_files(self.path)
+        stats = {path: stat for path in files if (stat := _stat(path)) is not None}
+        total = sum(max(min(stat.st_size, MAX_TASK_FILE_BYTES) - self._offset(path), 0) for path, stat in stats.items())
         done = 0
         changed = False
-        for path in files:
-            offset = self._offsets.get(path, 0)
-            if sizes[path] == offset and path in self._offsets:
+        for path, stat in stats.items():
+            state = self._files.get(path)
+            if state is not None and ((stat.st_dev, stat.st_ino) != state.identity or stat.st_size < state.offset):
+                self._notes[path] = (f"{path}: shrank or was replaced since it was read (byte {state.offset}); "
+                                     "read again from byte 0")
+                self._forget(path)
+                state = None
+            if state is None:
+                state = self._files[path] = _TaskFile((stat.st_dev, stat.st_ino))
+            elif stat.st_size == state.offset:
                 continue
-            result = read_task_file(path, offset)
-            for kind, batches in result.batches.items():
-                self._batches.setdefault(kind, []).extend(batches)
-                self._sources.setdefault(kind, []).extend(_writer_task(batch, path) for batch in batches)
-                self._file_tasks.setdefault(path, _writer_task(batches[0], path))
-                changed = True
-            self._skipped.extend(result.skipped)
-            changed = changed or bool(result.skipped) or (self._tails.get(path) != result.truncated_tail)
-            if result.truncated_tail is None:
-                self._tails.pop(path, None)
-            else:
-                self._tails[path] = result.truncated_tail
-            self._offsets[path] = result.end_offset
-            done += sizes[path] - offset
+            offset = state.offset
+            changed |= self._take(path, state, read_task_file(path, offset))
+            done += max(min(stat.st_size, MAX_TASK_FILE_BYTES) - offset, 0)
             if progress is not None:
                 progress(done, total)
-        manifest_mtime_ns = _mtime_ns(log_dir(self.path) / MANIFEST_NAME)
-        if self._run is None or changed or manifest_mtime_ns != self._manifest_mtime_ns:
-            self._manifest_mtime_ns = manifest_mtime_ns
-            self._run = self._build(files)
+        manifest_changed = self._refresh_manifest()
+        if changed:
+            self._frames = {kind: self._frame(kind) for kind in KINDS if any(self._batches(kind))}
+        run = self._build(list(stats), [item.sentence() for item in rejected])
+        if self._run is None or changed or manifest_changed or run.warnings != self._run.warnings:
+            self._run = run
         return self._run
 
-    def _build(self, files: list[Path]) -> LoadedRun:
-        frames = {kind: self._frame(kind) for kind in self._batches if kind in KINDS}
-        skipped = self._skipped + list(self._tails.values())
-        unknown = sorted(set(self._batches) - set(KINDS))
-        warnings = [item.sentence() for item in skipped]
-        warnings += [f"records of unknown kind {kind!r} ignored (written by a newer tfdiag?)" for kind in unknown]
-        sources = sorted(self._file_tasks.get(path) or _task_from_file_name(path) for path in files)
-        return LoadedRun(self.path, read_manifest(self.path), frames, skipped, warnings, sources)
+    def _offset(self, path: Path) -> int:
+        state = self._files.get(path)
+        return state.offset if state is not None else 0
+
+    def _take(self, path: Path, state: _TaskFile, result: ReadResult) -> bool:
+        """Adds a read's frames to ``state``, counting a frame seen before only once."""
+        for frame in result.frames:
+            first = self._seen.get(frame.digest)
+            if first is not None:
+                reason = f"duplicate of the frame at {first[0]} byte {first[1]}; counted once"
+                state.skipped.append(SkippedRecords(str(path), frame.offset, reason, frame.records, str(first[0])))
+                continue
+            self._seen[frame.digest] = (path, frame.offset)
+            state.digests.append(frame.digest)
+            source = frame.task or _task_from_file_name(path)
+            state.task = state.task or source
+            state.records.extend((frame.kind, batch, source) for batch in frame.batches)
+        state.skipped.extend(result.skipped)
+        pending = [item for item in (result.truncated_tail, result.unread) if item is not None]
+        changed = bool(result.frames or result.skipped) or pending != state.pending
+        state.pending = pending
+        state.offset = result.end_offset
+        return changed
+
+    def _forget(self, path: Path) -> None:
+        state = self._files.pop(path)
+        for digest in state.digests:
+            if self._seen.get(digest, (None,))[0] == path:
+                del self._seen[digest]
+
+    def _refresh_manifest(self) -> bool:
+        manifest_path = log_dir(self.path) / MANIFEST_NAME
+        stat = _stat(manifest_path)
+        key = None if stat is None else (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        if key == self._manifest_key and self._run is not None:
+            return False
+        self._manifest_key = key
+        self._manifest = load_manifest(self.path)
+        return True
+
+    def _batches(self, kind: str):
+        for state in self._files.values():
+            yield from ((batch, source) for name, batch, source in state.records if name == kind)
+
+    def _build(self, files: list[Path], rejected: list[str]) -> LoadedRun:
+        skipped = [item for state in self._files.values() for item in state.skipped + state.pending]
+        warnings = list(self._notes.values()) + rejected + self._manifest.warnings + _skip_warnings(skipped)
+        warnings += [f"{path}: no longer readable; the records read from it before are kept"
+                     for path in self._files if path not in files]
+        warnings += self._shared_writer_warnings()
+        sources = sorted({self._files[path].task or _task_from_file_name(path) for path in files
+                          if path in self._files})
+        return LoadedRun(self.path, self._manifest.manifest, dict(self._frames), skipped, warnings, sources)
+
+    def _shared_writer_warnings(self) -> list[str]:
+        files_of_task = defaultdict(list)
+        for path, state in sorted(self._files.items()):
+            for task in sorted({source for _, _, source in state.records}):
+                files_of_task[task].append(path.name)
+        return [f"{self.path}: frames written by {task} are in {len(names)} files ({', '.join(names)}): "
+                "a copied or renamed file?" for task, names in files_of_task.items() if len(names) > 1]
 
     def _frame(self, kind: str) -> pd.DataFrame:
         schema = KINDS[kind].arrow_schema()
         tables = []
-        for batch, source in zip(self._batches[kind], self._sources[kind]):
+        for batch, source in self._batches(kind):
             table = pa.Table.from_batches([batch])
             # Columns a newer writer added are dropped; columns an older writer lacks become null.
             columns = [
@@ -137,17 +218,34 @@ class RunLoader:
         return table.to_pandas()
 
 
-def _mtime_ns(path: Path) -> int | None:
+def _skip_warnings(skipped: list[SkippedRecords]) -> list[str]:
+    """A sentence per skip, at most ``MAX_LISTED_SKIPS_PER_FILE`` per file and a sum of the rest;
+    the duplicates of one file's frames in another are summed in one sentence."""
+    by_file: dict[str, list[SkippedRecords]] = defaultdict(list)
+    duplicates: dict[tuple[str, str], list[SkippedRecords]] = defaultdict(list)
+    for item in skipped:
+        if item.duplicate_of is None:
+            by_file[item.file].append(item)
+        else:
+            duplicates[(item.file, item.duplicate_of)].append(item)
+    warnings = []
+    for (file, first), items in duplicates.items():
+        records = sum(item.records for item in items)
+        warnings.append(f"{file}: skipped {records} records in {len(items)} frames from byte {items[0].offset}: "
+                        f"duplicates of frames of {first}; counted once")
+    for file, items in by_file.items():
+        warnings += [item.sentence() for item in items[:MAX_LISTED_SKIPS_PER_FILE]]
+        rest = items[MAX_LISTED_SKIPS_PER_FILE:]
+        if rest:
+            warnings.append(f"{file}: {len(rest)} more skips ({sum(item.records for item in rest)} records) not listed")
+    return warnings
+
+
+def _stat(path: Path) -> os.stat_result | None:
     try:
-        return path.stat().st_mtime_ns
-    except FileNotFoundError:
+        return path.stat()
+    except OSError:
         return None
-
-
-def _writer_task(batch: pa.RecordBatch, path: Path) -> str:
-    """The task that wrote a frame: from its metadata, else from the file name."""
-    task = (batch.schema.metadata or {}).get(b"task")
-    return task.decode() if task else _task_from_file_name(path)
 
 
 def _task_from_file_name(path: Path) -> str:

@@ -20,7 +20,7 @@ def shard_table(shard: pd.DataFrame) -> pd.DataFrame:
     for task, counters in latest.groupby("task", observed=True):
         per_file = counters[counters["file"] != ""]
         total = counters[counters["file"] == ""]
-        examples = int(total["examples"].iloc[0]) if not total.empty else int(per_file["examples"].sum())
+        examples = int(total["examples"].iloc[0]) if not total.empty else int(per_file["examples"].astype("float64").sum())  # float: cannot wrap
         policies = [str(p) for p in counters["policy"].dropna().unique() if str(p)]
         rows.append({
             "task": str(task),
@@ -35,5 +35,5 @@ def shard_table(shard: pd.DataFrame) -> pd.DataFrame:
 def shards_from_steps(workers: pd.DataFrame) -> pd.DataFrame:
     """A ``shard_table`` from the step records' examples, for runs without shard counters
     (Keras callbacks know each worker's batch, not what its pipeline read)."""
-    table = pd.DataFrame({"task": workers["task"], "examples": workers["examples"].astype("int64")})
+    table = pd.DataFrame({"task": workers["task"], "examples": workers["examples"]})
     return table.assign(files=[{} for _ in range(len(table))], policy=None, source="step records")

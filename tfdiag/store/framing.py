@@ -17,6 +17,11 @@ MAGIC = b"TFDG"
 FORMAT_VERSION = 1
 HEADER = struct.Struct("<4sBIII")
 
+# A frame holds the records of one kind that a task appended in half a second (the
+# writer's flush interval). 64 MiB is about a million rows of the widest kind, far more
+# than any collector appends in that time; a header claiming more is damaged.
+MAX_FRAME_BYTES = 64 << 20
+
 
 def encode_frame(batch: pa.RecordBatch) -> bytes:
     """Serialise one record batch as a frame."""
@@ -28,7 +33,15 @@ def encode_frame(batch: pa.RecordBatch) -> bytes:
     return header + payload
 
 
-def decode_payload(payload: bytes) -> pa.RecordBatch:
-    """The record batch inside a frame's payload (raises ``pa.ArrowInvalid`` if malformed)."""
+def decode_payload(payload: bytes) -> tuple[pa.Schema, list[pa.RecordBatch]]:
+    """The schema and every record batch of a frame's payload, each fully validated.
+
+    ``RecordBatch.validate(full=True)`` checks offsets, lengths and UTF-8 of every
+    column, so a damaged payload whose CRC was recomputed raises ``pa.ArrowInvalid``
+    here instead of crashing a compute kernel later.
+    """
     reader = pa.ipc.open_stream(pa.py_buffer(payload))
-    return reader.read_next_batch().replace_schema_metadata(reader.schema.metadata)
+    batches = list(reader)
+    for batch in batches:
+        batch.validate(full=True)
+    return reader.schema, batches

@@ -1,0 +1,123 @@
+"""What a decoded frame must be before analysis touches it.
+
+The reader has already checked the CRC and ``RecordBatch.validate(full=True)`` (so the
+Arrow structure is sound); this module checks the *meaning*: UTF-8 metadata naming a
+known record kind of a schema version this tfdiag reads, the kind's columns in order
+with their types (``tfdiag.events.KINDS``), as many rows as the frame header says, and
+int64 values in range. A frame that fails is rejected with a reason; rows with
+out-of-range values are dropped from an otherwise good frame and counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tfdiag.events import KINDS, SCHEMA_VERSION
+
+# Every int64 column of the log is a time since the epoch, a duration, a count or an
+# index, none of them negative. 2**62 ns is the year 2116 and 2**62 bytes 4 EiB: a
+# larger value is damage, and values below 2**62 keep the sum of two (the midpoint of a
+# probe's send and receive times, a time plus a clock offset) inside int64.
+MAX_INT_VALUE = (1 << 62) - 1
+# Tighter bounds where a larger value is absurd even for one record, so that int64 sums
+# over every row that fits in memory cannot wrap: a record covers at most 2**32
+# training steps (a closure runs tens) and 2**40 examples (a trillion).
+_COLUMN_BOUNDS = {"steps": 1 << 32, "examples": 1 << 40}
+
+
+class FrameRejected(ValueError):
+    """A decoded frame that cannot be used; the message is the reason."""
+
+
+@dataclass(frozen=True)
+class CheckedFrame:
+    """A frame's records after the checks: its kind, writing task and batches."""
+
+    kind: str
+    task: str | None
+    batches: list[pa.RecordBatch]
+    dropped_rows: int = 0
+    drop_reason: str | None = None
+
+
+def check_frame(schema: pa.Schema, batches: list[pa.RecordBatch], header_records: int) -> CheckedFrame:
+    """Checks one decoded frame; raises ``FrameRejected`` with the reason if it is unusable.
+
+    Example:
+        >>> checked = check_frame(schema, batches, header_records=10)  # doctest: +SKIP
+        >>> checked.kind, checked.dropped_rows  # doctest: +SKIP
+        ('step', 0)
+    """
+    metadata = _metadata(schema)
+    kind = metadata.get("kind")
+    if kind not in KINDS:
+        raise FrameRejected(f"unknown record kind {kind!r} (written by a newer tfdiag?)" if kind else "no record kind")
+    _check_schema_version(metadata.get("schema_version"))
+    if not batches:
+        raise FrameRejected("no record batch in the payload")
+    rows = sum(batch.num_rows for batch in batches)
+    if rows != header_records:
+        raise FrameRejected(f"the frame header says {header_records} records, the payload holds {rows}")
+    _check_columns(schema, kind)
+    checked = [_in_range(batch, kind) for batch in batches]
+    dropped = sum(count for _, count, _ in checked)
+    example = next((reason for _, count, reason in checked if count), None)
+    reason = f"{dropped} records with out-of-range values ({example})" if dropped else None
+    return CheckedFrame(kind, metadata.get("task"), [batch for batch, _, _ in checked], dropped, reason)
+
+
+def _metadata(schema: pa.Schema) -> dict[str, str]:
+    wanted = (b"kind", b"task", b"schema_version")
+    try:
+        return {key.decode(): value.decode() for key, value in (schema.metadata or {}).items() if key in wanted}
+    except UnicodeDecodeError:
+        raise FrameRejected("schema metadata is not UTF-8") from None
+
+
+def _check_schema_version(text: str | None) -> None:
+    if text is None:
+        return
+    try:
+        version = int(text)
+    except ValueError:
+        raise FrameRejected(f"unreadable schema_version {text[:40]!r}") from None
+    if version > SCHEMA_VERSION:
+        raise FrameRejected(f"schema version {version} is newer than this tfdiag's ({SCHEMA_VERSION}): "
+                            "its columns may mean something else")
+
+
+def _check_columns(schema: pa.Schema, kind: str) -> None:
+    """The kind's columns come first, in order and with their types (an older writer may lack
+    the last ones, a newer one may add more after them)."""
+    names = schema.names
+    if len(set(names)) != len(names):
+        raise FrameRejected("duplicate column names")
+    expected = KINDS[kind].arrow_schema()
+    if not names or names[0] != expected.names[0]:
+        raise FrameRejected(f"columns {names[:3]} are not those of {kind!r} records")
+    for field, wanted in zip(schema, expected):
+        if field.name != wanted.name:
+            raise FrameRejected(f"column {field.name!r} where {kind!r} records have {wanted.name!r}")
+        if field.type != wanted.type:
+            raise FrameRejected(f"column {wanted.name!r} is {field.type}, expected {wanted.type}")
+
+
+def _in_range(batch: pa.RecordBatch, kind: str) -> tuple[pa.RecordBatch, int, str | None]:
+    """The batch without rows whose int64 values lie outside [0, their bound]."""
+    bad = None
+    example = None
+    for name, type_name in KINDS[kind].columns:
+        if type_name != "int64" or name not in batch.schema.names:
+            continue
+        column = batch.column(name)
+        bound = _COLUMN_BOUNDS.get(name, MAX_INT_VALUE)
+        out = pc.fill_null(pc.or_(pc.less(column, 0), pc.greater(column, bound)), False)
+        if example is None and pc.any(out).as_py():
+            example = f"{name} = {column.filter(out)[0].as_py()}"
+        bad = out if bad is None else pc.or_(bad, out)
+    if example is None:
+        return batch, 0, None
+    return batch.filter(pc.invert(bad)), pc.sum(bad.cast(pa.int64())).as_py(), example
