@@ -20,7 +20,8 @@ import plotly.io
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from tfdiag.analysis.findings import FINDING_KINDS, Finding, Recommendation, Severity
+from tfdiag.analysis.detectors import FINDING_KINDS
+from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.result import Report
 from tfdiag.report import FORMATS, render, render_chrome_trace, render_html
 from tfdiag.report.compare import compare_reports, render_comparison

@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-from tfdiag.analysis.findings import FINDING_KINDS
+from tfdiag.analysis.detectors import FINDING_KINDS
 from tfdiag.sample_jobs.advice import TUNE_FOR_FINDING, tune_options, tune_options_for
 from tfdiag.sample_jobs.jobs import JOBS, JobConfig
 
