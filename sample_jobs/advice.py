@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from tfdiag.analysis.detectors.coordinator_bound import STEPS_PER_CLOSURE
 from tfdiag.sample_jobs.jobs import JobConfig, job_spec
 
 
@@ -31,6 +30,11 @@ def _communication(config: JobConfig, evidence: Mapping) -> tuple[str, ...]:
     return _double_batch(config, evidence) if "allreduce_ms_p50" in evidence else ("strategy=mwms",)
 
 
+def _steps_per_closure(config: JobConfig, evidence: Mapping) -> tuple[str, ...]:
+    steps = evidence.get("steps_per_closure")
+    return (f"steps_per_closure={steps}",) if isinstance(steps, int) else ()
+
+
 # Finding kind -> the --tune options of its recommendation, given the job's config and
 # the finding's evidence (the recommendation's parameters).
 TUNE_FOR_FINDING = {
@@ -38,7 +42,7 @@ TUNE_FOR_FINDING = {
     # MinSizePartitioner(max_shards=number of ps), as the recommendation writes it.
     "ps_hotspot": lambda config, evidence: (f"partitioner={config.ps}",),
     "shard_imbalance": lambda config, evidence: ("autoshard=data",),
-    "coordinator_bound": lambda config, evidence: (f"steps_per_closure={STEPS_PER_CLOSURE}",),
+    "coordinator_bound": _steps_per_closure,
     "compute_bound": lambda config, evidence: ("mixed_precision=on",),
     "gpu_underutilized": _double_batch,
     "communication_bound": _communication,

@@ -17,7 +17,6 @@ from tfdiag.sample_jobs.jobs import JOBS, JobConfig
     ("ps_hotspot", "ps_ctl", ("partitioner=3",)),
     ("shard_imbalance", "mwms_fit", ("autoshard=data",)),
     ("shard_imbalance", "ps_ctl", ()),  # ps_ctl has no auto-shard policy to set
-    ("coordinator_bound", "ps_ctl", ("steps_per_closure=10",)),
     ("compute_bound", "mirrored", ("mixed_precision=on",)),
     ("gpu_underutilized", "mirrored", ("batch=2048",)),
     ("straggler", "ps_ctl", ()),  # repair the host: no tuning
@@ -26,6 +25,14 @@ from tfdiag.sample_jobs.jobs import JOBS, JobConfig
 ])
 def test_tune_options(kind, job, expected):
     assert tune_options(kind, JobConfig(job, "/tmp/run", ps=3)) == expected
+
+
+def test_coordinator_bound_takes_its_parameter_from_the_evidence():
+    config = JobConfig("ps_ctl", "/tmp/run")
+    assert tune_options_for({"kind": "coordinator_bound", "evidence": {"steps_per_closure": 10}}, config) == (
+        "steps_per_closure=10",
+    )
+    assert tune_options_for({"kind": "coordinator_bound", "evidence": {}}, config) == ()
 
 
 def test_communication_bound_depends_on_what_the_evidence_measured():

@@ -50,6 +50,7 @@ def detect(measured: Measurements) -> list[Finding]:
                 "idle_frac": {row.task: round(float(idle[i]), 3) for i, row in enumerate(workers.itertuples())},
                 "closure_ms_median": round(float(workers["mean_ns"].median()) / 1e6, 2),
                 "period_ms_median": round(float(workers["period_ns"].median()) / 1e6, 2),
+                "steps_per_closure": STEPS_PER_CLOSURE,  # the change's parameter
             },
             recommendation=Recommendation(
                 action=f"Do more work per closure: run {STEPS_PER_CLOSURE} steps inside each scheduled tf.function.",
