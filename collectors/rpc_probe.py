@@ -25,9 +25,17 @@ moves ``payload_bytes`` from each remote task (a tensor filled there from its
 timestamp, so nothing can fold it into a constant); the analysis turns the extra time
 into bandwidth.
 
+Every probe function is traced and run once by :meth:`RpcProber.prepare`, which the
+instrumented coordinator calls before training schedules anything: the first run of a
+function registers its parts on the remote tasks, and registering functions on remote
+tasks while closures are in flight can block behind them. A link whose function could
+not be prepared is left out, with a note.
+
 A failing target (a dead ps) is recorded once as a ``note`` and then backed off
 exponentially, up to ``MAX_BACKOFF_S``; relayed probes skip a worker or ps whose direct
-probe failed. Nothing raises into training.
+probe failed. A probe that does not return within ``PROBE_TIMEOUT_S`` is abandoned to
+its own daemon thread and counts as a failure; its link is not probed again until that
+thread returns. Nothing raises into or waits on training.
 """
 
 from __future__ import annotations
@@ -36,7 +44,9 @@ import logging
 import threading
 import time
 
+from tfdiag.collectors.bounded import BoundedCalls, LateCallError
 from tfdiag.errors import InvalidOptionError
+from tfdiag.events import device_of
 
 logger = logging.getLogger("tfdiag")
 
@@ -53,40 +63,11 @@ FULL_PASSES = 3
 DEFAULT_PAYLOAD_EVERY = 10
 DEFAULT_PAYLOAD_BYTES = 1 << 20
 MAX_BACKOFF_S = 60.0
-
-
-def device_of(task: str) -> str:
-    """The CPU device of a task: ``device_of("ps:1") == "/job:ps/replica:0/task:1/device:CPU:0"``."""
-    job, _, index = task.partition(":")
-    return f"/job:{job}/replica:0/task:{int(index or 0)}/device:CPU:0"
-
-
-def task_of_device(device: str) -> str | None:
-    """The task of a device string: ``"/job:ps/replica:0/task:1/device:CPU:0"`` → ``"ps:1"``.
-
-    >>> task_of_device("/job:ps/replica:0/task:1/device:CPU:0")
-    'ps:1'
-    >>> task_of_device("/device:CPU:0") is None
-    True
-    """
-    job = index = None
-    for part in (device or "").split("/"):
-        key, _, value = part.partition(":")
-        if key == "job":
-            job = value
-        elif key == "task":
-            index = value
-    if not job:
-        return None
-    return f"{job}:{int(index or 0)}"
-
-
-def cluster_tasks(cluster: dict, jobs=("worker", "ps", "chief", "evaluator")) -> list[str]:
-    """Task names of ``cluster`` (``{job: [address, ...]}``) for ``jobs``, in that order."""
-    tasks = []
-    for job in jobs:
-        tasks.extend(f"{job}:{i}" for i in range(len(cluster.get(job) or ())))
-    return tasks
+# A probe that has not returned after this long is abandoned to its thread and its link
+# treated as down (a round trip takes milliseconds; a 1 MB payload, well under a second).
+PROBE_TIMEOUT_S = 5.0
+# ``prepare`` runs on the thread that instruments the coordinator: it never takes longer.
+PREPARE_BUDGET_S = 15.0
 
 
 def _tf():
@@ -283,6 +264,35 @@ class RpcProber(_ProberBase):
         self._backoff = {leg: _Backoff() for leg in self._legs}
         self._reached: set[str] = set()
         self._down: set[str] = set()
+        self._calls = BoundedCalls("tfdiag-probe")
+
+    def prepare(self, timeout_s: float = PROBE_TIMEOUT_S, budget_s: float = PREPARE_BUDGET_S) -> int:
+        """Traces and runs every probe function once, now; returns how many links are ready.
+
+        Call it before training schedules work (see the module docstring). It takes at
+        most ``budget_s``; a link whose probe fails, takes over ``timeout_s`` or is not
+        reached within the budget is left out, with a note.
+        """
+        payloads = (False, True) if self.payload_every and self.payload_elements else (False,)
+        deadline = time.monotonic() + budget_s
+        ready = []
+        for leg in self._legs:
+            try:
+                for payload in payloads:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise LateCallError(f"preparing the probes took over {budget_s:g} s")
+                    self._calls.call(leg, lambda leg=leg, payload=payload: self.probe(leg, payload),
+                                     min(timeout_s, remaining))
+            except Exception as error:  # noqa: BLE001 - a collector never breaks training
+                self._note_once(f"prepare:{leg}", f"tfdiag: RPC probe {leg[0] or self.src} -> {leg[1]} is off: its "
+                                f"probe could not be prepared ({type(error).__name__}: {str(error)[:300]})")
+                continue
+            ready.append(leg)
+        self.relays = [leg for leg in self.relays if leg in ready]
+        self.targets = [target for target in self.targets if (None, target) in ready]
+        self._legs = ready
+        return len(ready)
 
     def reachable(self, target: str) -> bool:
         """Whether the last probe of ``target`` succeeded."""
@@ -329,8 +339,8 @@ class RpcProber(_ProberBase):
         if relay is not None and {relay, target} & self._down:
             return  # its direct probe failed earlier in this round and is backing off
         try:
-            times = self.probe(leg, payload)
-        except Exception as error:  # noqa: BLE001 - a dead task must not stop the others
+            times = self._calls.call(leg, lambda: self.probe(leg, payload), PROBE_TIMEOUT_S)
+        except Exception as error:  # noqa: BLE001 - a dead or stuck task must not stop the others
             if relay is None:
                 self._reached.discard(target)
                 self._down.add(target)
