@@ -180,7 +180,7 @@ class TaskWriter:
 
     def _open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)  # read: to find a torn tail
         try:
             size = os.fstat(fd).st_size
             whole = _whole_frames_end(fd, size)
