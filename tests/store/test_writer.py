@@ -260,38 +260,41 @@ def test_a_full_buffer_drops_and_counts_new_records(tmp_path, monkeypatch):
 
 
 def test_many_writers_at_once_then_sigkill(tmp_path):
-    # Eight tasks append large records as fast as they can, each in its own process, and
-    # are killed together; every file stays readable up to its last whole frame.
+    # Eight tasks, each in its own process, append ~2000 records a second and are killed
+    # together, mid-write for some; every file stays readable up to its last whole frame,
+    # and each loses at most its last second of records.
     script = textwrap.dedent(
         """
-        import sys
+        import sys, time
         from tfdiag.store import TaskWriter
-        writer = TaskWriter(sys.argv[1], sys.argv[2], flush_interval_s=0.05)
+        writer = TaskWriter(sys.argv[1], sys.argv[2], flush_interval_s=0.1)
         step = 0
         while True:
             writer.append("step", task=writer.task, step=step, begin_ns=step, end_ns=step, input_wait_ns=0,
-                          examples=1, clock_task="x" * 2000)
+                          examples=1, clock_task="x" * 200)
             step += 1
+            if step % 20 == 0:
+                print(step, flush=True)
+                time.sleep(0.01)
         """
     )
-    tasks = [f"worker:{i}" for i in range(8)]
     folder = tmp_path / "plugins" / "tfdiag"
-    processes = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path), task]) for task in tasks]
+    processes = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path), f"worker:{i}"], stdout=subprocess.PIPE,
+                                  text=True) for i in range(8)]
     try:
         deadline = time.monotonic() + 60
-        waiting = set(range(8))
-        while waiting and time.monotonic() < deadline:  # until each file holds two whole frames
+        while time.monotonic() < deadline and len(list(folder.glob("*.tfdiag"))) < 8:
             time.sleep(0.1)
-            waiting = {i for i in waiting if not (folder / f"worker-{i}.tfdiag").exists()
-                       or len(read_task_file(folder / f"worker-{i}.tfdiag").batches["step"]) < 2}
+        time.sleep(1.0)
     finally:
         for process in processes:
             process.send_signal(signal.SIGKILL)
-        for process in processes:
-            process.wait(timeout=10)
-    for i in range(8):
+    for i, process in enumerate(processes):
+        process.wait(timeout=10)
+        appended = int(process.stdout.read().split()[-1])
         result = read_task_file(folder / f"worker-{i}.tfdiag")
         assert not result.skipped  # at most a torn last frame
         steps = [s for batch in result.batches["step"] for s in batch.column("step").to_pylist()]
-        # In order, each once; gaps where the buffer was full (appends outran the disk).
-        assert steps[0] == 0 and all(a < b for a, b in zip(steps, steps[1:]))
+        assert steps == list(range(len(steps))) and steps
+        # At most 2000 records a second: the last second's at most (the documented promise).
+        assert appended - len(steps) <= 2000
