@@ -150,10 +150,15 @@ def replace_cluster_coordinator(model, strategy, coordinator) -> None:
 
 # -- strategies ----------------------------------------------------------------------------
 def strategy_resolver(strategy):
-    """A strategy's cluster resolver: public on ParameterServerStrategy, private on others."""
+    """A strategy's cluster resolver, None when it has none.
+
+    The public ``strategy.cluster_resolver`` reads ``strategy.extended._cluster_resolver``,
+    which MultiWorkerMirroredStrategy sets; ParameterServerStrategy keeps its resolver in
+    ``strategy._cluster_resolver`` instead, and its public property returns None.
+    """
     resolver = getattr(strategy, "cluster_resolver", None)
     if resolver is None:
-        resolver = getattr(getattr(strategy, "extended", None), "_cluster_resolver", None)
+        resolver = getattr(strategy, "_cluster_resolver", None)
     return resolver
 
 
