@@ -167,7 +167,9 @@ class SystemSampler:
         last, self._last_cpu = self._last_cpu, (busy, total)
         if last is None or total <= last[1]:
             return math.nan
-        return 100.0 * max(0.0, busy - last[0]) / (total - last[1])
+        # iowait, counted as idle, can decrease (proc(5)): busy then seems to grow by more
+        # than the total, so the share is clamped to [0, 100].
+        return min(100.0, 100.0 * max(0.0, busy - last[0]) / (total - last[1]))
 
     def _sample_host(self) -> None:
         import psutil
