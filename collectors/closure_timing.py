@@ -177,7 +177,7 @@ def fetch_stats(remotes, calls: BoundedCalls, timeout_s: float, on_failure=None)
         handles = [stats_handle(remotes[p]) for p in positions]
 
         def copy(handles=handles, device=device):
-            with tf_internals.own_executor(), tf.device(device):
+            with tf.device(device):
                 return tf.stack(handles).numpy().tolist()
 
         try:

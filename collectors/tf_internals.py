@@ -17,7 +17,6 @@ turn the collector off when it cannot.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import sys
@@ -130,21 +129,6 @@ def on_result(remote, callback) -> None:
         return held._values  # noqa: SLF001 - nobody will read them here
 
     remote._copy_to_local = copy_to_local  # noqa: SLF001 - RemoteValueImpl's dispatch path calls it
-
-
-@contextlib.contextmanager
-def own_executor():
-    """Runs this thread's eager ops on an executor of their own, as ``ClusterCoordinator``
-    does for each worker's thread.
-
-    On the context's shared executor, an op waiting on a task that stopped answering
-    holds up every other thread's eager ops, the training's included (seen with a
-    worker under SIGSTOP: a read of a ps variable waited behind a copy from it).
-    """
-    from tensorflow.python.eager import context, executor  # noqa: PLC0415 - private, here only
-
-    with context.executor_scope(executor.new_executor(enable_async=False)):
-        yield
 
 
 # -- ClusterCoordinator under tf-keras model.fit -----------------------------------------
