@@ -298,3 +298,16 @@ def test_many_writers_at_once_then_sigkill(tmp_path):
         assert steps == list(range(len(steps))) and steps
         # At most 2000 records a second: the last second's at most (the documented promise).
         assert appended - len(steps) <= 2000
+
+
+def test_close_does_not_wait_on_a_hung_write_beyond_its_bound(tmp_path, caplog):
+    writer = TaskWriter(tmp_path, "worker:0", flush_interval_s=60)
+    _step(writer, 0)
+    writer._file_lock.acquire()  # what a write stuck on a hung filesystem holds
+    try:
+        started = time.monotonic()
+        writer.close(timeout_s=0.2)
+        assert time.monotonic() - started < 2
+    finally:
+        writer._file_lock.release()
+    assert writer.dropped_records == 1 and caplog.text.count("did not finish") == 1

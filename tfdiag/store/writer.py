@@ -26,6 +26,8 @@ RETRY_EVERY_S = 5.0
 # Records held in memory while the file cannot be written (or the flush thread lags);
 # beyond that, new records are dropped and counted. ~400 bytes each: ~20 MB.
 MAX_BUFFERED_RECORDS = 50_000
+# How long ``close`` waits for a write in progress (training's exit waits on it).
+CLOSE_TIMEOUT_S = 10.0
 
 
 class TaskWriter:
@@ -50,6 +52,8 @@ class TaskWriter:
       writer stops writing that file for good rather than append after a torn frame.
     * The file is deleted while the task runs: the next flush notices and writes a new
       file at the same path (recreating the folder), logged once.
+    * A write that hangs (a stuck network filesystem): ``close`` gives up after
+      ``CLOSE_TIMEOUT_S`` and drops what is buffered; training is never held longer.
     * The task is killed (SIGKILL): at most the last ``flush_interval_s`` of records is
       lost; a frame torn by the kill is cut off when a writer next opens the file.
 
@@ -118,22 +122,29 @@ class TaskWriter:
             if self._failing_since is not None:
                 self._resumed()
 
-    def close(self) -> None:
+    def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
         """Flushes (one last try if writes were failing), stops the thread, closes the file.
 
-        Safe to call twice.
+        Waits at most about ``timeout_s`` for a write in progress (a hung network
+        filesystem): past that, what is buffered is dropped and the file left to the
+        stuck thread. Safe to call twice.
         """
         if self._closed.is_set():
             return
         self._closed.set()
-        self._thread.join()
-        self.flush(retry_now=True)
+        atexit.unregister(self.close)
+        self._thread.join(timeout_s)
+        if self._file_lock.acquire(timeout=timeout_s):
+            self._file_lock.release()
+            self.flush(retry_now=True)
+            with self._file_lock:
+                self._close_fd()
+        else:
+            logger.warning("tfdiag: writing %s did not finish within %g s; %d buffered records of %s are dropped.",
+                           self.path, timeout_s, self._buffered, self.task)
         with self._lock:
             self.dropped_records += self._buffered  # what the last try could not write
             self._pending, self._buffered = defaultdict(list), 0
-        with self._file_lock:
-            self._close_fd()
-        atexit.unregister(self.close)
 
     # -- internals -------------------------------------------------------------------
     def _run(self) -> None:
