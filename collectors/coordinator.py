@@ -30,6 +30,10 @@ thread and off the training thread:
 * cumulative ``shard`` records per worker (examples its closures consumed), every
   ``SHARD_EVERY_S``;
 * and, when ``variables`` is given (or ``record_placement`` is called), ``placement``.
+
+(Over 400 lines: the wrapper, its result thread and the start and stop of its side
+collectors share one closure bookkeeping and one shutdown; in-graph timing and every
+access to TensorFlow's private state live in ``closure_timing`` and ``tf_internals``.)
 """
 
 from __future__ import annotations
@@ -191,7 +195,12 @@ class InstrumentedCoordinator:
         return record_placement(variables, writer=self._writer)
 
     def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
-        """Waits (up to ``timeout_s``) for closures in flight, writes their records, closes the file."""
+        """Waits (up to ``timeout_s``) for closures in flight, writes their records, closes the file.
+
+        Never waits on a task that stopped answering beyond the collectors' own bounds:
+        ``FETCH_TIMEOUT_S`` per worker for the last timings, the probe's
+        ``PROBE_TIMEOUT_S``, and the writer's ``CLOSE_TIMEOUT_S``.
+        """
         with self._cv:
             if self._closing:
                 return
@@ -209,6 +218,11 @@ class InstrumentedCoordinator:
             self._faults.uninstall()
         writers.release(self._writer)
         atexit.unregister(self.close)
+
+    @property
+    def abandoned_fetches(self) -> int:
+        """Copies of timings from a worker that did not return within ``FETCH_TIMEOUT_S``."""
+        return self._fetches.abandoned
 
     @property
     def collectors(self) -> dict:

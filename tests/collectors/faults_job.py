@@ -69,6 +69,6 @@ if mode == "stop":
 started = time.monotonic()
 coordinator.close()
 outcome.update(close_s=time.monotonic() - started, closures_recorded=coordinator.closures_recorded,
-               abandoned_fetches=coordinator._fetches.abandoned)
+               abandoned_fetches=coordinator.abandoned_fetches)
 print(json.dumps(outcome), flush=True)
 os._exit(0)  # a stopped worker can hold TensorFlow's own shutdown; the test stops the cluster
