@@ -1,7 +1,8 @@
 """Run by test_faults.py in its own process: the chief of a 1 ps + 2 worker cluster, with
 every collector on, while worker:1 dies (``kill``) or stops answering (``stop``).
 
-Usage: python faults_job.py LOGDIR kill|stop  (TF_CONFIG names this process chief:0)
+Usage: python faults_job.py LOGDIR kill|stop [PROBE_INTERVAL_S]  (TF_CONFIG names this process chief:0;
+       a PROBE_INTERVAL_S of 0 turns the RPC probe off; default 0.05)
 
 ``kill``: 10 steps, SIGKILL to worker:1, 20 more steps (the coordinator moves them to
 worker:0), close. ``stop``: 20 steps, SIGSTOP to worker:1 before the result thread has
@@ -23,6 +24,7 @@ from tfdiag.collectors import instrument_coordinator
 from tfdiag.sample_jobs.task import wait_for_cluster
 
 logdir, mode = sys.argv[1], sys.argv[2]
+probe_interval_s = float(sys.argv[3]) if len(sys.argv) > 3 else 0.05
 coordinator_module.FETCH_EVERY_S = 60.0  # after the first round: timings are read at close only
 coordinator_module.FETCH_TIMEOUT_S = 3.0
 resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
@@ -30,7 +32,7 @@ cluster = resolver.cluster_spec().as_dict()
 wait_for_cluster(cluster, "chief:0")
 strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
 coordinator = instrument_coordinator(tf.distribute.coordinator.ClusterCoordinator(strategy), logdir,
-                                     probe_interval_s=0.05, system_interval_s=0.5)
+                                     probe_interval_s=probe_interval_s or None, system_interval_s=0.5)
 with strategy.scope():
     total = tf.Variable(0.0)
 
