@@ -44,7 +44,7 @@ import logging
 import threading
 import time
 
-from tfdiag.collectors.bounded import BoundedCalls, LateCallError
+from tfdiag.collectors.bounded import BoundedCalls
 from tfdiag.errors import InvalidOptionError
 from tfdiag.events import device_of
 
@@ -276,14 +276,17 @@ class RpcProber(_ProberBase):
         payloads = (False, True) if self.payload_every and self.payload_elements else (False,)
         deadline = time.monotonic() + budget_s
         ready = []
-        for leg in self._legs:
+        for position, leg in enumerate(self._legs):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                late = ", ".join(f"{relay or self.src} -> {target}" for relay, target in self._legs[position:])
+                self._note_once("prepare", f"tfdiag: RPC probes {late} are off: preparing the probes took over "
+                                f"{budget_s:g} s")
+                break
             try:
                 for payload in payloads:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        raise LateCallError(f"preparing the probes took over {budget_s:g} s")
                     self._calls.call(leg, lambda leg=leg, payload=payload: self.probe(leg, payload),
-                                     min(timeout_s, remaining))
+                                     min(timeout_s, max(deadline - time.monotonic(), 0.0)))
             except Exception as error:  # noqa: BLE001 - a collector never breaks training
                 self._note_once(f"prepare:{leg}", f"tfdiag: RPC probe {leg[0] or self.src} -> {leg[1]} is off: its "
                                 f"probe could not be prepared ({type(error).__name__}: {str(error)[:300]})")

@@ -168,6 +168,9 @@ def test_prepare_stays_within_its_budget(monkeypatch):
         started = time.monotonic()
         assert prober.prepare(timeout_s=10.0, budget_s=0.2) == 0
         assert time.monotonic() - started < 1.0
-        assert prober.targets == [] and len(writer.records["note"]) == 3
+        assert prober.targets == []
+        # ps:0 timed out on its own (one note); the budget was then spent: one note for the rest.
+        notes = [n["message"] for n in writer.records["note"]]
+        assert len(notes) == 2 and "ps:1, chief:0 -> ps:2 are off" in notes[1]
     finally:
         release.set()
