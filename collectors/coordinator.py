@@ -245,9 +245,9 @@ class InstrumentedCoordinator:
             workers = cluster_tasks(cluster, jobs=("worker",))
             relays = [(w, ps) for w in workers for ps in ps_tasks] if probe_workers else []
             faults = self._faults
-            starters.append(("rpc", lambda: self._prepared(RpcProber(
-                self._writer, self.task, targets, probe_interval_s, relays=relays,
-                paused=(faults.recovering if faults else None)))))
+            starters.append(("rpc", lambda: RpcProber(self._writer, self.task, targets, probe_interval_s,
+                                                      relays=relays, paused=(faults.recovering if faults else None),
+                                                      prepare_first=True)))
         for name, make in starters:
             try:
                 collector = make()
@@ -262,13 +262,6 @@ class InstrumentedCoordinator:
         # coordinator creates per-worker resources and traces the first closures, a probe
         # from another thread once hung the warm-up join (slow-ps run).
         self._probes_started = False
-
-    @staticmethod
-    def _prepared(prober: RpcProber) -> RpcProber:
-        """``prober`` with its probe functions registered on the cluster, here, before any
-        closure is scheduled (registering them mid-run can block behind closures in flight)."""
-        prober.prepare()
-        return prober
 
     def _start_probes(self) -> None:
         self._probes_started = True

@@ -25,11 +25,17 @@ moves ``payload_bytes`` from each remote task (a tensor filled there from its
 timestamp, so nothing can fold it into a constant); the analysis turns the extra time
 into bandwidth.
 
-Every probe function is traced and run once by :meth:`RpcProber.prepare`, which the
-instrumented coordinator calls before training schedules anything: the first run of a
-function registers its parts on the remote tasks, and registering functions on remote
-tasks while closures are in flight can block behind them. A link whose function could
-not be prepared is left out, with a note.
+Every probe function (with and without the payload) is traced and run once by
+:meth:`RpcProber.prepare`, in one go at the start (``prepare_first``), within a time
+budget: the first run of a function registers its parts on the remote tasks, and
+registering functions on remote tasks while closures are in flight can block behind
+them, so no probe registers anything later in the run. A link whose function could not
+be prepared is left out, with a note. (Not earlier, before the coordinator's first
+closure: with the functions registered that early, a worker killed later often made
+ClusterCoordinator give up the run, ``tests/collectors/test_faults.py``.) A task that
+stops answering (SIGSTOP) while the functions are being registered, in the first
+seconds of the probe, can freeze the process: TensorFlow registers them with every
+task before it returns.
 
 A failing target (a dead ps) is recorded once as a ``note`` and then backed off
 exponentially, up to ``MAX_BACKOFF_S``; relayed probes skip a worker or ps whose direct
@@ -147,6 +153,7 @@ class _ProberBase:
     """A daemon thread that calls ``_probe_once`` every ``interval_s`` until stopped."""
 
     thread_name = "tfdiag-rpc-probe"
+    prepare_first = False
 
     def __init__(self, writer, src: str, interval_s: float = DEFAULT_INTERVAL_S,
                  payload_every: int = DEFAULT_PAYLOAD_EVERY, payload_bytes: int = DEFAULT_PAYLOAD_BYTES):
@@ -179,6 +186,8 @@ class _ProberBase:
     def _run(self) -> None:
         # The first round runs at once: the coordinator starts the probe only once its
         # first closure has come back, after the training's set-up.
+        if self.prepare_first:
+            self.prepare()
         while not self._stop.is_set():
             pause_s = self.interval_s
             try:
@@ -237,6 +246,7 @@ class RpcProber(_ProberBase):
         relays: ``(worker, ps)`` pairs to probe from the worker (see the module docstring).
         paused: a callable; while it returns true no round runs.
         legs_per_round: how many targets and relays one round probes.
+        prepare_first: the thread calls :meth:`prepare` before its first round.
 
     Example:
         >>> prober = RpcProber(writer, "chief:0", ["ps:0", "worker:0"]).start()  # doctest: +SKIP
@@ -245,8 +255,10 @@ class RpcProber(_ProberBase):
 
     def __init__(self, writer, src: str, targets, interval_s: float = DEFAULT_INTERVAL_S,
                  payload_every: int = DEFAULT_PAYLOAD_EVERY, payload_bytes: int = DEFAULT_PAYLOAD_BYTES,
-                 relays=(), paused=None, legs_per_round: int = DEFAULT_LEGS_PER_ROUND):
+                 relays=(), paused=None, legs_per_round: int = DEFAULT_LEGS_PER_ROUND, prepare_first: bool = False):
         super().__init__(writer, src, interval_s, payload_every, payload_bytes)
+        self.prepare_first = prepare_first
+        self.prepared = threading.Event()  # set once prepare() has run
         if legs_per_round < 1:
             raise InvalidOptionError(f"Invalid value for argument `legs_per_round`. Expected >= 1. "
                                      f"Received: {legs_per_round!r}")
@@ -269,9 +281,8 @@ class RpcProber(_ProberBase):
     def prepare(self, timeout_s: float = PROBE_TIMEOUT_S, budget_s: float = PREPARE_BUDGET_S) -> int:
         """Traces and runs every probe function once, now; returns how many links are ready.
 
-        Call it before training schedules work (see the module docstring). It takes at
-        most ``budget_s``; a link whose probe fails, takes over ``timeout_s`` or is not
-        reached within the budget is left out, with a note.
+        It takes at most ``budget_s``; a link whose probe fails, takes over ``timeout_s``
+        or is not reached within the budget is left out, with a note.
         """
         payloads = (False, True) if self.payload_every and self.payload_elements else (False,)
         deadline = time.monotonic() + budget_s
@@ -295,6 +306,7 @@ class RpcProber(_ProberBase):
         self.relays = [leg for leg in self.relays if leg in ready]
         self.targets = [target for target in self.targets if (None, target) in ready]
         self._legs = ready
+        self.prepared.set()
         return len(ready)
 
     def reachable(self, target: str) -> bool:

@@ -110,13 +110,10 @@ def test_a_killed_worker_leaves_training_and_the_log_whole(tmp_path):
     assert faults.count(("failure", "worker:1")) == 1
 
 
-# Measured on TF 2.21, 2 shared cores: with the probe on, the coordinator gives up on the
-# run (a closure on the dying worker fails with "CancelledError: RemoteExecuteNode::RunAsync",
-# which ClusterCoordinator does not take for a worker failure) in 6 of 8 runs at a 0.05 s
-# probe interval, 2 of 8 at the default 1 s, 4 of 8 with direct probes only; 0 of 8 with
-# the probe off.
-@pytest.mark.xfail(reason="an RPC probe running while a worker dies can make ClusterCoordinator give up the run",
-                   strict=False)
+# With the probe functions registered before the first closure (on the training thread),
+# this failed in 3 to 6 of 8 runs: a closure on the dying worker ended in "CancelledError:
+# RemoteExecuteNode::RunAsync", which ClusterCoordinator does not take for a worker
+# failure, and it gave up the run. The probe now registers them once the first closure is back.
 @pytest.mark.cluster
 def test_a_worker_killed_while_probed_leaves_training_and_the_log_whole(tmp_path):
     outcome = _killed_worker_run(tmp_path, 0.05)
