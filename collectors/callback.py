@@ -13,7 +13,7 @@ import logging
 import sys
 import time
 
-from tfdiag.collectors import identity, writers
+from tfdiag.collectors import identity, tf_internals, writers
 from tfdiag.collectors.arguments import check_count, check_logdir
 from tfdiag.collectors.placement import record_placement
 from tfdiag.collectors.system import SystemSampler
@@ -36,8 +36,8 @@ def _is_multi_worker(strategy) -> bool:
     name = type(strategy).__name__ if strategy is not None else ""
     if "CollectiveAllReduce" not in name and "MultiWorkerMirrored" not in name:
         return False
-    extended = getattr(strategy, "extended", None)
-    return bool(getattr(extended, "_num_workers", 2) > 1)
+    workers = tf_internals.strategy_worker_count(strategy)
+    return workers is None or workers > 1
 
 
 def _is_parameter_server(strategy) -> bool:
@@ -104,8 +104,6 @@ class DiagnosticsCallback(_KerasCallback):
     # tf-keras: pass logs through untouched (we never read them), which also keeps
     # ParameterServerStrategy's "no batch-level callbacks" check from rejecting us.
     _supports_tf_logs = True
-    # Under ParameterServerStrategy the callback instruments the strategy's coordinator.
-    handles_coordinator = True
 
     def __init__(self, logdir, examples_per_step: int | None = None, *, system_interval_s: float | None = 1.0,
                  allreduce_every: int = DEFAULT_ALLREDUCE_EVERY, allreduce_bytes: int = DEFAULT_ALLREDUCE_BYTES):
@@ -159,6 +157,7 @@ class DiagnosticsCallback(_KerasCallback):
     def on_train_begin(self, logs=None):
         self._reset()
         self._failed = False
+        tf_internals.check_tf_version()
         try:
             strategy = self._strategy()
             self.task = identity.resolve_task(strategy)
@@ -219,26 +218,23 @@ class DiagnosticsCallback(_KerasCallback):
     def _instrument_coordinator(self, strategy) -> None:
         """Swaps the strategy's (and the model's) coordinator for an instrumented one.
 
-        tf-keras schedules every train closure through ``model._cluster_coordinator``,
-        looked up at each call, and ``ClusterCoordinator`` is one object per strategy
-        (``strategy._cluster_coordinator``); both are private, so anything unexpected
+        Both are private (``tf_internals.cluster_coordinator_of``), so anything unexpected
         leaves training as it was and only turns this collector off.
         """
         from tfdiag.collectors.coordinator import instrument_coordinator
 
-        model = getattr(self, "_model", None) or getattr(self, "model", None)
-        coordinator = getattr(model, "_cluster_coordinator", None) or getattr(strategy, "_cluster_coordinator", None)
+        model = tf_internals.callback_model(self)
+        coordinator = tf_internals.cluster_coordinator_of(model, strategy)
         if coordinator is None:
             logger.warning("tfdiag: no ClusterCoordinator found under ParameterServerStrategy; no step records.")
             return
         self._coordinator = instrument_coordinator(coordinator, self.logdir, examples_per_step=self.examples_per_step,
                                                    system_interval_s=self.system_interval_s, variables=model)
-        model._cluster_coordinator = self._coordinator  # noqa: SLF001 - see the docstring
-        strategy._cluster_coordinator = self._coordinator  # noqa: SLF001
+        tf_internals.replace_cluster_coordinator(model, strategy, self._coordinator)
 
     # -- side collectors -------------------------------------------------------------
     def _start_side_collectors(self, strategy) -> None:
-        model = getattr(self, "_model", None) or getattr(self, "model", None)
+        model = tf_internals.callback_model(self)
         if model is not None:
             record_placement(model, writer=self._writer)
         if self.system_interval_s and self._sampler is None:
@@ -272,7 +268,7 @@ class DiagnosticsCallback(_KerasCallback):
         return self._step
 
     def _strategy(self):
-        model = getattr(self, "_model", None) or getattr(self, "model", None)
+        model = tf_internals.callback_model(self)
         strategy = getattr(model, "distribute_strategy", None)  # tf-keras
         if strategy is None and "tensorflow" in sys.modules:
             tf = sys.modules["tensorflow"]

@@ -2,24 +2,21 @@
 
 A ``ClusterCoordinator`` runs each scheduled function (a *closure*) on one worker. The
 instrumented coordinator schedules, instead of the user's ``fn``, a ``tf.function`` that
-calls ``fn`` and also returns, measured in-graph on the worker:
-
-* ``begin``/``end``: ``tf.timestamp()`` at the start and the end of the closure (on the
-  worker's clock; ``end`` has control dependencies on every output of ``fn``);
-* ``wait``: the time spent in ``next()`` on the per-worker iterators passed as arguments
-  (each ``next`` is bracketed by ``tf.timestamp()`` with control dependencies on the
-  element), and ``examples``: the leading dimension of the first component of each
-  element.
+calls ``fn`` and also returns its begin and end time, input wait and examples, measured
+in-graph on the worker (``closure_timing``). The caller gets back a RemoteValue of
+``fn``'s own outputs.
 
 The worker that ran a closure is the device its outputs stay on until they are fetched
 (asking in-graph, with ``experimental_get_current_worker_index()``, would feed the
-index to every call as an extra input). The caller gets back a RemoteValue of ``fn``'s
-own outputs. The coordinator's dispatch thread notes when each closure's result comes
-in; a background thread wakes every ``FETCH_EVERY_S``, copies the timings of the
-closures finished since from each worker at once, and writes one ``step`` record (task
-and clock ``worker:<index>``) and one ``closure`` record (dispatch and result time on
-the coordinator's clock) per closure into the coordinator's task file. A failed closure
-is recorded with ``ok=False`` and its error message.
+index to every call as an extra input). The coordinator's dispatch thread notes when
+each closure's result comes in; a background thread (the *result thread*) wakes every
+``FETCH_EVERY_S``, copies the timings of the closures finished since from each worker
+at once, and writes one ``step`` record (task and clock ``worker:<index>``) and one
+``closure`` record (dispatch and result time on the coordinator's clock) per closure
+into the coordinator's task file. A failed closure is recorded with ``ok=False`` and
+its error message. A worker that does not hand back the timings within
+``FETCH_TIMEOUT_S`` is left to a daemon thread: its closures keep their ``closure``
+records, lose their ``step`` records, and the loss is logged and noted once per worker.
 
 Besides steps and closures the instrumented coordinator runs, each on its own daemon
 thread and off the training thread:
@@ -33,6 +30,10 @@ thread and off the training thread:
 * cumulative ``shard`` records per worker (examples its closures consumed), every
   ``SHARD_EVERY_S``;
 * and, when ``variables`` is given (or ``record_placement`` is called), ``placement``.
+
+(Over 400 lines: the wrapper, its result thread and the start and stop of its side
+collectors share one closure bookkeeping and one shutdown; in-graph timing and every
+access to TensorFlow's private state live in ``closure_timing`` and ``tf_internals``.)
 """
 
 from __future__ import annotations
@@ -45,11 +46,13 @@ import threading
 import time
 import weakref
 
-from tfdiag.collectors import identity, writers
+from tfdiag.collectors import closure_timing, identity, tf_internals, writers
+from tfdiag.collectors.bounded import BoundedCalls
 from tfdiag.collectors.faults import FaultCapture
 from tfdiag.collectors.placement import record_placement
-from tfdiag.collectors.rpc_probe import DEFAULT_INTERVAL_S, RpcProber, cluster_tasks, task_of_device
+from tfdiag.collectors.rpc_probe import DEFAULT_INTERVAL_S, RpcProber
 from tfdiag.collectors.system import SystemSampler
+from tfdiag.events import cluster_tasks, task_of_device
 
 logger = logging.getLogger("tfdiag")
 
@@ -64,218 +67,38 @@ FETCH_EVERY_S = 1.0
 POLL_S = 0.05
 # How long ``close()`` waits for closures still in flight before dropping their records.
 CLOSE_TIMEOUT_S = 30.0
+# How long the result thread waits for one worker's timings: a step record is worth
+# little next to a result thread free to record the other workers' closures.
+FETCH_TIMEOUT_S = 10.0
 MAX_ERROR_CHARS = 2000
 # Cumulative per-worker example counts (``shard`` records) are written this often.
 SHARD_EVERY_S = 1.0
-
-
-def _tf():
-    import tensorflow as tf  # lazy: the caller has TensorFlow loaded already
-
-    return tf
-
-
-class _ClosureTiming:
-    """Trace-time accumulator of the ``next()`` timings of one closure's graph."""
-
-    def __init__(self):
-        self.waits = []
-        self.examples = []
-
-    def timed_next(self, get_next):
-        tf = _tf()
-        start = tf.timestamp()
-        with tf.control_dependencies([start]):
-            element = get_next()
-        tensors = [t for t in tf.nest.flatten(element, expand_composites=True) if isinstance(t, tf.Tensor)]
-        with tf.control_dependencies(tensors):
-            stop = tf.timestamp()
-        self.waits.append(stop - start)
-        if tensors and tensors[0].shape.rank:
-            self.examples.append(tf.cast(tf.shape(tensors[0], out_type=tf.int64)[0], tf.int64))
-        else:
-            self.examples.append(tf.constant(1, tf.int64))
-        return element
-
-
-class _TimedIterator:
-    """Stands in for a per-worker iterator inside the traced closure; times ``next()``."""
-
-    def __init__(self, iterator, timing: _ClosureTiming):
-        self._iterator = iterator
-        self._timing = timing
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        return self._timing.timed_next(lambda: next(self._iterator))
-
-    def get_next(self):
-        return self._timing.timed_next(self._iterator.get_next)
-
-    def __getattr__(self, name):  # element_spec, get_next_as_optional, ...
-        return getattr(self._iterator, name)
-
-
-def _is_iterator(value) -> bool:
-    tf = _tf()
-    return isinstance(value, (tf.data.Iterator, tf.distribute.DistributedIterator))
-
-
-def _instrument(fn):
-    """A ``tf.function`` returning ``(fn's outputs, timings)``."""
-    tf = _tf()
-    python_fn = getattr(fn, "python_function", fn)  # trace fn's body into our graph
-
-    def wrap(value, timing):
-        return _TimedIterator(value, timing) if _is_iterator(value) else value
-
-    @tf.function
-    def instrumented(*args, **kwargs):
-        timing = _ClosureTiming()
-        begin = tf.timestamp()
-        args = [wrap(a, timing) for a in args]
-        kwargs = {k: wrap(v, timing) for k, v in kwargs.items()}
-        with tf.control_dependencies([begin]):
-            outputs = python_fn(*args, **kwargs)
-        done = [t for t in tf.nest.flatten(outputs, expand_composites=True) if isinstance(t, tf.Tensor)]
-        with tf.control_dependencies(done + timing.waits):
-            end = tf.timestamp()
-        zero = tf.constant(0.0, tf.float64)
-        # One float64 vector, not five tensors: the coordinator copies every output of a
-        # closure back with its own RPC, which for five scalars more than doubled the
-        # per-closure cost of a small step.
-        stats = tf.stack(
-            [
-                begin,
-                end,
-                tf.add_n(timing.waits) if timing.waits else zero,
-                tf.cast(tf.add_n(timing.examples), tf.float64) if timing.examples else tf.constant(-1.0, tf.float64),
-                tf.constant(float(max(len(timing.waits), 1)), tf.float64),
-            ]
-        )
-        return outputs, stats
-
-    return instrumented
-
-
-_remote_value_class = None
-
-
-def _user_remote_value(remote):
-    """Wraps the RemoteValue of the instrumented closure as a RemoteValue of ``fn``."""
-    global _remote_value_class
-    if _remote_value_class is None:
-        base = _tf().distribute.experimental.coordinator.RemoteValue
-
-        class InstrumentedRemoteValue(base):
-            """The RemoteValue of the user's function (the timings stripped off)."""
-
-            def __init__(self, remote):
-                self._remote = remote
-
-            def fetch(self):
-                return self._remote.fetch()[0]
-
-            def get(self):
-                return self._remote.get()[0]
-
-            def __repr__(self):
-                return f"<InstrumentedRemoteValue of {self._remote!r}>"
-
-        _remote_value_class = InstrumentedRemoteValue
-    return _remote_value_class(remote)
 
 
 def _watch_result(remote, view, pending: "_Pending") -> None:
     """Stamps ``pending.result_ns`` when the closure's result comes in, and lets TensorFlow
     copy its outputs to the coordinator only while ``view`` lives.
 
-    When a closure succeeds, the coordinator's dispatch thread for that worker calls the
-    RemoteValue's ``_copy_to_local`` at once: the result time is read there, in the
-    dispatch thread, exactly. TensorFlow copies the outputs to the coordinator if
-    anything still holds the RemoteValue (so that they outlive the worker), and runs the
-    worker's next closure only after. The result thread holds every RemoteValue until
-    it has read the timings, which made that copy happen for every closure, of outputs
-    the caller had dropped: 2.2 ms of the coordinator's CPU per closure on ps_ctl, none
-    measurable without it (benchmarks/overhead_ab.py). With this, outputs are copied as
-    TensorFlow would for the caller's view alone; the result thread reads the other
-    timings from the workers in its batches (``_fetch_stats``).
+    The result time is read in the coordinator's dispatch thread, exactly, as the result
+    comes in (``tf_internals.on_result``). TensorFlow copies the outputs to the
+    coordinator there if anything still holds the RemoteValue, and runs the worker's next
+    closure only after. The result thread holds every RemoteValue until it has read the
+    timings, which made that copy happen for every closure, of outputs the caller had
+    dropped: 2.2 ms of the coordinator's CPU per closure on ps_ctl, none measurable
+    without it (benchmarks/overhead_ab.py). With this, outputs are copied as TensorFlow
+    would for the caller's view alone; the result thread reads the timings from the
+    workers in its batches (``closure_timing.fetch_stats``).
     """
-    # No cycle through remote (pending holds it): the RemoteValue goes as soon as it is recorded.
-    view_ref, remote_ref, pending_ref = weakref.ref(view), weakref.ref(remote), weakref.ref(pending)
+    # No reference to remote or pending (pending holds remote): each goes as soon as it is recorded.
+    view_ref, pending_ref = weakref.ref(view), weakref.ref(pending)
 
-    def copy_to_local():
+    def result_came_in() -> bool:
         watched = pending_ref()
         if watched is not None:
             watched.result_ns = time.time_ns()
-        held = remote_ref()
-        if view_ref() is not None:
-            return type(held)._copy_to_local(held)
-        return held._values  # noqa: SLF001 - nobody will read them here: they stay on the worker
+        return view_ref() is not None
 
-    remote._copy_to_local = copy_to_local  # noqa: SLF001 - RemoteValueImpl.get calls it
-
-
-# What the result thread reads of a RemoteValueImpl (TensorFlow 2.21); checked per closure.
-_REMOTE_VALUE_STATE = ("_status_available_event", "_status", "_error", "_values", "_has_fetched_to_local",
-                       "_fetched_tensors", "_copy_to_local")
-
-
-def _finished(remote) -> bool:
-    """Whether a closure's result (or its error) is in."""
-    return remote._status_available_event.is_set()  # noqa: SLF001 - see _REMOTE_VALUE_STATE
-
-
-def _closure_error(remote) -> BaseException | None:
-    """The error a finished closure ended with, None when it succeeded."""
-    if remote._error is not None:  # noqa: SLF001
-        return remote._error
-    if getattr(remote._status, "name", "") == "ABORTED":  # noqa: SLF001
-        return _tf().errors.CancelledError(None, None, "the closure was aborted (its worker failed)")
-    return None
-
-
-def _stats_handle(remote):
-    """The stats vector of a finished closure, still on the worker: ``(fn's outputs, stats)[1]``."""
-    return remote._values[1]  # noqa: SLF001
-
-
-def _copied_to_local(remote) -> bool:
-    """Whether TensorFlow copied the closure's outputs here (``_watch_result``
-    hands back the remote handles themselves when nobody holds the result)."""
-    return remote._has_fetched_to_local and remote._fetched_tensors is not remote._values  # noqa: SLF001
-
-
-def _fetch_stats(remotes) -> list[list[float] | None]:
-    """The stats vectors of finished closures: one op and one copy per worker.
-
-    Vectors TensorFlow already copied (the caller kept the result) are read here; the
-    others are stacked on their worker and copied at once. A worker that fails before
-    its vectors are read loses them (None), not its closures' records.
-    """
-    tf = _tf()
-    stats: list[list[float] | None] = [None] * len(remotes)
-    by_device = collections.defaultdict(list)
-    for position, remote in enumerate(remotes):
-        if _copied_to_local(remote):
-            stats[position] = remote._fetched_tensors[1].numpy().tolist()  # noqa: SLF001
-        else:
-            by_device[_stats_handle(remote).device].append(position)
-    for device, positions in by_device.items():
-        try:
-            with tf.device(device):
-                rows = tf.stack([_stats_handle(remotes[p]) for p in positions]).numpy().tolist()
-        except Exception as error:  # noqa: BLE001 - a worker gone since; its closures still count
-            logger.warning("tfdiag: cannot read the timings of %d closures from %s (%r).", len(positions), device, error)
-            continue
-        for position, row in zip(positions, rows):
-            stats[position] = row
-    return stats
-
-
-_STATS = ("begin", "end", "wait", "examples", "steps")  # the order of the stats vector
+    tf_internals.on_result(remote, result_came_in)
 
 
 class _Pending:
@@ -309,6 +132,7 @@ class InstrumentedCoordinator:
         self.logdir = logdir
         self.examples_per_step = examples_per_step
         strategy = getattr(coordinator, "strategy", None)
+        tf_internals.check_tf_version()
         self.task = task or identity.resolve_task(strategy, default="chief:0")
         identity.write_run_manifest(logdir, self.task, strategy)
         self._writer = writers.acquire(logdir, self.task)
@@ -318,6 +142,8 @@ class InstrumentedCoordinator:
         self._start_collectors(strategy, probe_interval_s, system_interval_s, capture_faults, probe_workers)
         if variables is not None:
             self.record_placement(variables)
+        self._fetches = BoundedCalls("tfdiag-timings")
+        self._unreadable_workers: set[str] = set()
         self._functions: dict[int, tuple] = {}
         self._ids = itertools.count()
         self._pending: collections.deque[_Pending] = collections.deque()
@@ -353,11 +179,11 @@ class InstrumentedCoordinator:
                 raise  # fn traced before: this is the coordinator reporting a failure
             return self._disable(error, fn, args, kwargs)
         self._mark_traced(fn)
-        if not all(hasattr(remote, name) for name in _REMOTE_VALUE_STATE):
+        if not tf_internals.has_remote_value_state(remote):
             logger.warning("tfdiag: this TensorFlow's RemoteValue hides its state; scheduling without step records.")
             self._disabled = True
-            return _user_remote_value(remote)
-        view = _user_remote_value(remote)
+            return closure_timing.user_remote_value(remote)
+        view = closure_timing.user_remote_value(remote)
         pending = _Pending(next(self._ids), dispatch_ns, remote)
         _watch_result(remote, view, pending)
         with self._cv:
@@ -369,7 +195,12 @@ class InstrumentedCoordinator:
         return record_placement(variables, writer=self._writer)
 
     def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
-        """Waits (up to ``timeout_s``) for closures in flight, writes their records, closes the file."""
+        """Waits (up to ``timeout_s``) for closures in flight, writes their records, closes the file.
+
+        Never waits on a task that stopped answering beyond the collectors' own bounds:
+        ``FETCH_TIMEOUT_S`` per worker for the last timings, the probe's
+        ``PROBE_TIMEOUT_S``, and the writer's ``CLOSE_TIMEOUT_S``.
+        """
         with self._cv:
             if self._closing:
                 return
@@ -387,6 +218,11 @@ class InstrumentedCoordinator:
             self._faults.uninstall()
         writers.release(self._writer)
         atexit.unregister(self.close)
+
+    @property
+    def abandoned_fetches(self) -> int:
+        """Copies of timings from a worker that did not return within ``FETCH_TIMEOUT_S``."""
+        return self._fetches.abandoned
 
     @property
     def collectors(self) -> dict:
@@ -410,8 +246,8 @@ class InstrumentedCoordinator:
             relays = [(w, ps) for w in workers for ps in ps_tasks] if probe_workers else []
             faults = self._faults
             starters.append(("rpc", lambda: RpcProber(self._writer, self.task, targets, probe_interval_s,
-                                                      relays=relays,
-                                                      paused=(faults.recovering if faults else None))))
+                                                      relays=relays, paused=(faults.recovering if faults else None),
+                                                      prepare_first=True)))
         for name, make in starters:
             try:
                 collector = make()
@@ -422,9 +258,9 @@ class InstrumentedCoordinator:
                 continue
             self._named[name] = collector
             self._background.append(collector)
-        # The probes start once the first closure has come back: while the coordinator
-        # creates per-worker resources and traces the first closures, a probe closure or
-        # remote function from another thread once hung the warm-up join (slow-ps run).
+        # The probe thread starts once the first closure has come back: while the
+        # coordinator creates per-worker resources and traces the first closures, a probe
+        # from another thread once hung the warm-up join (slow-ps run).
         self._probes_started = False
 
     def _start_probes(self) -> None:
@@ -449,7 +285,7 @@ class InstrumentedCoordinator:
     def _instrumented(self, fn):
         entry = self._functions.get(id(fn))
         if entry is None or entry[0] is not fn:
-            entry = [fn, _instrument(fn), False]
+            entry = [fn, closure_timing.instrument(fn), False]
             self._functions[id(fn)] = entry
         return entry[1]
 
@@ -495,8 +331,8 @@ class InstrumentedCoordinator:
         now_ns = time.time_ns()
         finished, in_flight = [], collections.deque()
         for item in self._pending:
-            if _finished(item.remote):
-                finished.append(_Finished(item, item.result_ns or now_ns, _closure_error(item.remote)))
+            if tf_internals.closure_finished(item.remote):
+                finished.append(_Finished(item, item.result_ns or now_ns, tf_internals.closure_error(item.remote)))
             else:
                 in_flight.append(item)
         self._pending = in_flight
@@ -506,7 +342,9 @@ class InstrumentedCoordinator:
         """Writes the ``step`` and ``closure`` records of finished closures."""
         try:
             succeeded = [f for f in finished if f.error is None]
-            stats = dict(zip((f.pending.closure_id for f in succeeded), _fetch_stats([f.pending.remote for f in succeeded])))
+            rows = closure_timing.fetch_stats([f.pending.remote for f in succeeded], self._fetches, FETCH_TIMEOUT_S,
+                                              on_failure=self._timings_lost)
+            stats = dict(zip((f.pending.closure_id for f in succeeded), rows))
         except Exception as error:  # noqa: BLE001 - never let bookkeeping die
             logger.warning("tfdiag: cannot read closure timings (%r).", error)
             stats = {}
@@ -515,9 +353,9 @@ class InstrumentedCoordinator:
                 worker = ""
                 row = stats.get(item.closure_id)
                 if error is None:
-                    worker = task_of_device(_stats_handle(item.remote).device) or ""
+                    worker = task_of_device(closure_timing.stats_handle(item.remote).device) or ""
                 if row is not None:
-                    self._write_step(item.closure_id, worker, dict(zip(_STATS, row)))
+                    self._write_step(item.closure_id, worker, dict(zip(closure_timing.STATS, row)))
                 self._writer.append(
                     "closure",
                     worker=worker,
@@ -530,6 +368,17 @@ class InstrumentedCoordinator:
                 self.closures_recorded += 1
             except Exception as exc:  # noqa: BLE001 - never let bookkeeping die
                 logger.warning("tfdiag: cannot record closure %d: %r", item.closure_id, exc)
+
+    def _timings_lost(self, device: str, closures: int, error: BaseException) -> None:
+        """Logs and notes, once per worker, that the timings of its closures could not be read."""
+        worker = task_of_device(device) or device
+        if worker in self._unreadable_workers:
+            return
+        self._unreadable_workers.add(worker)
+        message = (f"tfdiag: cannot read the timings of {closures} closures from {worker} ({error!r}); "
+                   f"their step records are skipped (reported once per worker)")
+        logger.warning("%s", message)
+        self._writer.append("note", task=self.task, time_ns=time.time_ns(), level="warning", message=message)
 
     def _write_step(self, closure_id: int, worker: str, stats: dict) -> None:
         examples = self.examples_per_step if self.examples_per_step is not None else int(stats["examples"])

@@ -22,7 +22,7 @@ import logging
 import re
 import time
 
-from tfdiag.collectors.rpc_probe import task_of_device
+from tfdiag.events import task_name, task_of_device
 
 logger = logging.getLogger("tfdiag")
 
@@ -33,8 +33,8 @@ MAX_MESSAGE_CHARS = 500
 _PATTERNS = (
     (re.compile(r"^Worker (\S+) failed with"), "failure", lambda m: task_of_device(m[1])),
     (re.compile(r"^Worker (\S+) has been recovered"), "recovery", lambda m: task_of_device(m[1])),
-    (re.compile(r"^\[Worker (\d+)\] Putting back a closure after it failed"), "retry", lambda m: f"worker:{m[1]}"),
-    (re.compile(r"^Parameter server failure detected at PS task (\d+)"), "failure", lambda m: f"ps:{m[1]}"),
+    (re.compile(r"^\[Worker (\d+)\] Putting back a closure after it failed"), "retry", lambda m: task_name("worker", int(m[1]))),
+    (re.compile(r"^Parameter server failure detected at PS task (\d+)"), "failure", lambda m: task_name("ps", int(m[1]))),
     (re.compile(r"^Remote function on worker (\S+) failed with"), "retry", lambda m: task_of_device(m[1])),
     (re.compile(r"^Cluster successfully recovered"), "recovery", lambda m: ""),
 )

@@ -28,7 +28,7 @@ import tensorflow as tf
 
 from tfdiag.collectors import identity, writers
 from tfdiag.collectors.arguments import check_count, check_logdir
-from tfdiag.collectors.rpc_probe import task_of_device
+from tfdiag.events import task_of_device
 from tfdiag.collectors.system import SystemSampler
 
 logger = logging.getLogger("tfdiag")

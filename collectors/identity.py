@@ -15,7 +15,8 @@ import os
 import sys
 
 from tfdiag import store
-from tfdiag.events import task_name
+from tfdiag.collectors.tf_internals import strategy_resolver
+from tfdiag.events import parse_task, task_name
 
 logger = logging.getLogger("tfdiag")
 
@@ -37,14 +38,6 @@ def tf_config(environ=None) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def _strategy_resolver(strategy):
-    resolver = getattr(strategy, "cluster_resolver", None)
-    if resolver is None:
-        extended = getattr(strategy, "extended", None)
-        resolver = getattr(extended, "_cluster_resolver", None)
-    return resolver
-
-
 def resolve_task(strategy=None, *, default: str = "worker:0", environ=None) -> str:
     """The task name of this process.
 
@@ -54,7 +47,7 @@ def resolve_task(strategy=None, *, default: str = "worker:0", environ=None) -> s
         >>> resolve_task(environ={})
         'worker:0'
     """
-    resolver = _strategy_resolver(strategy) if strategy is not None else None
+    resolver = strategy_resolver(strategy) if strategy is not None else None
     if resolver is not None:
         task_type = getattr(resolver, "task_type", None)
         task_id = getattr(resolver, "task_id", None)
@@ -68,7 +61,7 @@ def resolve_task(strategy=None, *, default: str = "worker:0", environ=None) -> s
 
 def resolve_cluster(strategy=None, *, environ=None) -> dict:
     """The cluster spec as ``{job: [address, ...]}``; ``{}`` for a single process."""
-    resolver = _strategy_resolver(strategy) if strategy is not None else None
+    resolver = strategy_resolver(strategy) if strategy is not None else None
     if resolver is not None:
         try:
             spec = resolver.cluster_spec()
@@ -85,12 +78,12 @@ def writes_manifest(task: str, cluster: dict) -> bool:
     """Whether ``task`` is the one task of ``cluster`` that writes the manifest."""
     if not cluster:
         return True
-    job, _, index = task.partition(":")
+    job, index = parse_task(task)
     if job in CHIEF_JOBS:
-        return index in ("", "0")
+        return index == 0
     if any(cluster.get(name) for name in CHIEF_JOBS):
         return False
-    return job == "worker" and index in ("", "0")
+    return job == "worker" and index == 0
 
 
 def write_run_manifest(logdir, task: str, strategy=None, **extra) -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 
-from tfdiag.collectors.rpc_probe import task_of_device
+from tfdiag.events import task_of_device
 
 logger = logging.getLogger("tfdiag")
 

@@ -25,9 +25,23 @@ moves ``payload_bytes`` from each remote task (a tensor filled there from its
 timestamp, so nothing can fold it into a constant); the analysis turns the extra time
 into bandwidth.
 
+Every probe function (with and without the payload) is traced and run once by
+:meth:`RpcProber.prepare`, in one go at the start (``prepare_first``), within a time
+budget: the first run of a function registers its parts on the remote tasks, and
+registering functions on remote tasks while closures are in flight can block behind
+them, so no probe registers anything later in the run. A link whose function could not
+be prepared is left out, with a note. (Not earlier, before the coordinator's first
+closure: with the functions registered that early, a worker killed later often made
+ClusterCoordinator give up the run, ``tests/collectors/test_faults.py``.) A task that
+stops answering (SIGSTOP) while the functions are being registered, in the first
+seconds of the probe, can freeze the process: TensorFlow registers them with every
+task before it returns.
+
 A failing target (a dead ps) is recorded once as a ``note`` and then backed off
 exponentially, up to ``MAX_BACKOFF_S``; relayed probes skip a worker or ps whose direct
-probe failed. Nothing raises into training.
+probe failed. A probe that does not return within ``PROBE_TIMEOUT_S`` is abandoned to
+its own daemon thread and counts as a failure; its link is not probed again until that
+thread returns. Nothing raises into or waits on training.
 """
 
 from __future__ import annotations
@@ -36,7 +50,9 @@ import logging
 import threading
 import time
 
+from tfdiag.collectors.bounded import BoundedCalls
 from tfdiag.errors import InvalidOptionError
+from tfdiag.events import device_of
 
 logger = logging.getLogger("tfdiag")
 
@@ -53,40 +69,11 @@ FULL_PASSES = 3
 DEFAULT_PAYLOAD_EVERY = 10
 DEFAULT_PAYLOAD_BYTES = 1 << 20
 MAX_BACKOFF_S = 60.0
-
-
-def device_of(task: str) -> str:
-    """The CPU device of a task: ``device_of("ps:1") == "/job:ps/replica:0/task:1/device:CPU:0"``."""
-    job, _, index = task.partition(":")
-    return f"/job:{job}/replica:0/task:{int(index or 0)}/device:CPU:0"
-
-
-def task_of_device(device: str) -> str | None:
-    """The task of a device string: ``"/job:ps/replica:0/task:1/device:CPU:0"`` → ``"ps:1"``.
-
-    >>> task_of_device("/job:ps/replica:0/task:1/device:CPU:0")
-    'ps:1'
-    >>> task_of_device("/device:CPU:0") is None
-    True
-    """
-    job = index = None
-    for part in (device or "").split("/"):
-        key, _, value = part.partition(":")
-        if key == "job":
-            job = value
-        elif key == "task":
-            index = value
-    if not job:
-        return None
-    return f"{job}:{int(index or 0)}"
-
-
-def cluster_tasks(cluster: dict, jobs=("worker", "ps", "chief", "evaluator")) -> list[str]:
-    """Task names of ``cluster`` (``{job: [address, ...]}``) for ``jobs``, in that order."""
-    tasks = []
-    for job in jobs:
-        tasks.extend(f"{job}:{i}" for i in range(len(cluster.get(job) or ())))
-    return tasks
+# A probe that has not returned after this long is abandoned to its thread and its link
+# treated as down (a round trip takes milliseconds; a 1 MB payload, well under a second).
+PROBE_TIMEOUT_S = 5.0
+# ``prepare`` runs on the thread that instruments the coordinator: it never takes longer.
+PREPARE_BUDGET_S = 15.0
 
 
 def _tf():
@@ -166,6 +153,7 @@ class _ProberBase:
     """A daemon thread that calls ``_probe_once`` every ``interval_s`` until stopped."""
 
     thread_name = "tfdiag-rpc-probe"
+    prepare_first = False
 
     def __init__(self, writer, src: str, interval_s: float = DEFAULT_INTERVAL_S,
                  payload_every: int = DEFAULT_PAYLOAD_EVERY, payload_bytes: int = DEFAULT_PAYLOAD_BYTES):
@@ -198,6 +186,8 @@ class _ProberBase:
     def _run(self) -> None:
         # The first round runs at once: the coordinator starts the probe only once its
         # first closure has come back, after the training's set-up.
+        if self.prepare_first:
+            self.prepare()
         while not self._stop.is_set():
             pause_s = self.interval_s
             try:
@@ -256,6 +246,7 @@ class RpcProber(_ProberBase):
         relays: ``(worker, ps)`` pairs to probe from the worker (see the module docstring).
         paused: a callable; while it returns true no round runs.
         legs_per_round: how many targets and relays one round probes.
+        prepare_first: the thread calls :meth:`prepare` before its first round.
 
     Example:
         >>> prober = RpcProber(writer, "chief:0", ["ps:0", "worker:0"]).start()  # doctest: +SKIP
@@ -264,8 +255,10 @@ class RpcProber(_ProberBase):
 
     def __init__(self, writer, src: str, targets, interval_s: float = DEFAULT_INTERVAL_S,
                  payload_every: int = DEFAULT_PAYLOAD_EVERY, payload_bytes: int = DEFAULT_PAYLOAD_BYTES,
-                 relays=(), paused=None, legs_per_round: int = DEFAULT_LEGS_PER_ROUND):
+                 relays=(), paused=None, legs_per_round: int = DEFAULT_LEGS_PER_ROUND, prepare_first: bool = False):
         super().__init__(writer, src, interval_s, payload_every, payload_bytes)
+        self.prepare_first = prepare_first
+        self.prepared = threading.Event()  # set once prepare() has run
         if legs_per_round < 1:
             raise InvalidOptionError(f"Invalid value for argument `legs_per_round`. Expected >= 1. "
                                      f"Received: {legs_per_round!r}")
@@ -283,6 +276,38 @@ class RpcProber(_ProberBase):
         self._backoff = {leg: _Backoff() for leg in self._legs}
         self._reached: set[str] = set()
         self._down: set[str] = set()
+        self._calls = BoundedCalls("tfdiag-probe")
+
+    def prepare(self, timeout_s: float = PROBE_TIMEOUT_S, budget_s: float = PREPARE_BUDGET_S) -> int:
+        """Traces and runs every probe function once, now; returns how many links are ready.
+
+        It takes at most ``budget_s``; a link whose probe fails, takes over ``timeout_s``
+        or is not reached within the budget is left out, with a note.
+        """
+        payloads = (False, True) if self.payload_every and self.payload_elements else (False,)
+        deadline = time.monotonic() + budget_s
+        ready = []
+        for position, leg in enumerate(self._legs):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                late = ", ".join(f"{relay or self.src} -> {target}" for relay, target in self._legs[position:])
+                self._note_once("prepare", f"tfdiag: RPC probes {late} are off: preparing the probes took over "
+                                f"{budget_s:g} s")
+                break
+            try:
+                for payload in payloads:
+                    self._calls.call(leg, lambda leg=leg, payload=payload: self.probe(leg, payload),
+                                     min(timeout_s, max(deadline - time.monotonic(), 0.0)))
+            except Exception as error:  # noqa: BLE001 - a collector never breaks training
+                self._note_once(f"prepare:{leg}", f"tfdiag: RPC probe {leg[0] or self.src} -> {leg[1]} is off: its "
+                                f"probe could not be prepared ({type(error).__name__}: {str(error)[:300]})")
+                continue
+            ready.append(leg)
+        self.relays = [leg for leg in self.relays if leg in ready]
+        self.targets = [target for target in self.targets if (None, target) in ready]
+        self._legs = ready
+        self.prepared.set()
+        return len(ready)
 
     def reachable(self, target: str) -> bool:
         """Whether the last probe of ``target`` succeeded."""
@@ -329,8 +354,8 @@ class RpcProber(_ProberBase):
         if relay is not None and {relay, target} & self._down:
             return  # its direct probe failed earlier in this round and is backing off
         try:
-            times = self.probe(leg, payload)
-        except Exception as error:  # noqa: BLE001 - a dead task must not stop the others
+            times = self._calls.call(leg, lambda: self.probe(leg, payload), PROBE_TIMEOUT_S)
+        except Exception as error:  # noqa: BLE001 - a dead or stuck task must not stop the others
             if relay is None:
                 self._reached.discard(target)
                 self._down.add(target)

@@ -12,7 +12,7 @@ Per file: count inside the function that reads one file, e.g.::
 
 Where the counter sits matters under MultiWorkerMirroredStrategy: DATA auto-sharding
 drops other workers' elements at the *end* of the pipeline, so a counter in the user's
-pipeline sees every element (TF-NOTES). Count after sharding (``policy`` OFF or FILE,
+pipeline sees every element. Count after sharding (``policy`` OFF or FILE,
 or a per-worker ``dataset.shard``), or use ``DiagnosticsCallback(examples_per_step=)``
 whose step records count what each worker trained on. Under ParameterServerStrategy the
 instrumented coordinator already writes per-worker ``shard`` records from its closures.

@@ -9,7 +9,9 @@ the process (and whose first call returns a meaningless 0.0).
 GPUs come from NVML (``pynvml``, package ``nvidia-ml-py``): utilization, memory, power
 and SM clock per device. No library, no driver or no GPU is recorded once as a
 ``note`` and the sampler carries on with the host. A field NVML cannot read on a
-device (power on some boards) is NaN. TensorFlow's own peak GPU memory
+device (power on some boards) is NaN; a device none of whose fields can be read any
+more (``NVMLError_GPUIsLost``, a driver unloaded) ends GPU sampling with one ``note``,
+as does any other error while sampling. TensorFlow's own peak GPU memory
 (``tf.config.experimental.get_memory_info``) goes into ``tf_mem_peak_bytes`` when
 TensorFlow is loaded and sees GPUs.
 """
@@ -44,6 +46,8 @@ class _Nvml:
             import pynvml
         except ImportError as error:
             return None, f"nvidia-ml-py is not installed ({error})"
+        except Exception as error:  # noqa: BLE001 - a broken installation
+            return None, f"nvidia-ml-py cannot be imported ({type(error).__name__}: {error})"
         try:
             pynvml.nvmlInit()
             count = pynvml.nvmlDeviceGetCount()
@@ -55,22 +59,29 @@ class _Nvml:
         return cls(pynvml, handles), None
 
     def sample(self, index: int) -> dict:
+        """One device's readings; a field NVML cannot read is NaN (or None). Raises the
+        last error when no field could be read (a GPU lost, a driver gone)."""
         nv, handle = self.pynvml, self.handles[index]
+        errors = []
 
         def read(fn, default=math.nan):
             try:
                 return fn()
-            except Exception:  # noqa: BLE001 - NVMLError_NotSupported and friends
+            except Exception as error:  # noqa: BLE001 - NVMLError_NotSupported and friends
+                errors.append(error)
                 return default
 
         memory = read(lambda: nv.nvmlDeviceGetMemoryInfo(handle), None)
-        return {
+        values = {
             "util_pct": float(read(lambda: nv.nvmlDeviceGetUtilizationRates(handle).gpu)),
             "mem_used_bytes": int(memory.used) if memory is not None else None,
             "mem_total_bytes": int(memory.total) if memory is not None else None,
             "power_w": float(read(lambda: nv.nvmlDeviceGetPowerUsage(handle) / 1000.0)),
             "sm_clock_mhz": float(read(lambda: nv.nvmlDeviceGetClockInfo(handle, nv.NVML_CLOCK_SM))),
         }
+        if len(errors) == 4:  # every call failed
+            raise errors[-1]
+        return values
 
     def close(self) -> None:
         try:
@@ -167,7 +178,9 @@ class SystemSampler:
         last, self._last_cpu = self._last_cpu, (busy, total)
         if last is None or total <= last[1]:
             return math.nan
-        return 100.0 * max(0.0, busy - last[0]) / (total - last[1])
+        # iowait, counted as idle, can decrease (proc(5)): busy then seems to grow by more
+        # than the total, so the share is clamped to [0, 100].
+        return min(100.0, 100.0 * max(0.0, busy - last[0]) / (total - last[1]))
 
     def _sample_host(self) -> None:
         import psutil

@@ -24,7 +24,7 @@ def acquire(logdir, task: str) -> TaskWriter:
     key = _key(logdir, task)
     with _lock:
         entry = _writers.get(key)
-        if entry is None or entry[0]._closed.is_set():
+        if entry is None or entry[0].closed:
             entry = _writers[key] = [TaskWriter(logdir, task), 0]
         entry[1] += 1
         return entry[0]

@@ -201,6 +201,59 @@ def task_name(job: str, index: int) -> str:
     return f"{job}:{index}"
 
 
+def parse_task(task: str) -> tuple[str, int]:
+    """``(job, index)`` of a task name; a name without an index is task 0.
+
+    >>> parse_task("ps:1")
+    ('ps', 1)
+    >>> parse_task("chief")
+    ('chief', 0)
+    """
+    job, _, index = task.partition(":")
+    return job, int(index or 0)
+
+
+def device_of(task: str) -> str:
+    """The CPU device of a task, as TensorFlow spells it in a cluster.
+
+    >>> device_of("ps:1")
+    '/job:ps/replica:0/task:1/device:CPU:0'
+    """
+    job, index = parse_task(task)
+    return f"/job:{job}/replica:0/task:{index}/device:CPU:0"
+
+
+def task_of_device(device: str) -> str | None:
+    """The task of a device string, None when it names no job.
+
+    >>> task_of_device("/job:ps/replica:0/task:1/device:CPU:0")
+    'ps:1'
+    >>> task_of_device("/job:worker/task:2")
+    'worker:2'
+    >>> task_of_device("/device:CPU:0") is None
+    True
+    """
+    job = index = None
+    for part in (device or "").split("/"):
+        key, _, value = part.partition(":")
+        if key == "job":
+            job = value
+        elif key == "task":
+            index = value
+    if not job:
+        return None
+    return task_name(job, int(index or 0))
+
+
+def cluster_tasks(cluster: dict, jobs=("worker", "ps", "chief", "evaluator")) -> list[str]:
+    """Task names of ``cluster`` (``{job: [address, ...]}``) for ``jobs``, in that order.
+
+    >>> cluster_tasks({"ps": ["a:1", "b:1"], "worker": ["c:1"], "chief": ["d:1"]}, jobs=("worker", "ps"))
+    ['worker:0', 'ps:0', 'ps:1']
+    """
+    return [task_name(job, index) for job in jobs for index in range(len(cluster.get(job) or ()))]
+
+
 def task_file_stem(task: str) -> str:
     """The file name stem of a task's log.
 

@@ -22,8 +22,10 @@ strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
 with strategy.scope():
     kernel = tf.Variable(tf.zeros([64, 32]), name="kernel")  # 8192 bytes
     bias = tf.Variable(tf.zeros([32]), name="bias")  # 128 bytes
+started = time.monotonic()
 coordinator = instrument_coordinator(tf.distribute.coordinator.ClusterCoordinator(strategy), logdir,
                                      probe_interval_s=0.05, system_interval_s=0.2, variables=[kernel, bias])
+instrument_s = time.monotonic() - started  # mostly RpcProber.prepare: every probe function run once
 
 
 @tf.function
@@ -46,4 +48,4 @@ while time.monotonic() - start < seconds or (prober.passes < PROBE_PASSES and ti
     steps += 10
 coordinator.close()
 print(json.dumps({"steps": steps, "collectors": sorted(coordinator.collectors),
-                  "probes": coordinator.collectors["rpc"].records}), flush=True)
+                  "probes": coordinator.collectors["rpc"].records, "instrument_s": round(instrument_s, 2)}), flush=True)

@@ -2,31 +2,28 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
 
 from tfdiag.collectors import rpc_probe
-from tfdiag.collectors.rpc_probe import RpcProber, device_of, probe_times
+from tfdiag.collectors.rpc_probe import RpcProber, probe_times
 
 from .fakes import FakeWriter
 
 
-def test_device_names():
-    assert device_of("worker:3") == "/job:worker/replica:0/task:3/device:CPU:0"
-    assert rpc_probe.task_of_device(device_of("ps:12")) == "ps:12"
-    assert rpc_probe.cluster_tasks({"ps": ["a", "b"], "worker": ["c"], "chief": ["d"]}, ("worker", "ps")) == [
-        "worker:0", "ps:0", "ps:1"]
-
-
-def fake_probe(calls, down=()):
-    """A stand-in for ``RpcProber.probe``: records each call's leg; a leg to a task in ``down`` fails."""
+def fake_probe(calls, down=(), stuck=None):
+    """A stand-in for ``RpcProber.probe``: records each call's leg; a leg to a task in ``down``
+    fails; one to a task in ``stuck`` (a dict of task -> threading.Event) waits for its event."""
 
     def probe(leg, payload=False):
         calls.append(leg)
         relay, target = leg
         if target in down or relay in down:
             raise RuntimeError("UnavailableError: failed to connect to all addresses")
+        if stuck and target in stuck:
+            stuck[target].wait()
         return 1.0, 1.0005, 1.001
 
     return probe
@@ -65,7 +62,7 @@ def test_first_rounds_probe_every_link_then_rounds_take_them_in_turn(monkeypatch
 
 def test_dead_target_is_found_noted_once_backed_off_and_others_still_probed(monkeypatch):
     writer = FakeWriter("chief:0")
-    prober = RpcProber(writer, "chief:0", ["chief:0", "ps:0", "ps:1"], interval_s=0.01, payload_every=3,
+    prober = RpcProber(writer, "chief:0", ["chief:0", "ps:0", "ps:1"], interval_s=1.0, payload_every=3,
                        legs_per_round=2)
     calls = []
     monkeypatch.setattr(prober, "probe", fake_probe(calls, down={"ps:1"}))
@@ -122,3 +119,58 @@ def test_invalid_interval_and_legs_per_round():
         RpcProber(FakeWriter(), "chief:0", [], interval_s=0)
     with pytest.raises(ValueError, match="legs_per_round"):
         RpcProber(FakeWriter(), "chief:0", [], legs_per_round=0)
+
+
+def test_a_stuck_probe_is_abandoned_noted_once_and_not_piled_up(monkeypatch):
+    monkeypatch.setattr(rpc_probe, "PROBE_TIMEOUT_S", 0.05)
+    monkeypatch.setattr(rpc_probe, "MAX_BACKOFF_S", 0.0)  # retry the stuck link every round
+    writer = FakeWriter("chief:0")
+    prober = RpcProber(writer, "chief:0", ["ps:0", "ps:1"], interval_s=0.01, payload_every=0, legs_per_round=2)
+    calls, release = [], threading.Event()
+    monkeypatch.setattr(prober, "probe", fake_probe(calls, stuck={"ps:1": release}))
+    try:
+        started = time.monotonic()
+        for _ in range(4):
+            prober._probe_once()
+        assert time.monotonic() - started < 1.0  # four rounds, none waited for ps:1 beyond its timeout
+        assert calls.count((None, "ps:1")) == 1  # later rounds skipped it: its first call still runs
+        assert [r["dst"] for r in writer.records["rpc"]] == ["ps:0"] * 4
+        assert len(writer.records["note"]) == 1 and "ps:1" in writer.records["note"][0]["message"]
+        assert not prober.reachable("ps:1") and prober._calls.abandoned == 1
+    finally:
+        release.set()
+    time.sleep(0.05)  # the abandoned call returns; the link is probed again
+    prober._probe_once()
+    assert calls.count((None, "ps:1")) == 2 and writer.records["rpc"][-1]["dst"] == "ps:1"
+
+
+def test_prepare_runs_every_probe_function_once_and_drops_links_that_fail(monkeypatch):
+    writer = FakeWriter("chief:0")
+    prober = RpcProber(writer, "chief:0", ["worker:0", "ps:0", "ps:1"], interval_s=0.01, payload_every=10,
+                       relays=[("worker:0", "ps:0"), ("worker:0", "ps:1")])
+    calls, release = [], threading.Event()
+    monkeypatch.setattr(prober, "probe", fake_probe(calls, down={"ps:1"}))
+    assert prober.prepare(timeout_s=1.0) == 3
+    # Both variants (with and without the payload) of each link that works; one try of each that fails.
+    assert calls == [(None, "worker:0")] * 2 + [(None, "ps:0")] * 2 + [(None, "ps:1")] + [("worker:0", "ps:0")] * 2 + [
+        ("worker:0", "ps:1")]
+    assert prober.targets == ["worker:0", "ps:0"] and prober.relays == [("worker:0", "ps:0")]
+    assert "rpc" not in writer.records and len(writer.records["note"]) == 2
+    release.set()
+
+
+def test_prepare_stays_within_its_budget(monkeypatch):
+    writer = FakeWriter("chief:0")
+    prober = RpcProber(writer, "chief:0", ["ps:0", "ps:1", "ps:2"], interval_s=0.01, payload_every=0)
+    release = threading.Event()
+    monkeypatch.setattr(prober, "probe", fake_probe([], stuck={"ps:0": release, "ps:1": release, "ps:2": release}))
+    try:
+        started = time.monotonic()
+        assert prober.prepare(timeout_s=10.0, budget_s=0.2) == 0
+        assert time.monotonic() - started < 1.0
+        assert prober.targets == []
+        # ps:0 timed out on its own (one note); the budget was then spent: one note for the rest.
+        notes = [n["message"] for n in writer.records["note"]]
+        assert len(notes) == 2 and "ps:1, chief:0 -> ps:2 are off" in notes[1]
+    finally:
+        release.set()

@@ -129,3 +129,39 @@ def test_records_round_trip_through_the_store(tmp_path, monkeypatch):
     gpu = pa.Table.from_batches(batches["gpu"]).to_pandas()
     assert gpu["power_w"].tolist() == [250.0, 250.0] and "tf_mem_peak_bytes" in gpu.columns
     assert pa.Table.from_batches(batches["system"]).num_rows == 2
+
+
+class NVMLError_GpuIsLost(NVMLError):  # noqa: N801 - pynvml's name
+    pass
+
+
+def test_a_gpu_lost_mid_run_is_noted_once_and_host_sampling_goes_on(monkeypatch):
+    module, calls = fake_pynvml(gpus=2)
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    writer = FakeWriter("worker:0")
+    sampler = SystemSampler(writer, "worker:0")
+    sampler.sample()
+
+    def lost(*args):
+        raise NVMLError_GpuIsLost("GPU is lost")
+
+    for name in ("nvmlDeviceGetMemoryInfo", "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetPowerUsage",
+                 "nvmlDeviceGetClockInfo"):
+        setattr(module, name, lost)
+    for _ in range(3):
+        sampler.sample()
+    assert len(writer.records["system"]) == 4 and len(writer.records["gpu"]) == 2  # the first sample's
+    notes = writer.records["note"]
+    assert len(notes) == 1 and "GPU is lost" in notes[0]["message"]
+    assert calls["shutdown"] == 1
+
+
+def test_an_nvml_init_error_of_any_type_is_noted_once(monkeypatch):
+    module, _ = fake_pynvml(init_error=OSError("libnvidia-ml.so.1: cannot open shared object file"))
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    writer = FakeWriter("worker:0")
+    sampler = SystemSampler(writer, "worker:0")
+    for _ in range(3):
+        sampler.sample()
+    assert len(writer.records["system"]) == 3 and "gpu" not in writer.records
+    assert len(writer.records["note"]) == 1 and "libnvidia-ml.so.1" in writer.records["note"][0]["message"]

@@ -1,4 +1,5 @@
-"""Reading finished closures' timings: one stacked copy per worker device, failures contained."""
+"""Reading finished closures' timings (one stacked copy per worker device, failures contained),
+and the coordinator's hook on each closure's result."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import types
 
 import pytest
 
-from tfdiag.collectors import coordinator
+from tfdiag.collectors import closure_timing, coordinator
+from tfdiag.collectors.bounded import BoundedCalls
 
 
 def finished_closure(tf, stats, device="/job:localhost/replica:0/task:0/device:CPU:0", fetched=False):
@@ -19,35 +21,42 @@ def finished_closure(tf, stats, device="/job:localhost/replica:0/task:0/device:C
     return types.SimpleNamespace(_values=values, _has_fetched_to_local=fetched, _fetched_tensors=local)
 
 
+def fetch(remotes, failures=None):
+    return closure_timing.fetch_stats(remotes, BoundedCalls("test"), 10.0,
+                                      on_failure=lambda *failure: (failures if failures is not None else []).append(failure))
+
+
 def test_one_stacked_copy_per_device_keeps_the_order():
     tf = pytest.importorskip("tensorflow")
     remotes = [finished_closure(tf, [float(i), i + 1.0, 0.0, 32.0, 10.0]) for i in range(3)]
-    assert coordinator._fetch_stats(remotes) == [[float(i), i + 1.0, 0.0, 32.0, 10.0] for i in range(3)]
+    assert fetch(remotes) == [[float(i), i + 1.0, 0.0, 32.0, 10.0] for i in range(3)]
 
 
-def test_an_unreadable_device_loses_only_its_timings(caplog):
+def test_an_unreadable_device_loses_only_its_timings():
     tf = pytest.importorskip("tensorflow")
     good = finished_closure(tf, [1.0, 2.0, 0.0, 32.0, 10.0])
     gone = types.SimpleNamespace(_values=(None, types.SimpleNamespace(device="/job:worker/replica:0/task:7/device:CPU:0")),
                                  _has_fetched_to_local=False)
-    assert coordinator._fetch_stats([gone, good]) == [None, [1.0, 2.0, 0.0, 32.0, 10.0]]
-    assert "task:7" in caplog.text
+    failures = []
+    assert fetch([gone, good], failures) == [None, [1.0, 2.0, 0.0, 32.0, 10.0]]
+    assert [(device, count) for device, count, _ in failures] == [("/job:worker/replica:0/task:7/device:CPU:0", 1)]
 
 
-def test_handles_handed_back_uncopied_are_fetched_in_the_batch(caplog):
+def test_handles_handed_back_uncopied_are_fetched_in_the_batch():
     pytest.importorskip("tensorflow")
     unreachable = (None, types.SimpleNamespace(device="/job:worker/replica:0/task:7/device:CPU:0"))
     # What RemoteValueImpl holds after get() when nobody kept the result: the remote handles.
     dropped = types.SimpleNamespace(_values=unreachable, _has_fetched_to_local=True, _fetched_tensors=unreachable)
-    assert coordinator._fetch_stats([dropped]) == [None]  # asked of its worker, not read as if copied
-    assert "task:7" in caplog.text
+    failures = []
+    assert fetch([dropped], failures) == [None]  # asked of its worker, not read as if copied
+    assert len(failures) == 1 and "task:7" in failures[0][0]
 
 
 def test_timings_the_caller_kept_are_read_where_they_are():
     tf = pytest.importorskip("tensorflow")
     kept = finished_closure(tf, [3.0, 4.0, 0.0, 32.0, 10.0], fetched=True)
     kept._values = (None, types.SimpleNamespace(device="/job:worker/replica:0/task:7/device:CPU:0"))  # unreachable
-    assert coordinator._fetch_stats([kept]) == [[3.0, 4.0, 0.0, 32.0, 10.0]]
+    assert fetch([kept]) == [[3.0, 4.0, 0.0, 32.0, 10.0]]
 
 
 class FakeRemoteValue:

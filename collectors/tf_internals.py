@@ -1,0 +1,174 @@
+"""Every access the collectors make to private state of TensorFlow and Keras, in one place.
+
+The collectors need a few things no public API gives: when a ``ClusterCoordinator``
+closure's result came in and where its outputs live (``RemoteValueImpl``), the
+coordinator a tf-keras ``model.fit`` schedules through, a strategy's cluster resolver
+and worker count, and a Keras callback's model. Each is read here and nowhere else;
+``tests/collectors/test_tf_internals.py`` pins what every attribute means on the
+installed TensorFlow against real objects (a ``ClusterCoordinator`` of a local
+cluster, its ``RemoteValue``\\ s), so that an upgrade that moves one fails those tests
+instead of quietly losing records.
+
+``SUPPORTED_TF_VERSIONS`` is the range those tests have passed on. Outside it,
+:func:`check_tf_version` warns once and the collectors still try; every accessor
+degrades to "unknown" (None/False) rather than raising where it can, and the callers
+turn the collector off when it cannot.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+import weakref
+
+logger = logging.getLogger("tfdiag")
+
+# (major, minor) of the oldest and newest TensorFlow the private-state tests passed on.
+SUPPORTED_TF_VERSIONS = ((2, 21), (2, 21))
+
+# What the instrumented coordinator reads of a RemoteValueImpl
+# (tensorflow/python/distribute/coordinator/remote_value.py).
+REMOTE_VALUE_STATE = ("_status_available_event", "_status", "_error", "_values", "_has_fetched_to_local",
+                      "_fetched_tensors", "_copy_to_local")
+
+
+def _version_tuple(version: str) -> tuple[int, int] | None:
+    """``(major, minor)`` of a version string, None when it has no such prefix.
+
+    >>> _version_tuple("2.21.0rc1")
+    (2, 21)
+    >>> _version_tuple("nightly") is None
+    True
+    """
+    parts = version.split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def tf_version_supported(version: str) -> bool:
+    """Whether ``version`` lies in ``SUPPORTED_TF_VERSIONS``.
+
+    >>> tf_version_supported("2.21.0"), tf_version_supported("2.22.1"), tf_version_supported("x")
+    (True, False, False)
+    """
+    parsed = _version_tuple(version)
+    low, high = SUPPORTED_TF_VERSIONS
+    return parsed is not None and low <= parsed <= high
+
+
+@functools.cache
+def check_tf_version() -> bool:
+    """Warns once per process when the loaded TensorFlow is outside ``SUPPORTED_TF_VERSIONS``.
+
+    Returns whether it is supported (True when TensorFlow is not loaded: nothing to check).
+    """
+    tf = sys.modules.get("tensorflow")
+    version = str(getattr(tf, "__version__", "")) if tf is not None else ""
+    if not version or tf_version_supported(version):
+        return True
+    (low, high) = SUPPORTED_TF_VERSIONS
+    logger.warning("tfdiag: TensorFlow %s is outside the versions whose internals the collectors were tested on "
+                   "(%d.%d to %d.%d); they still try, and turn off what they cannot read.",
+                   version, *low, *high)
+    return False
+
+
+# -- RemoteValue (ClusterCoordinator.schedule's result) ----------------------------------
+def has_remote_value_state(remote) -> bool:
+    """Whether ``remote`` has every attribute of ``REMOTE_VALUE_STATE``."""
+    return all(hasattr(remote, name) for name in REMOTE_VALUE_STATE)
+
+
+def closure_finished(remote) -> bool:
+    """Whether a closure's result (or its error) is in."""
+    return remote._status_available_event.is_set()  # noqa: SLF001
+
+
+def closure_error(remote) -> BaseException | None:
+    """The error a finished closure ended with, None when it succeeded."""
+    if remote._error is not None:  # noqa: SLF001
+        return remote._error  # noqa: SLF001
+    if getattr(remote._status, "name", "") == "ABORTED":  # noqa: SLF001 - its worker failed; no error object
+        from tensorflow import errors
+
+        return errors.CancelledError(None, None, "the closure was aborted (its worker failed)")
+    return None
+
+
+def worker_outputs(remote):
+    """A finished closure's outputs as handles on the worker that ran it."""
+    return remote._values  # noqa: SLF001
+
+
+def local_outputs(remote):
+    """A finished closure's outputs copied to this process, None when they were not copied."""
+    if remote._has_fetched_to_local and remote._fetched_tensors is not remote._values:  # noqa: SLF001
+        return remote._fetched_tensors  # noqa: SLF001
+    return None
+
+
+def on_result(remote, callback) -> None:
+    """Calls ``callback()`` in the coordinator's dispatch thread as ``remote``'s result comes in.
+
+    When a closure succeeds, the dispatch thread of its worker calls the RemoteValue's
+    ``_copy_to_local`` at once, and runs the worker's next closure only after it. The
+    copy it makes there (of every output, to this process) is made only when
+    ``callback()`` returns true; otherwise the outputs stay on the worker
+    (:func:`worker_outputs`) and :func:`local_outputs` is None. ``remote`` is held
+    weakly: the hook keeps nothing alive.
+    """
+    remote_ref = weakref.ref(remote)
+
+    def copy_to_local():
+        held = remote_ref()
+        if callback():
+            return type(held)._copy_to_local(held)  # noqa: SLF001
+        return held._values  # noqa: SLF001 - nobody will read them here
+
+    remote._copy_to_local = copy_to_local  # noqa: SLF001 - RemoteValueImpl's dispatch path calls it
+
+
+# -- ClusterCoordinator under tf-keras model.fit -----------------------------------------
+def cluster_coordinator_of(model, strategy):
+    """The ``ClusterCoordinator`` tf-keras ``model.fit`` schedules through, None if none.
+
+    tf-keras looks up ``model._cluster_coordinator`` at each train step; the
+    coordinator is one object per strategy (``strategy._cluster_coordinator``).
+    """
+    return getattr(model, "_cluster_coordinator", None) or getattr(strategy, "_cluster_coordinator", None)
+
+
+def replace_cluster_coordinator(model, strategy, coordinator) -> None:
+    """Makes ``model.fit`` (and anything asking the strategy) schedule through ``coordinator``."""
+    if model is not None:
+        model._cluster_coordinator = coordinator  # noqa: SLF001
+    strategy._cluster_coordinator = coordinator  # noqa: SLF001
+
+
+# -- strategies ----------------------------------------------------------------------------
+def strategy_resolver(strategy):
+    """A strategy's cluster resolver, None when it has none.
+
+    The public ``strategy.cluster_resolver`` reads ``strategy.extended._cluster_resolver``,
+    which MultiWorkerMirroredStrategy sets; ParameterServerStrategy keeps its resolver in
+    ``strategy._cluster_resolver`` instead, and its public property returns None.
+    """
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None:
+        resolver = getattr(strategy, "_cluster_resolver", None)
+    return resolver
+
+
+def strategy_worker_count(strategy) -> int | None:
+    """How many workers a MultiWorkerMirroredStrategy spans, None when it does not say."""
+    count = getattr(getattr(strategy, "extended", None), "_num_workers", None)
+    return int(count) if count is not None else None
+
+
+# -- Keras callbacks -------------------------------------------------------------------------
+def callback_model(callback):
+    """The model a Keras callback is attached to (Keras 3 keeps it in ``_model``; tf-keras in ``model``)."""
+    return getattr(callback, "_model", None) or getattr(callback, "model", None)

@@ -1,0 +1,85 @@
+"""What each private attribute the collectors read means, pinned on the installed TensorFlow.
+
+A TensorFlow upgrade that moves or changes one of them fails here, loudly, instead of
+leaving the collectors without records.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tfdiag.collectors import tf_internals
+
+from .chief import run_as_chief
+
+JOB = Path(__file__).with_name("internals_job.py")
+
+
+def test_the_installed_tensorflow_is_in_the_supported_range():
+    tf = pytest.importorskip("tensorflow")
+    assert tf_internals.tf_version_supported(tf.__version__), (tf.__version__, tf_internals.SUPPORTED_TF_VERSIONS)
+
+
+def test_an_unsupported_version_warns_once_and_collectors_still_try(monkeypatch, caplog):
+    import types
+
+    monkeypatch.setitem(sys.modules, "tensorflow", types.SimpleNamespace(__version__="9.0.0"))
+    tf_internals.check_tf_version.cache_clear()
+    try:
+        assert tf_internals.check_tf_version() is False
+        assert tf_internals.check_tf_version() is False
+    finally:
+        tf_internals.check_tf_version.cache_clear()
+    assert caplog.text.count("outside the versions") == 1
+
+
+def test_callback_model_of_keras_3_and_tf_keras():
+    import keras
+    import tf_keras
+
+    for module in (keras, tf_keras):
+        model = module.Sequential([module.layers.Dense(1)])
+        callback = module.callbacks.Callback()
+        callback.set_model(model)
+        assert tf_internals.callback_model(callback) is model, module.__name__
+
+
+@pytest.mark.cluster
+def test_remote_values_and_coordinator_of_a_real_cluster(tmp_path):
+    facts, _ = run_as_chief(JOB, tmp_path, "ps", ps=1, workers=1, timeout_s=150)
+    assert facts == {
+        "version_supported": True,
+        "resolver_task": ["chief", 0],  # strategy._cluster_resolver (the public property is None)
+        "coordinator_found": True,  # strategy._cluster_coordinator is the ClusterCoordinator
+        "coordinator_replaced": True,
+        "state_present": True,  # every RemoteValueImpl attribute of REMOTE_VALUE_STATE
+        "finished_while_running": False,  # _status_available_event: set only once the result is in
+        "finished_after_join": True,
+        "error_of_success": "None",
+        "hook_thread": facts["hook_thread"],
+        "outputs_device": "worker:0",  # _values: the outputs, on the worker that ran the closure
+        "not_copied": True,  # the hook said no copy: _fetched_tensors is not a copy here
+        "read_on_worker": [2.0, 3.0],
+        "copied": [2.0, 3.0],  # the hook asked for the copy: _fetched_tensors holds it
+        "finished_failure": True,
+        "error_of_failure": "InvalidArgumentError",  # _error
+    }
+    # _copy_to_local is called by the coordinator's thread for the worker, as the result comes in.
+    assert facts["hook_thread"] not in ("", "MainThread"), facts
+
+
+def test_worker_count_and_resolver_of_multi_worker_mirrored_strategy(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    done = subprocess.run([sys.executable, str(JOB), str(tmp_path), "mwms"], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    facts = json.loads(done.stdout.strip().splitlines()[-1])
+    # extended._num_workers; cluster_resolver (public, from extended._cluster_resolver).
+    assert facts == {"version_supported": True, "workers": 1, "resolver": "TFConfigClusterResolver"}
