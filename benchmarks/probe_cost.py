@@ -22,7 +22,8 @@ import time
 
 from overhead_ab import cpu_s  # the sibling benchmark (this script's folder is on sys.path)
 
-from tfdiag.collectors.rpc_probe import DEFAULT_INTERVAL_S, RpcProber, cluster_tasks
+from tfdiag.collectors.rpc_probe import DEFAULT_INTERVAL_S, RpcProber
+from tfdiag.events import cluster_tasks
 from tfdiag.sample_jobs.jobs import JobConfig
 from tfdiag.sample_jobs.launcher import LocalCluster
 
