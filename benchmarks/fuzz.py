@@ -42,7 +42,6 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from tfdiag.events import KINDS
 from tfdiag.store import TaskWriter, log_dir, write_manifest
 from tfdiag.store.framing import HEADER, MAGIC, encode_frame
 

@@ -9,9 +9,18 @@ MODULES = [
     "tfdiag.analysis.align",
     "tfdiag.analysis.whatif",
     "tfdiag.analysis.advisor",
+    "tfdiag.analysis.detectors",
     "tfdiag.analysis.detectors.evidence",
+    "tfdiag.analysis.json_values",
+    "tfdiag.analysis.links",
+    "tfdiag.analysis.ps_traffic",
+    "tfdiag.analysis.rates",
     "tfdiag.events",
     "tfdiag.collectors.arguments",
+    "tfdiag.report.figures",
+    "tfdiag.report.json_format",
+    "tfdiag.report.markdown",
+    "tfdiag.report.safe_text",
 ]
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from tfdiag import __version__
-from tfdiag.errors import InvalidOptionError, RunNotFoundError, TfdiagError
+from tfdiag.errors import RunNotFoundError, TfdiagError
 from tfdiag.report.safe_text import printable, printable_lines
 
 EXIT_OK = 0

@@ -104,6 +104,22 @@ def test_a_copied_task_file_is_counted_once_with_a_warning(synthetic_run):
     assert any(str(original) in warning and "duplicate" in warning for warning in run.warnings)
 
 
+def test_a_restarted_task_restating_its_placement_is_not_a_warning(tmp_path):
+    # A worker restarted after a failure records the same variables again: the frame is
+    # byte for byte the first one. It is one fact, not damage.
+    for step in (1, 2):  # the task, then the same task restarted
+        writer = TaskWriter(tmp_path, "worker:0")
+        writer.append("placement", variable="dense/kernel:0", task="ps:0", bytes=4096, shape="[32,32]")
+        writer.flush()
+        _step(writer, "worker:0", step)
+        writer.close()
+
+    run = load_run(tmp_path)
+
+    assert len(run.frame("placement")) == 1
+    assert not run.skipped and not run.warnings
+
+
 def test_the_same_frame_twice_in_one_file_is_counted_once(synthetic_run):
     run_dir = synthetic_run(workers=1, steps=50)
     path = log_dir(run_dir) / "worker-0.tfdiag"

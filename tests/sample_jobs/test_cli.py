@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from tfdiag.errors import InvalidOptionError
 from tfdiag.sample_jobs import cli
-from tfdiag.sample_jobs.inject import INJECTION_KINDS, TUNING_VALUES, parse_injection
+from tfdiag.sample_jobs.inject import TUNING_VALUES, parse_injection
 from tfdiag.sample_jobs.jobs import JobConfig
 
 

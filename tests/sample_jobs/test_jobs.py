@@ -10,7 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import psutil
 import pytest
 
 from tfdiag.analysis import analyze
@@ -18,6 +17,8 @@ from tfdiag.sample_jobs import run_sample
 from tfdiag.sample_jobs.jobs import JobConfig
 from tfdiag.sample_jobs.launcher import LocalCluster
 from tfdiag.store import read_manifest
+
+from tests.sample_jobs.processes import assert_no_new_children, child_pids
 
 pytestmark = pytest.mark.cluster
 
@@ -28,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def sample(logdir, job, **kwargs):
     stderr = io.StringIO()
+    before = child_pids()
     kwargs.setdefault("steps", STEPS)
     kwargs.setdefault("ps", 2)
     result = run_sample(job, workers=2, logdir=logdir, timeout_s=TIMEOUT_S, stderr=stderr, **kwargs)
@@ -35,9 +37,7 @@ def sample(logdir, job, **kwargs):
         f"\n--- {task}\n" + path.read_text()[-3000:] for task, path in result.task_logs.items()
     )
     assert result.summary_line in stderr.getvalue()
-    children = psutil.Process().children(recursive=True)
-    _, alive = psutil.wait_procs(children, timeout=5)
-    assert not alive, f"orphan processes: {alive}"
+    assert_no_new_children(before)
     return result
 
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import io
 
-import psutil
 import pyarrow as pa
 import pytest
 
 from tfdiag.sample_jobs import run_sample
 from tfdiag.sample_jobs.ps_ctl import STEPS_PER_CLOSURE
 from tfdiag.store import log_dir, read_manifest, read_task_file
+
+from tests.sample_jobs.processes import assert_no_new_children, child_pids
 
 pytestmark = pytest.mark.cluster
 
@@ -29,14 +30,9 @@ def load(run_dir):
     return steps[steps["step"] > 0], closures  # step 0 is the warm-up closure (tracing)
 
 
-def assert_no_children():
-    children = psutil.Process().children(recursive=True)
-    gone, alive = psutil.wait_procs(children, timeout=5)
-    assert not alive, f"orphan processes: {alive}"
-
-
 def run(tmp_path, name, **kwargs):
     stderr = io.StringIO()
+    before = child_pids()
     kwargs.setdefault("batch", 64)
     result = run_sample("ps_ctl", ps=2, workers=2, steps=STEPS, logdir=tmp_path / name, timeout_s=TIMEOUT_S,
                         stderr=stderr, **kwargs)
@@ -47,7 +43,7 @@ def run(tmp_path, name, **kwargs):
     assert result.summary_line in stderr.getvalue()
     assert set(result.task_logs) == {"chief:0", "ps:0", "ps:1", "worker:0", "worker:1"}
     assert all(path.parent == tmp_path / name / "tasks" for path in result.task_logs.values())
-    assert_no_children()
+    assert_no_new_children(before)
     return result
 
 

@@ -13,9 +13,9 @@ from tfdiag.store.framing import HEADER, MAX_FRAME_BYTES
 
 def _write_frames(tmp_path, frames=3, rows=10):
     writer = TaskWriter(tmp_path, "worker:0")
-    for frame in range(frames):
+    for index in range(frames):
         for row in range(rows):
-            writer.append("step", task="worker:0", step=frame * rows + row, begin_ns=0, end_ns=1,
+            writer.append("step", task="worker:0", step=index * rows + row, begin_ns=0, end_ns=1,
                           input_wait_ns=0, examples=1, clock_task="worker:0")
         writer.flush()
     writer.close()

@@ -27,6 +27,11 @@ from tfdiag.store import MANIFEST_NAME, ManifestRead, SkippedRecords, load_manif
 from tfdiag.store.paths import LOG_SUFFIX
 from tfdiag.store.reader import MAX_TASK_FILE_BYTES, ReadResult
 
+# Kinds that state a fact rather than record an event (they have no time column): a task
+# restarted after a failure writes the same frame again, byte for byte. Such a copy is
+# counted once without a warning; a copy of any other frame is damage and is reported.
+RESTATED_KINDS = frozenset({"placement"})
+
 ProgressCallback = Callable[[int, int], None]  # (bytes read so far, bytes to read)
 
 # Skips listed one by one per file; the rest of a badly damaged file is summed in one line.
@@ -145,8 +150,9 @@ class RunLoader:
         for frame in result.frames:
             first = self._seen.get(frame.digest)
             if first is not None:
-                reason = f"duplicate of the frame at {first[0]} byte {first[1]}; counted once"
-                state.skipped.append(SkippedRecords(str(path), frame.offset, reason, frame.records, str(first[0])))
+                if frame.kind not in RESTATED_KINDS:
+                    reason = f"duplicate of the frame at {first[0]} byte {first[1]}; counted once"
+                    state.skipped.append(SkippedRecords(str(path), frame.offset, reason, frame.records, str(first[0])))
                 continue
             self._seen[frame.digest] = (path, frame.offset)
             state.digests.append(frame.digest)

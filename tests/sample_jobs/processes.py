@@ -1,0 +1,17 @@
+"""Checking that a sample run leaves no process behind."""
+
+from __future__ import annotations
+
+import psutil
+
+
+def child_pids() -> set[int]:
+    """The processes this test process has now (e.g. multiprocessing's resource tracker)."""
+    return {child.pid for child in psutil.Process().children(recursive=True)}
+
+
+def assert_no_new_children(before: set[int], timeout_s: float = 5.0) -> None:
+    """Every child started since ``before = child_pids()`` has exited within ``timeout_s``."""
+    children = [child for child in psutil.Process().children(recursive=True) if child.pid not in before]
+    _, alive = psutil.wait_procs(children, timeout=timeout_s)
+    assert not alive, f"orphan processes: {alive}"
