@@ -27,6 +27,7 @@ import datetime
 import json
 import os
 import shlex
+import shutil
 import statistics
 import sys
 import tempfile
@@ -167,6 +168,7 @@ def measure(cell: Cell, workdir: Path, steps: int, repeats: int) -> dict:
             sides.append(("fixed", () if removed else cell.inject, tune, cell.kind == "cpu-starve" and not removed))
         for side, inject, options, starve in sides:
             logdir = workdir / f"{slug}-{side}-{attempt}"
+            shutil.rmtree(logdir, ignore_errors=True)  # a rerun must not read an earlier run's records
             load = os.getloadavg()[0]
             rate = run_job(cell.config(logdir, steps, inject, options), cell.spec if starve else "")
             runs[side].append({"logdir": str(logdir), "examples_per_s": rate, "load1": load})
