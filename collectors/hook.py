@@ -26,7 +26,7 @@ import time
 
 import tensorflow as tf
 
-from tfdiag.collectors import identity, writers
+from tfdiag.collectors import heartbeat, identity, writers
 from tfdiag.collectors.arguments import check_count, check_logdir
 from tfdiag.events import task_of_device
 from tfdiag.collectors.system import SystemSampler
@@ -107,6 +107,7 @@ class DiagnosticsHook(tf.compat.v1.train.SessionRunHook):
         self.traces_parsed = 0
         self.transfers_recorded = 0
         self._writer = None
+        self._progress = None  # the heartbeat's step counter (collectors/heartbeat.py)
         self._sampler = None
         self._queue: queue.Queue | None = None
         self._parser: threading.Thread | None = None
@@ -121,6 +122,7 @@ class DiagnosticsHook(tf.compat.v1.train.SessionRunHook):
             self.task = self.task or identity.resolve_task()
             identity.write_run_manifest(self.logdir, self.task, None, api="tf1_session")
             self._writer = writers.acquire(self.logdir, self.task)
+            self._progress = heartbeat.progress(self._writer)
             self._trace_options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
             self._queue = queue.Queue(MAX_QUEUED_TRACES)
             self._parser = threading.Thread(target=self._parse_loop, name="tfdiag-trace-parser", daemon=True)
@@ -146,6 +148,7 @@ class DiagnosticsHook(tf.compat.v1.train.SessionRunHook):
             self._writer.append("step", task=self.task, step=self.steps_recorded, begin_ns=self._begin_ns, end_ns=end_ns,
                                 input_wait_ns=0, examples=self.examples_per_step or 0, clock_task=self.task)
             self.steps_recorded += 1
+            self._progress.count = self.steps_recorded
             if self._tracing and run_values.run_metadata is not None:
                 try:
                     self._queue.put_nowait(run_values.run_metadata)
