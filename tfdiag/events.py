@@ -203,10 +203,19 @@ HEARTBEAT = RecordKind(
     ),
 )
 
+SESSION = RecordKind(
+    "session",
+    (
+        ("task", "string"),  # the TF1 task whose MonitoredSession this is
+        ("begin_ns", "int64"),  # DiagnosticsHook.begin(): the graph is final, the session is being created
+        ("ready_ns", "int64"),  # after_create_session(): the session is ready (a non-chief: the chief initialised it)
+    ),
+)
+
 KINDS: dict[str, RecordKind] = {
     kind.name: kind
     for kind in (STEP, CLOSURE, RPC, ALLREDUCE, TRANSFER, SYSTEM, GPU, SHARD, PLACEMENT, FAULT, NOTE, LABEL,
-                 HEARTBEAT)
+                 HEARTBEAT, SESSION)
 }
 
 

@@ -38,6 +38,7 @@ class Measurements:
     shared_host: SharedHost | None  # devices.shared_worker_host
     heartbeats: pd.DataFrame = None  # heartbeat_table: liveness rows on the reference clock
     closures: pd.DataFrame = None  # the closure records, result_ns on the reference clock
+    session_waits: dict = None  # TF1 task -> seconds from DiagnosticsHook.begin() to its session being ready
 
     @property
     def ps_tasks(self) -> list[str]:
@@ -76,7 +77,19 @@ def measure(run: LoadedRun) -> Measurements:
         shared_host=shared_worker_host(cluster, reference, system, gpu, steps),
         heartbeats=heartbeat_table(run.frame("heartbeat"), offsets),
         closures=_on_reference_clock(run.frame("closure"), ["dispatch_ns", "result_ns"], offsets, "source"),
+        session_waits=session_waits(run.frame("session")),
     )
+
+
+def session_waits(sessions: pd.DataFrame) -> dict[str, float]:
+    """Seconds each TF1 task's session took to be ready (its last session: a restart makes a new one).
+
+    On a non-chief this is its wait for the chief to initialise the model.
+    """
+    if sessions.empty:
+        return {}
+    last = sessions.sort_values("ready_ns").groupby("task").tail(1)
+    return {str(row.task): max(row.ready_ns - row.begin_ns, 0) / 1e9 for row in last.itertuples()}
 
 
 def heartbeat_table(heartbeats: pd.DataFrame, offsets: dict[str, int]) -> pd.DataFrame:
