@@ -2,7 +2,7 @@
 
 Usage: python stall_job.py LOGDIR STOP_FILE  (TF_CONFIG names this process chief:0)
 Schedules one small closure every ``PACE_S`` without joining (a frozen worker's closure
-would block ``join``), writes LOGDIR/ready once the RPC probe has prepared its functions
+would block ``join``) and holds every result, writes LOGDIR/ready once the RPC probe has prepared its functions
 and closures have come back from both workers, and stops when STOP_FILE appears (or after
 ``MAX_SECONDS``); then closes the coordinator and prints JSON.
 """
@@ -17,7 +17,7 @@ import tensorflow as tf
 from tfdiag.collectors import instrument_coordinator
 from tfdiag.sample_jobs.task import wait_for_cluster
 
-PACE_S = 0.05
+PACE_S = 0.2
 MAX_SECONDS = 240
 
 logdir, stop_file = Path(sys.argv[1]), Path(sys.argv[2])
@@ -39,8 +39,9 @@ def step():
 start = time.monotonic()
 prober = coordinator.collectors["rpc"]
 ready = False
+results = []  # held, so TensorFlow copies every closure's output to the coordinator as it comes in
 while not stop_file.exists() and time.monotonic() - start < MAX_SECONDS:
-    coordinator.schedule(step)
+    results.append(coordinator.schedule(step))
     time.sleep(PACE_S)
     if not ready and prober.prepared.is_set() and coordinator.closures_recorded >= 20:
         (logdir / "ready").write_text("ready")

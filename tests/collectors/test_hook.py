@@ -54,3 +54,13 @@ def test_tf1_session_transfers_match_variable_sizes(tmp_path):
         edges = transfer[transfer[column].str.startswith("ps:")].drop_duplicates(subset=[column, "tensor"])
         assert edges.groupby(column)["bytes"].sum().to_dict() == outcome["variable_bytes"], column
     assert (transfer["duration_ns"] >= 0).all() and (transfer["time_ns"] > 0).all()
+    # The hook's own records: placement of the graph's variables from begin() (the job's
+    # record_placement wrote the same rows), the session's readiness, the heartbeats' close.
+    placement = run.frame("placement").astype({"variable": str, "task": str})
+    held = set(placement[["variable", "task"]].itertuples(index=False, name=None))
+    assert {("w1:0", "ps:0"), ("b1:0", "ps:1"), ("w2:0", "ps:0")} <= held
+    assert (placement["variable"] == "w1:0").sum() == 2  # the job's record_placement, then the hook's
+    [session] = run.frame("session").itertuples()
+    assert session.task == "chief:0" and 0 < session.ready_ns - session.begin_ns < 60e9
+    beats = run.frame("heartbeat")
+    assert beats["closed"].iloc[-1] and beats["progress"].max() == STEPS

@@ -17,19 +17,20 @@ def _stalled(report):
 
 def test_whole_job_stalled_names_every_worker_and_what_is_in_flight(builder):
     run = builder()
-    for worker in WORKERS:
-        run.steps(worker, count=100, step_ms=20, closures=True)  # ~2.1 s, then nothing
+    run.steps("worker:0", count=150, step_ms=20, closures=True)  # ~3.2 s, then nothing
+    run.steps("worker:1", count=100, step_ms=20, closures=True)  # ~2.1 s, then nothing
     run.heartbeats("chief:0", until_ms=60_000, subjects=WORKERS, in_flight=(2, 2_100))
     report = analyze(run.write())
     [finding] = _stalled(report)
     assert finding.severity is Severity.CRITICAL
     assert finding.evidence["state"] == "whole_job"
-    assert finding.tasks == WORKERS
+    assert finding.tasks == ("worker:1", "worker:0")  # the first to stop first: where the hang began
+    assert finding.evidence["first_stalled"] == "worker:1" and "worker:1 stopped first, 1.1 s" in finding.summary
     assert finding.evidence["in_flight"]["closures"] == 2
     assert finding.evidence["in_flight"]["oldest_age_s"] == pytest.approx(57.9, abs=0.1)
-    for state in finding.evidence["stalled"]:
-        assert state["last_step"] == 99
-        assert state["since_ns"] == pytest.approx(START_NS + 2_100 * MS, abs=10 * MS)
+    first, second = finding.evidence["stalled"]
+    assert (first["last_step"], second["last_step"]) == (99, 149)
+    assert first["since_ns"] == pytest.approx(START_NS + 2_100 * MS, abs=10 * MS)
     assert finding.recommendation.predicted_speedup is None
     assert report.to_dict()["findings"][0]["kind"] == "stalled"
 

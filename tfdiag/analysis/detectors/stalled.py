@@ -97,6 +97,7 @@ def _progress_state(measured: Measurements, beats: pd.DataFrame, subject: str, n
 
 
 def _stalled_finding(measured, beats, now_ns, stalled, progressing, stopped, last_beat) -> Finding:
+    stalled = sorted(stalled, key=lambda state: state["since_ns"])  # the first to stop first: where it began
     names = [state["task"] for state in stalled]
     whole_job = not progressing
     in_flight = _in_flight(beats, now_ns)
@@ -106,6 +107,9 @@ def _stalled_finding(measured, beats, now_ns, stalled, progressing, stopped, las
               f"before the latest heartbeat") if in_flight and in_flight["closures"] else ""
     others = "" if whole_job else f" while {', '.join(s['task'] for s in progressing)} kept progressing"
     gone = f"; {', '.join(stopped)} stopped writing without closing (died or frozen)" if stopped else ""
+    if len(stalled) > 1 and stalled[1]["since_ns"] > stalled[0]["since_ns"]:
+        lag_s = (stalled[1]["since_ns"] - stalled[0]["since_ns"]) / 1e9
+        others += f"; {names[0]} stopped first, {lag_s:.1f} s before the next"
     return Finding(
         kind=KIND,
         severity=Severity.CRITICAL,
@@ -115,6 +119,7 @@ def _stalled_finding(measured, beats, now_ns, stalled, progressing, stopped, las
         tasks=tuple(names + [task for task in stopped if task not in names]),
         evidence={
             "state": "whole_job" if whole_job else "partial",
+            "first_stalled": names[0],
             "stalled": stalled,
             "progressing": [state["task"] for state in progressing],
             "in_flight": in_flight,
