@@ -70,6 +70,8 @@ def start(writer) -> None:
         if _thread is None or not _thread.is_alive():
             _thread = threading.Thread(target=_run, name="tfdiag-heartbeat", daemon=True)
             _thread.start()
+        else:
+            _wake.notify()  # the running thread restarts its wait (HEARTBEAT_EVERY_S may have changed)
     _beat(watched, closed=False)
 
 
