@@ -101,19 +101,18 @@ class RunBuilder:
             if kind == "step":
                 ends.setdefault(values["task"], []).append(values["end_ns"])
         times = [START_NS + int(at * MS) for at in _arange(0.0, until_ms, every_ms)]
+        count_in_flight, oldest_ms = in_flight if in_flight else (None, None)
         for i, time_ns in enumerate(times):
             last = closed and i == len(times) - 1
-            def count(subject):
-                return sum(end <= time_ns for end in ends.get(subject, ()))
-            count_in_flight, oldest_ms = in_flight if in_flight else (None, None)
+            done = {subject: sum(end <= time_ns for end in ends.get(subject, ())) for subject in subjects}
             self.records.append(("heartbeat", dict(
-                task=task, time_ns=time_ns, subject=task, progress=count(task) if task in subjects else None,
+                task=task, time_ns=time_ns, subject=task, progress=done.get(task),
                 in_flight=count_in_flight, oldest_in_flight_ns=None if oldest_ms is None else START_NS + int(oldest_ms * MS),
                 closed=last)))
             for subject in subjects:
                 if subject != task:
                     self.records.append(("heartbeat", dict(task=task, time_ns=time_ns, subject=subject,
-                                                           progress=count(subject), in_flight=None,
+                                                           progress=done[subject], in_flight=None,
                                                            oldest_in_flight_ns=None, closed=last)))
         return self
 
