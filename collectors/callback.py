@@ -13,7 +13,7 @@ import logging
 import sys
 import time
 
-from tfdiag.collectors import identity, tf_internals, writers
+from tfdiag.collectors import heartbeat, identity, tf_internals, writers
 from tfdiag.collectors.arguments import check_count, check_logdir
 from tfdiag.collectors.placement import record_placement
 from tfdiag.collectors.system import SystemSampler
@@ -153,6 +153,7 @@ class DiagnosticsCallback(_KerasCallback):
     def _reset(self) -> None:
         self._step = 0
         self._begin_ns = 0
+        self._progress = None  # the heartbeat's step counter (collectors/heartbeat.py)
 
     def on_train_begin(self, logs=None):
         self._reset()
@@ -193,6 +194,9 @@ class DiagnosticsCallback(_KerasCallback):
                 clock_task=self._writer.task,
             )
             self._step += 1
+            if self._progress is None:
+                self._progress = heartbeat.progress(self._writer)
+            self._progress.count = self._step
         except Exception as error:  # noqa: BLE001
             self._fail(error)
             return

@@ -46,7 +46,7 @@ import threading
 import time
 import weakref
 
-from tfdiag.collectors import closure_timing, identity, tf_internals, writers
+from tfdiag.collectors import closure_timing, heartbeat, identity, tf_internals, writers
 from tfdiag.collectors.bounded import BoundedCalls
 from tfdiag.collectors.faults import FaultCapture
 from tfdiag.collectors.placement import record_placement
@@ -153,6 +153,7 @@ class InstrumentedCoordinator:
         self.closures_recorded = 0
         self._thread = threading.Thread(target=self._track, name="tfdiag-closures", daemon=True)
         self._thread.start()
+        heartbeat.track_in_flight(self._writer, self._in_flight)
         atexit.register(self.close)
 
     def __getattr__(self, name):
@@ -366,8 +367,15 @@ class InstrumentedCoordinator:
                     error="" if error is None else f"{type(error).__name__}: {error}"[:MAX_ERROR_CHARS],
                 )
                 self.closures_recorded += 1
+                if worker:
+                    heartbeat.progress(self._writer, worker).count += 1
             except Exception as exc:  # noqa: BLE001 - never let bookkeeping die
                 logger.warning("tfdiag: cannot record closure %d: %r", item.closure_id, exc)
+
+    def _in_flight(self) -> tuple[int, int | None]:
+        """Closures scheduled and not yet recorded, and the oldest one's dispatch time (for the heartbeat)."""
+        with self._cv:
+            return len(self._pending), (self._pending[0].dispatch_ns if self._pending else None)
 
     def _timings_lost(self, device: str, closures: int, error: BaseException) -> None:
         """Logs and notes, once per worker, that the timings of its closures could not be read."""

@@ -14,6 +14,10 @@ Their ``timeline_label`` reads (TF 2.21)::
 
 A traced step is slower than a plain one (the step stats of every partition travel to
 the master), so the default traces one step in ``DEFAULT_TRACE_EVERY``.
+
+At ``begin()`` the hook records where the graph's global variables live (``placement``),
+and once the session is ready a ``session`` record with both times: on a non-chief
+worker the gap is its wait for the chief to initialise the model.
 """
 
 from __future__ import annotations
@@ -26,8 +30,9 @@ import time
 
 import tensorflow as tf
 
-from tfdiag.collectors import identity, writers
+from tfdiag.collectors import heartbeat, identity, writers
 from tfdiag.collectors.arguments import check_count, check_logdir
+from tfdiag.collectors.placement import record_placement
 from tfdiag.events import task_of_device
 from tfdiag.collectors.system import SystemSampler
 
@@ -107,12 +112,14 @@ class DiagnosticsHook(tf.compat.v1.train.SessionRunHook):
         self.traces_parsed = 0
         self.transfers_recorded = 0
         self._writer = None
+        self._progress = None  # the heartbeat's step counter (collectors/heartbeat.py)
         self._sampler = None
         self._queue: queue.Queue | None = None
         self._parser: threading.Thread | None = None
         self._failed = False
         self._tracing = False
         self._begin_ns = 0
+        self._begin_wall_ns = 0  # when begin() ran: the session's creation started
         self._trace_options = None
 
     # -- SessionRunHook --------------------------------------------------------------
@@ -121,12 +128,24 @@ class DiagnosticsHook(tf.compat.v1.train.SessionRunHook):
             self.task = self.task or identity.resolve_task()
             identity.write_run_manifest(self.logdir, self.task, None, api="tf1_session")
             self._writer = writers.acquire(self.logdir, self.task)
+            self._progress = heartbeat.progress(self._writer)
+            self._begin_wall_ns = time.time_ns()
+            record_placement(tf.compat.v1.global_variables(), task=self.task, writer=self._writer)
             self._trace_options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
             self._queue = queue.Queue(MAX_QUEUED_TRACES)
             self._parser = threading.Thread(target=self._parse_loop, name="tfdiag-trace-parser", daemon=True)
             self._parser.start()
             if self.system_interval_s:
                 self._sampler = SystemSampler(self._writer, self.task, self.system_interval_s).start()
+        except Exception as error:  # noqa: BLE001 - a collector never breaks training
+            self._fail(error)
+
+    def after_create_session(self, session, coord):
+        """Records when the session became ready: on a non-chief, after the chief initialised the model."""
+        if self._failed or self._writer is None:
+            return
+        try:
+            self._writer.append("session", task=self.task, begin_ns=self._begin_wall_ns, ready_ns=time.time_ns())
         except Exception as error:  # noqa: BLE001 - a collector never breaks training
             self._fail(error)
 
@@ -146,6 +165,7 @@ class DiagnosticsHook(tf.compat.v1.train.SessionRunHook):
             self._writer.append("step", task=self.task, step=self.steps_recorded, begin_ns=self._begin_ns, end_ns=end_ns,
                                 input_wait_ns=0, examples=self.examples_per_step or 0, clock_task=self.task)
             self.steps_recorded += 1
+            self._progress.count = self.steps_recorded
             if self._tracing and run_values.run_metadata is not None:
                 try:
                     self._queue.put_nowait(run_values.run_metadata)

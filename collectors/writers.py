@@ -1,7 +1,10 @@
 """One ``TaskWriter`` per (run directory, task) in a process, shared by the collectors.
 
 Two writers on one task file would each append frames through their own file handle;
-sharing one (reference-counted) keeps every frame whole and in order.
+sharing one (reference-counted) keeps every frame whole and in order. Each open writer
+also carries its task's ``heartbeat`` rows (``heartbeat``): the first when it opens, one
+every ``heartbeat.HEARTBEAT_EVERY_S`` (a few rows per task per 5 s), and the clean-close
+marker when its last collector releases it.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import os
 import threading
 
+from tfdiag.collectors import heartbeat
 from tfdiag.store import TaskWriter
 
 _lock = threading.Lock()
@@ -24,14 +28,17 @@ def acquire(logdir, task: str) -> TaskWriter:
     key = _key(logdir, task)
     with _lock:
         entry = _writers.get(key)
-        if entry is None or entry[0].closed:
+        opened = entry is None or entry[0].closed
+        if opened:
             entry = _writers[key] = [TaskWriter(logdir, task), 0]
         entry[1] += 1
-        return entry[0]
+    if opened:
+        heartbeat.start(entry[0])
+    return entry[0]
 
 
 def release(writer: TaskWriter) -> None:
-    """Drops one reference; the last one closes (flushes) the writer."""
+    """Drops one reference; the last one writes the clean-close heartbeat and closes (flushes) the writer."""
     with _lock:
         for key, entry in list(_writers.items()):
             if entry[0] is writer:
@@ -41,4 +48,5 @@ def release(writer: TaskWriter) -> None:
                     return
                 del _writers[key]
                 break
+    heartbeat.stop(writer, closed=True)
     writer.close()

@@ -190,9 +190,32 @@ LABEL = RecordKind(
     ),
 )
 
+HEARTBEAT = RecordKind(
+    "heartbeat",
+    (
+        ("task", "string"),  # the task that wrote it
+        ("time_ns", "int64"),  # the writer's clock
+        ("subject", "string"),  # whose progress `progress` counts: the writer itself or a worker it drives
+        ("progress", "int64"),  # steps (or closures) `subject` completed so far; null: no progress counter
+        ("in_flight", "int64"),  # closures scheduled by the coordinator and not yet finished; null: none tracked
+        ("oldest_in_flight_ns", "int64"),  # dispatch time of the oldest of them (writer's clock); null: none
+        ("closed", "bool"),  # true on the last row of a task that closed its collectors normally
+    ),
+)
+
+SESSION = RecordKind(
+    "session",
+    (
+        ("task", "string"),  # the TF1 task whose MonitoredSession this is
+        ("begin_ns", "int64"),  # DiagnosticsHook.begin(): the graph is final, the session is being created
+        ("ready_ns", "int64"),  # after_create_session(): the session is ready (a non-chief: the chief initialised it)
+    ),
+)
+
 KINDS: dict[str, RecordKind] = {
     kind.name: kind
-    for kind in (STEP, CLOSURE, RPC, ALLREDUCE, TRANSFER, SYSTEM, GPU, SHARD, PLACEMENT, FAULT, NOTE, LABEL)
+    for kind in (STEP, CLOSURE, RPC, ALLREDUCE, TRANSFER, SYSTEM, GPU, SHARD, PLACEMENT, FAULT, NOTE, LABEL,
+                 HEARTBEAT, SESSION)
 }
 
 

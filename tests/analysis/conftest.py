@@ -89,6 +89,33 @@ class RunBuilder:
                                                    duration_ns=int(duration_ms * MS), bytes=size)))
         return self
 
+    def heartbeats(self, task="chief:0", until_ms=60_000.0, every_ms=5_000.0, subjects=(), in_flight=None,
+                   closed=False):
+        """``heartbeat`` rows of writer ``task`` from the run's start to ``until_ms``, every ``every_ms``,
+        as ``collectors/heartbeat.py`` writes them: its own row (with ``in_flight``, a pair
+        (closures, oldest dispatch in ms), when given) and one per subject, counting that
+        subject's ``steps`` records ended by the beat (a subject equal to ``task`` goes on its
+        own row); ``closed`` marks the last beat as the clean-close marker."""
+        ends = {}
+        for kind, values in self.records:
+            if kind == "step":
+                ends.setdefault(values["task"], []).append(values["end_ns"])
+        times = [START_NS + int(at * MS) for at in _arange(0.0, until_ms, every_ms)]
+        count_in_flight, oldest_ms = in_flight if in_flight else (None, None)
+        for i, time_ns in enumerate(times):
+            last = closed and i == len(times) - 1
+            done = {subject: sum(end <= time_ns for end in ends.get(subject, ())) for subject in subjects}
+            self.records.append(("heartbeat", dict(
+                task=task, time_ns=time_ns, subject=task, progress=done.get(task),
+                in_flight=count_in_flight, oldest_in_flight_ns=None if oldest_ms is None else START_NS + int(oldest_ms * MS),
+                closed=last)))
+            for subject in subjects:
+                if subject != task:
+                    self.records.append(("heartbeat", dict(task=task, time_ns=time_ns, subject=subject,
+                                                           progress=done[subject], in_flight=None,
+                                                           oldest_in_flight_ns=None, closed=last)))
+        return self
+
     def write(self):
         write_manifest(self.path, strategy=self.strategy, cluster=self.cluster, tensorflow_version="2.21.0",
                        task="chief:0", start_time_ns=START_NS)
@@ -97,6 +124,16 @@ class RunBuilder:
             writer.append(kind, **values)
         writer.close()
         return self.path
+
+
+def _arange(start: float, stop: float, step: float) -> list[float]:
+    """``start``, ``start + step``, ... up to and including ``stop``."""
+    values = [start]
+    while values[-1] + step <= stop:
+        values.append(values[-1] + step)
+    if values[-1] < stop:
+        values.append(stop)
+    return values
 
 
 @pytest.fixture

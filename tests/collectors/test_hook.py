@@ -8,6 +8,8 @@ import pytest
 
 from tfdiag.analysis.load import load_run
 
+from tests.conftest import in_child_process
+
 from .chief import run_as_chief
 
 JOB = Path(__file__).with_name("tf1_job.py")
@@ -54,3 +56,37 @@ def test_tf1_session_transfers_match_variable_sizes(tmp_path):
         edges = transfer[transfer[column].str.startswith("ps:")].drop_duplicates(subset=[column, "tensor"])
         assert edges.groupby(column)["bytes"].sum().to_dict() == outcome["variable_bytes"], column
     assert (transfer["duration_ns"] >= 0).all() and (transfer["time_ns"] > 0).all()
+    # Placement (the job's record_placement and the hook's begin() record the same rows),
+    # the session's readiness, the heartbeats' close.
+    placement = run.frame("placement").astype({"variable": str, "task": str})
+    held = set(placement[["variable", "task"]].itertuples(index=False, name=None))
+    assert {("w1:0", "ps:0"), ("b1:0", "ps:1"), ("w2:0", "ps:0")} <= held
+    [session] = run.frame("session").itertuples()
+    assert session.task == "chief:0" and 0 < session.ready_ns - session.begin_ns < 60e9
+    beats = run.frame("heartbeat")
+    assert beats["closed"].iloc[-1] and beats["progress"].max() == STEPS
+
+
+def test_hook_records_placement_session_and_heartbeats_in_a_local_session(tmp_path):
+    """begin() records the graph's global variables; after_create_session() the session's readiness."""
+    in_child_process(_run_local_session, str(tmp_path))
+    run = load_run(tmp_path)
+    placement = run.frame("placement")
+    assert placement[["variable", "task", "bytes"]].values.tolist() == [["kernel:0", "worker:1", 8192]]
+    [session] = run.frame("session").itertuples()
+    assert session.task == "worker:1" and 0 <= session.ready_ns - session.begin_ns < 60e9
+    beats = run.frame("heartbeat")
+    assert beats["progress"].iloc[-1] == 3 and beats["closed"].tolist()[-1]
+
+
+def _run_local_session(logdir: str) -> None:
+    import tensorflow as tf
+
+    from tfdiag.collectors import DiagnosticsHook
+
+    tf.compat.v1.disable_eager_execution()
+    kernel = tf.compat.v1.get_variable("kernel", [64, 32])
+    hook = DiagnosticsHook(logdir, task="worker:1", system_interval_s=None)
+    with tf.compat.v1.train.MonitoredTrainingSession(hooks=[hook]) as session:
+        for _ in range(3):
+            session.run(kernel)

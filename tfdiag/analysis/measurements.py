@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from tfdiag.analysis.align import clock_offsets
+from tfdiag.analysis.align import clock_offsets, to_reference_clock
 from tfdiag.analysis.breakdown import step_table, worker_table
 from tfdiag.analysis.devices import SharedHost, gpu_table, host_table, shared_worker_host
 from tfdiag.analysis.faults import fault_table
@@ -36,6 +36,9 @@ class Measurements:
     faults: pd.DataFrame  # faults.fault_table
     ps_load: pd.DataFrame  # placement.ps_load_table
     shared_host: SharedHost | None  # devices.shared_worker_host
+    heartbeats: pd.DataFrame = None  # heartbeat_table: liveness rows on the reference clock
+    closures: pd.DataFrame = None  # the closure records, result_ns on the reference clock
+    session_waits: dict = None  # TF1 task -> seconds from DiagnosticsHook.begin() to its session being ready
 
     @property
     def ps_tasks(self) -> list[str]:
@@ -72,7 +75,33 @@ def measure(run: LoadedRun) -> Measurements:
         faults=fault_table(run.frame("fault")),
         ps_load=ps_load_table(run.frame("placement"), run.frame("transfer")),
         shared_host=shared_worker_host(cluster, reference, system, gpu, steps),
+        heartbeats=heartbeat_table(run.frame("heartbeat"), offsets),
+        closures=_on_reference_clock(run.frame("closure"), ["dispatch_ns", "result_ns"], offsets, "source"),
+        session_waits=session_waits(run.frame("session")),
     )
+
+
+def session_waits(sessions: pd.DataFrame) -> dict[str, float]:
+    """Seconds each TF1 task's session took to be ready (its last session: a restart makes a new one).
+
+    On a non-chief this is its wait for the chief to initialise the model.
+    """
+    if sessions.empty:
+        return {}
+    last = sessions.sort_values("ready_ns").groupby("task").tail(1)
+    return {str(row.task): max(row.ready_ns - row.begin_ns, 0) / 1e9 for row in last.itertuples()}
+
+
+def heartbeat_table(heartbeats: pd.DataFrame, offsets: dict[str, int]) -> pd.DataFrame:
+    """The ``heartbeat`` rows with ``time_ns`` and ``oldest_in_flight_ns`` on the reference clock."""
+    return _on_reference_clock(heartbeats, ["time_ns", "oldest_in_flight_ns"], offsets, "task")
+
+
+def _on_reference_clock(frame: pd.DataFrame, columns: list[str], offsets: dict[str, int], clock: str) -> pd.DataFrame:
+    if frame.empty or clock not in frame:
+        return frame
+    moved = {name: to_reference_clock(frame[name], frame[clock], offsets) for name in columns}
+    return frame.assign(**moved)
 
 
 def _reference_task(run: LoadedRun) -> str | None:

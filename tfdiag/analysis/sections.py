@@ -38,11 +38,14 @@ def summary_section(measured: Measurements, findings: list[Finding]) -> dict:
         "examples_per_s": rounded(examples_per_s, 2),
         "steps": int(measured.steps["steps"].sum()) if not measured.steps.empty else 0,
         "findings": len(findings),
+        # The title of the stall when the run is hung now (``stalled`` finding, critical); else None.
+        "stalled": next((f.title for f in findings if f.kind == "stalled" and f.severity.value == "critical"), None),
     }
 
 
 def workers_section(measured: Measurements) -> list[dict]:
     components = step_components(measured).set_index("task")
+    chief = (measured.run.manifest or {}).get("task")  # the manifest's writer
     return [
         {
             "task": row.task,
@@ -52,6 +55,8 @@ def workers_section(measured: Measurements) -> list[dict]:
             "input_wait_frac": rounded(row.input_wait_frac, 4),
             "examples": int(row.examples),
             "breakdown_ms": {name: rounded(components.at[row.task, f"{name}_ns"] / 1e6) for name in COMPONENTS},
+            # TF1, a non-chief: from the hook's begin() to its session being ready, the wait for the chief.
+            "chief_wait_s": None if row.task == chief else rounded((measured.session_waits or {}).get(row.task)),
         }
         for row in measured.workers.itertuples()
     ]

@@ -54,6 +54,10 @@ def _header(report: Report) -> str:
     lines += _field("skipped", f"{fmt.count(skipped)} unreadable records" if skipped else "none")
     for warning in run.get("warnings") or []:
         lines += _field("warning", str(warning))
+    for worker in report.workers:
+        if worker.get("chief_wait_s") is not None:
+            lines += _field("chief wait", f"{worker['task']} waited {worker['chief_wait_s']:.1f} s for the chief "
+                                          "to initialise the model")
     return "\n".join(lines)
 
 
@@ -63,6 +67,8 @@ def _throughput(report: Report) -> str:
     lines += _field("examples/s", fmt.rate(summary.get("examples_per_s")))
     lines += _field("step time", f"{fmt.ms(summary.get('step_time_ms'))} ms (median over all workers)")
     lines += _field("steps", fmt.count(summary.get("steps")))
+    if summary.get("stalled"):
+        lines += _field("STALLED", f"{summary['stalled']} (the job is hung now: see the stalled finding)")
     lines += _wrap(fmt.primary_line(report), "  ", INDENT)
     return "\n".join(lines)
 

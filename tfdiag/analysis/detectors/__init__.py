@@ -26,6 +26,7 @@ from tfdiag.analysis.detectors import (
     ps_hotspot,
     shard_imbalance,
     slow_link,
+    stalled,
     straggler,
     task_failure,
 )
@@ -48,6 +49,7 @@ DETECTORS: dict[str, Detector] = {
         compute_bound,
         coordinator_bound,
         task_failure,
+        stalled,
     )
 }
 

@@ -1,0 +1,116 @@
+"""``stalled`` on runs written through the real writer: hung, partly hung, ended, died, slow, long-stepped."""
+
+import pytest
+
+from tfdiag.analysis import analyze
+from tfdiag.analysis.detectors.stalled import STALL_FLOOR_S
+from tfdiag.analysis.findings import Severity
+
+from tests.analysis.conftest import MS, START_NS
+
+WORKERS = ("worker:0", "worker:1")
+
+
+def _stalled(report):
+    return [finding for finding in report.findings if finding.kind == "stalled"]
+
+
+def test_whole_job_stalled_names_every_worker_and_what_is_in_flight(builder):
+    run = builder()
+    run.steps("worker:0", count=150, step_ms=20, closures=True)  # ~3.2 s, then nothing
+    run.steps("worker:1", count=100, step_ms=20, closures=True)  # ~2.1 s, then nothing
+    run.heartbeats("chief:0", until_ms=60_000, subjects=WORKERS, in_flight=(2, 2_100))
+    report = analyze(run.write())
+    [finding] = _stalled(report)
+    assert finding.severity is Severity.CRITICAL
+    assert finding.evidence["state"] == "whole_job"
+    assert finding.tasks == ("worker:1", "worker:0")  # the first to stop first: where the hang began
+    assert finding.evidence["first_stalled"] == "worker:1" and "worker:1 stopped first, 1.1 s" in finding.summary
+    assert finding.evidence["in_flight"]["closures"] == 2
+    assert finding.evidence["in_flight"]["oldest_age_s"] == pytest.approx(57.9, abs=0.1)
+    first, second = finding.evidence["stalled"]
+    assert (first["last_step"], second["last_step"]) == (99, 149)
+    assert first["since_ns"] == pytest.approx(START_NS + 2_100 * MS, abs=10 * MS)
+    assert finding.recommendation.predicted_speedup is None
+    assert report.to_dict()["findings"][0]["kind"] == "stalled"
+
+
+def test_one_worker_stalled_while_the_other_progresses(builder):
+    run = builder()
+    run.steps("worker:0", count=120, step_ms=500, closures=True)  # to 60 s
+    run.steps("worker:1", count=20, step_ms=500, closures=True)  # to 10 s
+    run.heartbeats("chief:0", until_ms=60_500, subjects=WORKERS, in_flight=(1, 10_030))
+    [finding] = _stalled(analyze(run.write()))
+    assert finding.evidence["state"] == "partial"
+    assert finding.tasks == ("worker:1",)
+    assert finding.evidence["progressing"] == ["worker:0"]
+    [state] = finding.evidence["stalled"]
+    assert state["last_step"] == 19
+    assert state["stalled_s"] == pytest.approx(50.5, abs=0.2)
+    assert "worker:1" in finding.title and "in flight" in finding.summary
+
+
+def test_a_run_that_ended_cleanly_is_not_stalled(builder):
+    run = builder()
+    for worker in WORKERS:
+        run.steps(worker, count=100, step_ms=20, closures=True)
+    # The last beat came long after the last step, but it is the clean-close marker.
+    run.heartbeats("chief:0", until_ms=60_000, subjects=WORKERS, in_flight=(0, None), closed=True)
+    assert _stalled(analyze(run.write())) == []
+
+
+def test_a_task_that_died_is_reported_as_stopped_not_hung(builder):
+    run = builder(strategy="MultiWorkerMirroredStrategy")
+    run.steps("worker:0", count=120, step_ms=500)  # to 60 s, writing its own beats
+    run.steps("worker:1", count=40, step_ms=500)  # to 20 s, then its beats stop: no close marker
+    run.heartbeats("worker:0", until_ms=60_500, subjects=("worker:0",))
+    run.heartbeats("worker:1", until_ms=20_000, subjects=("worker:1",))
+    [finding] = _stalled(analyze(run.write()))
+    assert finding.severity is Severity.WARNING
+    assert finding.evidence["state"] == "stopped_writing"
+    assert finding.tasks == ("worker:1",)
+    assert "hung" not in finding.title and "died" in finding.summary
+
+
+def test_a_run_whose_every_writer_stopped_at_once_is_judged_at_its_last_beat(builder):
+    run = builder()
+    for worker in WORKERS:
+        run.steps(worker, count=100, step_ms=20, closures=True)
+    run.heartbeats("chief:0", until_ms=5_000, subjects=WORKERS, in_flight=(1, 2_000))  # killed: no marker
+    assert _stalled(analyze(run.write())) == []
+
+
+def test_a_slow_worker_that_keeps_progressing_is_not_stalled(builder):
+    run = builder()
+    run.steps("worker:0", count=600, step_ms=100, closures=True)  # to 60 s
+    run.steps("worker:1", count=30, step_ms=2_000, closures=True)  # 20x slower, also to 60 s
+    run.heartbeats("chief:0", until_ms=61_000, subjects=WORKERS, in_flight=(2, 59_000))
+    report = analyze(run.write())
+    assert _stalled(report) == []
+    assert "straggler" in [finding.kind for finding in report.findings]
+
+
+@pytest.mark.parametrize("behind_ms", [5_000, 29_000])
+def test_long_regular_steps_are_not_a_stall(builder, behind_ms):
+    run = builder()
+    for worker in WORKERS:
+        run.steps(worker, count=10, step_ms=30_000, idle_ms=10, closures=True)  # ends at ~300 s
+    run.heartbeats("chief:0", until_ms=300_100 + behind_ms, subjects=WORKERS, in_flight=(2, 300_000))
+    assert _stalled(analyze(run.write())) == []
+
+
+def test_the_floor_holds_for_fast_steps(builder):
+    run = builder()
+    for worker in WORKERS:
+        run.steps(worker, count=100, step_ms=20, closures=True)
+    run.heartbeats("chief:0", until_ms=2_100 + (STALL_FLOOR_S - 5) * 1000, subjects=WORKERS, in_flight=(2, 2_100))
+    assert _stalled(analyze(run.write())) == []
+
+
+def test_clean_run_with_heartbeats_has_no_warning(builder):
+    run = builder()
+    for worker in WORKERS:
+        run.steps(worker, step_ms=20, input_ms=1, closures=True)
+    run.heartbeats("chief:0", until_ms=2_500, every_ms=1_000, subjects=WORKERS, in_flight=(2, 2_100), closed=True)
+    report = analyze(run.write())
+    assert [f for f in report.findings if f.severity.rank >= Severity.WARNING.rank] == []

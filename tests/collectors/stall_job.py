@@ -1,0 +1,52 @@
+"""Run by test_heartbeat.py in its own process: the chief of a 1 ps + 2 worker cluster that keeps scheduling.
+
+Usage: python stall_job.py LOGDIR STOP_FILE  (TF_CONFIG names this process chief:0)
+Schedules one small closure every ``PACE_S`` without joining (a frozen worker's closure
+would block ``join``) and holds every result, writes LOGDIR/ready once the RPC probe has prepared its functions
+and closures have come back from both workers, and stops when STOP_FILE appears (or after
+``MAX_SECONDS``); then closes the coordinator and prints JSON.
+"""
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import tensorflow as tf
+
+from tfdiag.collectors import instrument_coordinator
+from tfdiag.sample_jobs.task import wait_for_cluster
+
+PACE_S = 0.2
+MAX_SECONDS = 240
+
+logdir, stop_file = Path(sys.argv[1]), Path(sys.argv[2])
+resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+wait_for_cluster(resolver.cluster_spec().as_dict(), "chief:0")
+strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
+with strategy.scope():
+    total = tf.Variable(0.0, name="total")
+coordinator = instrument_coordinator(tf.distribute.coordinator.ClusterCoordinator(strategy), logdir,
+                                     probe_interval_s=0.2, system_interval_s=1.0)
+
+
+@tf.function
+def step():
+    total.assign_add(1.0)
+    return total.read_value()
+
+
+start = time.monotonic()
+prober = coordinator.collectors["rpc"]
+ready = False
+results = []  # held, so TensorFlow copies every closure's output to the coordinator as it comes in
+while not stop_file.exists() and time.monotonic() - start < MAX_SECONDS:
+    results.append(coordinator.schedule(step))
+    time.sleep(PACE_S)
+    if not ready and prober.prepared.is_set() and coordinator.closures_recorded >= 20:
+        (logdir / "ready").write_text("ready")
+        ready = True
+closing = time.monotonic()
+coordinator.close(timeout_s=20)
+print(json.dumps({"closures": coordinator.closures_recorded, "close_s": round(time.monotonic() - closing, 1)}),
+      flush=True)

@@ -1,0 +1,177 @@
+"""``stalled``: workers (or the whole job) stopped making progress while the run is still alive.
+
+The run's clock is its latest ``heartbeat`` (not the wall clock: re-analysing an old run
+gives the same answer). A task whose collectors closed normally wrote a clean-close
+marker; a task whose beats stopped without one died or was frozen. Every worker whose
+progress a still-beating task reports (the coordinator counts each worker's closures,
+a callback or hook its own steps) is stalled when its last progress (last step end,
+closure result, or heartbeat count change) lies further behind the run's clock than
+``stall_threshold_ns`` of its own rhythm. Only the coordinator sees a frozen PS worker:
+its closures stay in flight and no more results come from it.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from tfdiag.analysis.findings import Finding, Recommendation, Severity
+from tfdiag.analysis.measurements import Measurements
+
+KIND = "stalled"
+
+# A worker is stalled after this many of its typical intervals between progress records
+# with no progress: a run's step times vary by a few x, never by ten, while it works.
+STALL_FACTOR = 10.0
+# ... or after this multiple of its longest earlier gap between records, so a run that
+# pauses regularly (a checkpoint save, an evaluation) is judged against those pauses.
+LONGEST_GAP_FACTOR = 2.0
+# ... and never before this: several heartbeats (5 s apart) must have seen no progress,
+# and a short pause (a garbage collection, a slow first trace) is not a hang.
+STALL_FLOOR_S = 30.0
+# A task whose last beat is this far behind the run's clock stopped writing: four
+# missed beats at the collectors' 5 s interval.
+HEARTBEAT_LOST_S = 20.0
+
+
+def stall_threshold_ns(intervals_ns: pd.Series) -> float:
+    """How long a worker with these intervals between progress records may show none.
+
+    >>> stall_threshold_ns(pd.Series([20e6] * 50)) / 1e9  # 20 ms steps: the floor
+    30.0
+    >>> stall_threshold_ns(pd.Series([30e9] * 10)) / 1e9  # 30 s steps: ten of them
+    300.0
+    """
+    if intervals_ns.empty:
+        return STALL_FLOOR_S * 1e9
+    return max(STALL_FACTOR * float(intervals_ns.median()), LONGEST_GAP_FACTOR * float(intervals_ns.max()),
+               STALL_FLOOR_S * 1e9)
+
+
+def detect(measured: Measurements) -> list[Finding]:
+    beats = measured.heartbeats
+    if beats is None or beats.empty:
+        return []
+    now_ns = int(beats["time_ns"].max())
+    last_beat = beats.groupby("task")["time_ns"].max()
+    closed = set(beats.loc[beats["closed"].fillna(False).astype(bool), "task"])
+    stopped = sorted(task for task, at in last_beat.items()
+                     if task not in closed and now_ns - at > HEARTBEAT_LOST_S * 1e9)
+    alive = set(last_beat.index) - closed - set(stopped)
+    subjects = sorted(set(beats.loc[beats["task"].isin(alive) & beats["progress"].notna(), "subject"]))
+    stalled, progressing = [], []
+    for subject in subjects:
+        state = _progress_state(measured, beats, subject, now_ns)
+        (stalled if state["stalled_s"] * 1e9 > state.pop("threshold_ns") else progressing).append(state)
+    if stalled:
+        return [_stalled_finding(measured, beats, now_ns, stalled, progressing, stopped, last_beat)]
+    if stopped:
+        return [_stopped_finding(now_ns, stopped, last_beat)]
+    return []
+
+
+def _progress_state(measured: Measurements, beats: pd.DataFrame, subject: str, now_ns: int) -> dict:
+    """When ``subject`` last made progress, at which step, and how long it may pause."""
+    steps = measured.steps
+    own = steps[steps["task"] == subject] if not steps.empty else steps
+    ends = own["end_ns"].sort_values() if not own.empty else pd.Series(dtype="float64")
+    closures = measured.closures
+    results = pd.Series(dtype="float64")
+    if closures is not None and not closures.empty:
+        results = closures.loc[(closures["worker"] == subject) & closures["ok"].fillna(False).astype(bool), "result_ns"]
+    counted = beats[(beats["subject"] == subject) & beats["progress"].notna()].sort_values("time_ns")
+    final = counted["progress"].iloc[-1]
+    progress_times = ends if len(ends) >= len(results) else results.sort_values()
+    intervals = progress_times.diff().iloc[2:].dropna()  # after the warm-up record
+    if progress_times.empty:  # only the beats counted it: the first beat that saw the final count
+        last_ns = float(counted.loc[counted["progress"] == final, "time_ns"].iloc[0])
+    else:  # a collector counts a step or closure after writing its record: the records are as recent
+        last_ns = max(float(series.max()) for series in (ends, results) if not series.empty)
+    return {
+        "task": subject,
+        "since_ns": int(last_ns),
+        "stalled_s": round((now_ns - last_ns) / 1e9, 1),
+        "last_step": None if own.empty else int(own["step"].max()),
+        "completed": int(final),
+        "threshold_ns": stall_threshold_ns(intervals),
+    }
+
+
+def _stalled_finding(measured, beats, now_ns, stalled, progressing, stopped, last_beat) -> Finding:
+    stalled = sorted(stalled, key=lambda state: state["since_ns"])  # the first to stop first: where it began
+    names = [state["task"] for state in stalled]
+    whole_job = not progressing
+    in_flight = _in_flight(beats, now_ns)
+    scope = "The whole job has" if whole_job else f"{', '.join(names)} ha{'ve' if len(names) > 1 else 's'}"
+    longest = max(state["stalled_s"] for state in stalled)
+    detail = (f"; {in_flight['closures']} closures in flight, the oldest dispatched {in_flight['oldest_age_s']} s "
+              f"before the latest heartbeat") if in_flight and in_flight["closures"] else ""
+    others = "" if whole_job else f" while {', '.join(s['task'] for s in progressing)} kept progressing"
+    gone = f"; {', '.join(stopped)} stopped writing without closing (died or frozen)" if stopped else ""
+    if len(stalled) > 1 and stalled[1]["since_ns"] > stalled[0]["since_ns"]:
+        lag_s = (stalled[1]["since_ns"] - stalled[0]["since_ns"]) / 1e9
+        others += f"; {names[0]} stopped first, {lag_s:.1f} s before the next"
+    return Finding(
+        kind=KIND,
+        severity=Severity.CRITICAL,
+        title=f"{'Whole job stalled' if whole_job else 'Stalled: ' + ', '.join(names)} for {longest:.0f} s",
+        summary=f"{scope} made no progress for up to {longest:.0f} s{others}{detail}{gone}. "
+                "The run is still alive (heartbeats continue): a hung task, not a finished run.",
+        tasks=tuple(names + [task for task in stopped if task not in names]),
+        evidence={
+            "state": "whole_job" if whole_job else "partial",
+            "first_stalled": names[0],
+            "stalled": stalled,
+            "progressing": [state["task"] for state in progressing],
+            "in_flight": in_flight,
+            "stopped_writing": [{"task": task, "last_heartbeat_ns": int(last_beat[task])} for task in stopped],
+            "latest_heartbeat_ns": now_ns,
+        },
+        recommendation=Recommendation(
+            action="Look at the stalled tasks now, while they hang: dump their threads (py-spy dump --pid, or "
+            "faulthandler), check the host (OOM, a stopped process, a full disk, a lost network link), and bound "
+            "every wait so a hung worker fails and is restarted instead of blocking the job.",
+            change="py-spy dump --pid <pid of the stalled task>; run every task under a supervisor that restarts "
+            "it (Kubernetes restartPolicy: OnFailure): a restarted worker rejoins and ClusterCoordinator "
+            "re-schedules its closures",
+            predicted_speedup=None,
+        ),
+    )
+
+
+def _stopped_finding(now_ns, stopped, last_beat) -> Finding:
+    return Finding(
+        kind=KIND,
+        severity=Severity.WARNING,
+        title=f"{', '.join(stopped)} stopped writing without a clean close",
+        summary=f"{', '.join(stopped)} wrote no heartbeat for the last "
+                f"{max(now_ns - last_beat[t] for t in stopped) / 1e9:.0f} s of the run and never closed its "
+                "collectors: the task died (killed, crashed) or its process was frozen. The tasks still "
+                "writing made progress, so the job is not hung.",
+        tasks=tuple(stopped),
+        evidence={
+            "state": "stopped_writing",
+            "stopped_writing": [{"task": task, "last_heartbeat_ns": int(last_beat[task])} for task in stopped],
+            "latest_heartbeat_ns": now_ns,
+        },
+        recommendation=Recommendation(
+            action="Find out why the task ended without closing (its log, the OOM killer, preemption) and run "
+            "tasks under a supervisor that restarts them.",
+            change="Kubernetes restartPolicy: OnFailure; tf.distribute.experimental.PreemptionCheckpointHandler",
+            predicted_speedup=None,
+        ),
+    )
+
+
+def _in_flight(beats: pd.DataFrame, now_ns: int) -> dict | None:
+    """The coordinator's latest count of closures in flight, and the oldest one's dispatch."""
+    rows = beats[beats["in_flight"].notna()].sort_values("time_ns")
+    if rows.empty:
+        return None
+    latest = rows.iloc[-1]
+    oldest = latest["oldest_in_flight_ns"]
+    return {
+        "reported_by": latest["task"],
+        "closures": int(latest["in_flight"]),
+        "oldest_dispatch_ns": None if pd.isna(oldest) else int(oldest),
+        "oldest_age_s": None if pd.isna(oldest) else round((now_ns - float(oldest)) / 1e9, 1),
+    }
