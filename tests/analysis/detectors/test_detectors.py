@@ -188,3 +188,30 @@ def test_ps_hotspot_from_traced_transfers(builder):
     assert finding.tasks == ("ps:0",) and finding.evidence["bytes_source"] == "transfer"
     assert finding.evidence["bytes_share"]["ps:0"] > 0.99
     assert finding.recommendation.predicted_speedup > 1.0
+
+
+def test_a_worker_starved_between_closures_is_a_straggler_by_its_period(builder):
+    """A CPU quota stops the worker's process between closures: same step time, far fewer steps."""
+    run = builder()
+    run.steps("worker:0", count=100, step_ms=20).steps("worker:1", count=35, step_ms=22, idle_ms=40)
+    finding = analyze(run.write()).primary
+    assert finding.kind == "straggler" and finding.tasks == ("worker:1",)
+    assert "less often" in finding.title
+    assert finding.evidence["step_share"]["worker:1"] == pytest.approx(35 / 135, abs=0.001)
+    # worker:1 starts a step every 62 ms; at its peer's 21 ms the rates 1/21 + 1/62 become 2/21.
+    assert finding.recommendation.predicted_speedup == pytest.approx((2 / 21) / (1 / 21 + 1 / 62), rel=0.01)
+
+
+def test_workers_idle_alike_between_closures_name_no_straggler(builder):
+    """Every worker waiting as long between closures is not one slow worker."""
+    run = builder()
+    for worker in ("worker:0", "worker:1"):
+        run.steps(worker, step_ms=20, idle_ms=40)
+    assert "straggler" not in _kinds(analyze(run.write()))
+
+
+def test_synchronous_workers_are_not_judged_by_their_period(builder):
+    run = builder(strategy="MultiWorkerMirroredStrategy", ps=0)
+    run.steps("worker:0", step_ms=20).steps("worker:1", step_ms=20, idle_ms=40)
+    run.cluster["worker"] = ["h"] * 2
+    assert "straggler" not in _kinds(analyze(run.write()))
