@@ -113,8 +113,7 @@ def run_job(logdir: str, *, workers: int = 2, ps: int = 2, steps: int = 300, ste
                        inject=(faults.slow_ps(*slow_ps),) if slow_ps else (),
                        extra={"steps_per_closure": steps_per_closure})
     cluster = LocalCluster(config, task_command=[sys.executable, "-u", "-m", "benchmarks.userjobs.ps_tutorial", "--task"])
-    with cluster, contextlib.ExitStack() as stack:
-        cluster.start()
+    with cluster, contextlib.ExitStack() as stack:  # entering the cluster starts its tasks
         if cpu_quota:
             worker, on_ms, off_ms = cpu_quota
             stack.enter_context(faults.cpu_quota(cluster.tasks[f"worker:{worker}"].process.pid, on_ms, off_ms))
