@@ -7,8 +7,9 @@ returns, measured in-graph on the worker, one float64 vector (``STATS`` gives th
   worker's clock; ``end`` has control dependencies on every output of ``fn``);
 * ``wait``: the time spent in ``next()`` on the per-worker iterators passed as arguments
   (each ``next`` is bracketed by ``tf.timestamp()`` with control dependencies on the
-  element), and ``examples``: the leading dimension of the first component of each
-  element (-1 when the closure read no iterator);
+  element), and ``examples``: the sum over elements of
+  :func:`tfdiag.collectors.batch_size.examples_in` (-1 when the closure read no iterator
+  or an element's examples are unknowable);
 * ``steps``: how many ``next()`` calls the closure made (at least 1).
 
 :func:`user_remote_value` gives the caller a RemoteValue of ``fn``'s own outputs, and
@@ -21,6 +22,7 @@ from __future__ import annotations
 import collections
 
 from tfdiag.collectors import tf_internals
+from tfdiag.collectors.batch_size import UNKNOWN, examples_in
 from tfdiag.collectors.bounded import BoundedCalls
 
 STATS = ("begin", "end", "wait", "examples", "steps")  # the order of the stats vector
@@ -48,11 +50,17 @@ class _ClosureTiming:
         with tf.control_dependencies(tensors):
             stop = tf.timestamp()
         self.waits.append(stop - start)
-        if tensors and tensors[0].shape.rank:
-            self.examples.append(tf.cast(tf.shape(tensors[0], out_type=tf.int64)[0], tf.int64))
-        else:
-            self.examples.append(tf.constant(1, tf.int64))
+        self.examples.append(examples_in(element))
         return element
+
+    def total_examples(self):
+        """The examples of every element read, as float64; -1 when none was read or any is unknowable."""
+        tf = _tf()
+        if not self.examples:
+            return tf.constant(float(UNKNOWN), tf.float64)
+        counts = tf.stack(self.examples)
+        total = tf.where(tf.reduce_any(counts < 0), tf.constant(UNKNOWN, tf.int64), tf.reduce_sum(counts))
+        return tf.cast(total, tf.float64)
 
 
 class _TimedIterator:
@@ -113,7 +121,7 @@ def instrument(fn):
                 begin,
                 end,
                 tf.add_n(timing.waits) if timing.waits else zero,
-                tf.cast(tf.add_n(timing.examples), tf.float64) if timing.examples else tf.constant(-1.0, tf.float64),
+                timing.total_examples(),
                 tf.constant(float(max(len(timing.waits), 1)), tf.float64),
             ]
         )

@@ -60,3 +60,22 @@ def test_equal_limits_rank_by_the_prediction_before_the_limit(builder):
     assert [f.recommendation.predicted_speedup for f in findings[:2]] == pytest.approx([100 / 91] * 2)
     unlimited = [f.evidence["host_cpu_limit"]["unlimited_speedup"] for f in findings[:2]]
     assert unlimited == sorted(unlimited, reverse=True)
+
+
+def test_a_busy_host_does_not_limit_a_job_whose_workers_wait(builder):
+    """Whole-host CPU at 90 % while the workers idle 2/3 of their period: the CPU is the
+    neighbours'; a faster link or fewer closures still speed the job up."""
+    run = builder()
+    run.steps("worker:0", step_ms=20, idle_ms=40).steps("worker:1", step_ms=60, idle_ms=40)
+    run.system("vm", "chief:0", cpu_pct=90.0, count=40)
+    finding = analyze(run.write()).primary
+    assert finding.kind == "straggler"
+    assert finding.recommendation.predicted_speedup == pytest.approx((2 / 60) / (1 / 60 + 1 / 100), rel=0.01)
+    assert "host_cpu_limit" not in finding.evidence
+
+
+def test_a_busy_host_still_limits_a_job_whose_workers_compute(builder):
+    run = _straggler_run(builder).system("vm", "chief:0", cpu_pct=100.0, count=40)
+    finding = analyze(run.write()).primary
+    assert finding.recommendation.predicted_speedup == pytest.approx(1.0)
+    assert finding.evidence["host_cpu_limit"]["cpu_pct"] == 100.0

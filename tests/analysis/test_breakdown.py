@@ -3,7 +3,7 @@
 import pandas as pd
 import pytest
 
-from tfdiag.analysis.breakdown import step_table, worker_table
+from tfdiag.analysis.breakdown import closure_tail_ns, step_table, worker_table
 
 MS = 1_000_000
 
@@ -40,3 +40,15 @@ def test_a_record_of_ten_steps_is_timed_per_step():
     [row] = worker_table(table).itertuples()
     assert row.steps == 30
     assert row.period_ns == pytest.approx(11 * MS)
+
+
+def test_closure_tail_is_the_median_from_a_closures_end_to_its_result():
+    steps = pd.DataFrame({"task": ["worker:0", "worker:0", "worker:0", "worker:1"], "step": [0, 1, 2, 0],
+                          "end_ns": [100, 200, 300, 100]})
+    closures = pd.DataFrame({"worker": ["worker:0", "worker:0", "worker:0", "worker:1", ""],
+                             "closure_id": [0, 1, 2, 0, 3], "result_ns": [110, 230, 320, 90, 500]})
+    tail = closure_tail_ns(steps, closures)
+    # worker:0: tails 10, 30, 20 -> 20; worker:1's result "before" its end (clock skew) is 0;
+    # the failed closure (no worker, no step) pairs with nothing.
+    assert tail.to_dict() == {"worker:0": 20.0, "worker:1": 0.0}
+    assert closure_tail_ns(steps.iloc[:0], closures).empty

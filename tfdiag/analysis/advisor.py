@@ -6,15 +6,31 @@ change that keeps the work per example (repairing a straggler, restoring a worke
 prefetching, partitioning, a faster link): at a mean ``u`` % CPU while the workers
 stepped, throughput can grow by at most ``100 / u``. A prediction above that bound is
 lowered to it, with ``host_cpu_limit`` in the finding's evidence.
+
+The host's CPU is read whole: it counts every process on the host, not only the job's.
+When the workers spend most of their step period *between* steps (waiting on a link,
+the coordinator, or stopped by a CPU quota), the workers' steps are not what fills the
+CPU the host reports — on a shared host its neighbours are, and the scheduler shares the
+cores among runnable threads, so a job that waits less takes a larger share. The reading
+then bounds nothing and no limit is applied (the tutorial PS job behind a 25 ms link, on
+a host at 92 % CPU from other jobs, was held to 1.09x and measured 2.68x once the delay
+was removed: docs/findings.md, "The advisor").
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from tfdiag.analysis.devices import SharedHost
 from tfdiag.analysis.findings import Finding
 from tfdiag.analysis.measurements import Measurements
+
+
+# Workers idle this share of their step period or more are waiting, not computing
+# (coordinator_bound's warning threshold).
+WAITING_IDLE_FRACTION = 0.4
 
 
 def cpu_speedup_limit(host: SharedHost | None) -> float:
@@ -36,10 +52,20 @@ def advise(findings: list[Finding], measured: Measurements) -> list[Finding]:
     Ties (two changes held to the same limit) go to the larger prediction before the
     limit, then to the more severe finding.
     """
-    limit = cpu_speedup_limit(measured.shared_host)
+    host = None if _workers_wait(measured) else measured.shared_host
+    limit = cpu_speedup_limit(host)
     ranked = sorted(findings, key=lambda f: (min(f.predicted_speedup, limit), f.predicted_speedup, f.severity.rank),
                     reverse=True)
-    return [_held_to(finding, limit, measured.shared_host) for finding in ranked]
+    return [_held_to(finding, limit, host) for finding in ranked]
+
+
+def _workers_wait(measured: Measurements) -> bool:
+    """Whether the workers spend most of their step period between steps (median idle share)."""
+    workers = measured.workers
+    if workers.empty:
+        return False
+    idle = (1 - workers["mean_ns"] / workers["period_ns"]).clip(lower=0)
+    return float(np.median(idle)) >= WAITING_IDLE_FRACTION
 
 
 def _held_to(finding: Finding, limit: float, host: SharedHost | None) -> Finding:

@@ -105,3 +105,25 @@ def run_throughput(steps: pd.DataFrame) -> tuple[float | None, float | None]:
     step_ms = float(np.median(steps["duration_ns"])) / 1e6
     examples_per_s = float(steps["examples"].astype("float64").sum()) / (span_ns / 1e9) if span_ns > 0 else None
     return step_ms, examples_per_s
+
+
+def closure_tail_ns(steps: pd.DataFrame, closures: pd.DataFrame) -> pd.Series:
+    """Per worker, the median time from a closure's end on the worker to its result on the
+    coordinator (``result_ns - end_ns``, both on the reference clock), indexed by task.
+
+    That tail is part of the idle time between a worker's closures that is not the
+    coordinator's: the closure's outstanding parameter-server work (variable updates still
+    in flight when the step's last timestamp is taken) and the result's way back. Steps
+    and closures pair by ``(task, step) == (worker, closure_id)``; empty when none pair.
+
+        steps:    task      step  end_ns        closures: worker    closure_id  result_ns
+                  worker:0  7     1_000                   worker:0  7           9_000
+        result:   worker:0  8000.0
+    """
+    if steps.empty or closures.empty:
+        return pd.Series(dtype="float64")
+    paired = steps[["task", "step", "end_ns"]].astype({"task": str}).merge(
+        closures[["worker", "closure_id", "result_ns"]].astype({"worker": str}),
+        left_on=["task", "step"], right_on=["worker", "closure_id"])
+    tail = (paired["result_ns"].astype("float64") - paired["end_ns"].astype("float64")).clip(lower=0.0)
+    return tail.groupby(paired["task"]).median()

@@ -37,6 +37,20 @@ def predicted_speedup(workers: pd.DataFrame, new_duration_ns: pd.Series, synchro
     return float((1.0 / new_period).sum() / (1.0 / old_period).sum())
 
 
+def speedup_at_periods(workers: pd.DataFrame, new_period_ns: pd.Series) -> float:
+    """Throughput ratio of asynchronous training when each worker's step period becomes ``new_period_ns``.
+
+    For a worker that loses time *between* its steps (a CPU quota that stops its process,
+    a busy host), where shortening its step duration alone would miss the loss.
+
+    >>> workers = pd.DataFrame({"period_ns": [10.0, 40.0]})
+    >>> round(speedup_at_periods(workers, pd.Series([10.0, 10.0])), 3)
+    1.6
+    """
+    old_period = workers["period_ns"].astype(float).clip(lower=1.0)
+    return float((1.0 / new_period_ns.astype(float).clip(lower=1.0)).sum() / (1.0 / old_period).sum())
+
+
 # Round trips per step that a worker waits for on each ps link. A TF2 step is one
 # multi-device function: its part on a ps is a single component-function call whose
 # request and reply each cross the link once, and the worker's fetch of the variable

@@ -188,3 +188,67 @@ def test_ps_hotspot_from_traced_transfers(builder):
     assert finding.tasks == ("ps:0",) and finding.evidence["bytes_source"] == "transfer"
     assert finding.evidence["bytes_share"]["ps:0"] > 0.99
     assert finding.recommendation.predicted_speedup > 1.0
+
+
+def test_a_worker_starved_between_closures_is_a_straggler_by_its_period(builder):
+    """A CPU quota stops the worker's process between closures: same step time, far fewer steps."""
+    run = builder()
+    run.steps("worker:0", count=100, step_ms=20).steps("worker:1", count=35, step_ms=22, idle_ms=40)
+    finding = analyze(run.write()).primary
+    assert finding.kind == "straggler" and finding.tasks == ("worker:1",)
+    assert "less often" in finding.title
+    assert finding.evidence["step_share"]["worker:1"] == pytest.approx(35 / 135, abs=0.001)
+    # worker:1 starts a step every 62 ms; at its peer's 21 ms the rates 1/21 + 1/62 become 2/21.
+    assert finding.recommendation.predicted_speedup == pytest.approx((2 / 21) / (1 / 21 + 1 / 62), rel=0.01)
+
+
+def test_workers_idle_alike_between_closures_name_no_straggler(builder):
+    """Every worker waiting as long between closures is not one slow worker."""
+    run = builder()
+    for worker in ("worker:0", "worker:1"):
+        run.steps(worker, step_ms=20, idle_ms=40)
+    assert "straggler" not in _kinds(analyze(run.write()))
+
+
+def test_synchronous_workers_are_not_judged_by_their_period(builder):
+    run = builder(strategy="MultiWorkerMirroredStrategy", ps=0)
+    run.steps("worker:0", step_ms=20).steps("worker:1", step_ms=20, idle_ms=40)
+    run.cluster["worker"] = ["h"] * 2
+    assert "straggler" not in _kinds(analyze(run.write()))
+
+
+def _one_step_closures_behind_a_slow_ps(builder, tail_ms):
+    """One step per closure; each closure's result reaches the coordinator ``tail_ms`` after its end."""
+    run = builder()
+    for worker in ("worker:0", "worker:1"):
+        run.steps(worker, step_ms=30, idle_ms=40, closures=True)
+        run.rpc(worker, "ps:0", 0.4).rpc(worker, "ps:1", 25.4)
+    ends = {(r["task"], r["step"]): r["end_ns"] for kind, r in run.records if kind == "step"}
+    run.records = [(kind, dict(r, result_ns=ends[(r["worker"], r["closure_id"])] + int(tail_ms * 1e6)) if kind == "closure" else r)
+                   for kind, r in run.records]
+    return run
+
+
+def test_a_slow_ps_link_between_closures_is_slow_link_not_coordinator_bound(builder):
+    # 40 ms idle between closures, of which the tail waits 27 ms: one 25.4 ms round trip to ps:1.
+    findings = analyze(_one_step_closures_behind_a_slow_ps(builder, tail_ms=27).write()).findings
+    assert [f.kind for f in findings] == ["slow_link"]
+    # 25 ms saved inside the step and 25 ms in the tail: period 70 ms -> 20 ms.
+    assert findings[0].recommendation.predicted_speedup == pytest.approx(70 / 20, rel=0.01)
+
+
+def test_idle_time_beyond_the_ps_round_trip_is_still_the_coordinators(builder):
+    # The same link, but results come back at once: the 40 ms of idle time are the coordinator's.
+    findings = analyze(_one_step_closures_behind_a_slow_ps(builder, tail_ms=1).write()).findings
+    assert {f.kind for f in findings} == {"slow_link", "coordinator_bound"}
+    coordinator = next(f for f in findings if f.kind == "coordinator_bound")
+    assert coordinator.evidence["ps_round_trip_ms_per_step"] == {"worker:0": 1.0, "worker:1": 1.0}
+
+
+def test_a_worker_idle_longer_than_its_peer_adds_nothing_to_coordinator_bound(builder):
+    run = builder()
+    run.steps("worker:0", step_ms=4, idle_ms=8, closures=True).steps("worker:1", count=40, step_ms=4, idle_ms=30, closures=True)
+    findings = analyze(run.write()).findings
+    coordinator = next(f for f in findings if f.kind == "coordinator_bound")
+    assert coordinator.evidence["idle_frac"]["worker:1"] == pytest.approx(8 / 34, abs=0.01)
+    assert next(f for f in findings if f.kind == "straggler").tasks == ("worker:1",)

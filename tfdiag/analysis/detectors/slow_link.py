@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tfdiag.analysis.breakdown import closure_tail_ns
 from tfdiag.analysis.detectors.evidence import task_list
 from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.links import MIN_LINK_SAMPLES
@@ -100,7 +101,14 @@ def _probed_speedup(measured: Measurements, dst: str, extra: float) -> float | N
     else:
         saving = PS_ROUND_TRIPS_PER_STEP * extra
     saving = min(max(saving, 0.0), float(measured.workers["mean_ns"].min()))
-    return predicted_speedup(measured.workers, measured.workers["mean_ns"] - saving, measured.synchronous)
+    # A closure's last parameter-server round trips (its variable updates) finish after
+    # its last timestamp: the worker waits for them in the tail before its result reaches
+    # the coordinator, once per closure, so a step pays them once per steps in a closure.
+    tail = closure_tail_ns(measured.steps, measured.run.frame("closure"))
+    steps_per_closure = measured.steps.groupby("task", observed=True)["steps"].mean()
+    tail_saving = (measured.workers["task"].map(tail).fillna(0.0).clip(upper=PS_ROUND_TRIPS_PER_STEP * extra)
+                   / measured.workers["task"].map(steps_per_closure).fillna(1.0).clip(lower=1.0))
+    return predicted_speedup(measured.workers, measured.workers["mean_ns"] - saving - tail_saving, measured.synchronous)
 
 
 def _traced_speedup(measured: Measurements, dst: str, extra: float) -> tuple[float | None, dict]:

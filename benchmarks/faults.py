@@ -1,0 +1,124 @@
+"""Faults made from outside a running job: a CPU quota, a stall, a slow link to a ps.
+
+* :class:`cpu_quota` — a container-style CPU quota: ``SIGSTOP`` for ``off_ms``, then
+  ``SIGCONT`` for ``on_ms``, over and over, to a process and its children, from a thread
+  of the caller's. Stopping it (or leaving its ``with`` block, or the interpreter exiting)
+  always sends a last ``SIGCONT``: no process is left stopped.
+* :class:`stall` — ``SIGSTOP`` until released (the same guarantee).
+* a delaying TCP proxy in front of a ps: the launcher's ``slow-ps=I:MS`` injection
+  (``tfdiag.sample_jobs.launcher`` starts ``tfdiag.sample_jobs.proxy`` and rewrites ps I's
+  address); :func:`slow_ps` spells that injection for a ``JobConfig``.
+
+Example:
+    >>> with cpu_quota(pid, on_ms=20, off_ms=30):  # doctest: +SKIP
+    ...     cluster.wait()
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import signal
+import threading
+
+import psutil
+
+from tfdiag.sample_jobs.inject import SlowPs
+
+
+def slow_ps(ps: int, rtt_ms: float) -> str:
+    """The ``JobConfig.inject`` entry that puts ``rtt_ms`` of round-trip latency in front of ps ``ps``."""
+    return SlowPs(ps, float(rtt_ms)).spec
+
+
+def _family(pid: int) -> list[int]:
+    """``pid`` and its descendants now (gone processes are left out)."""
+    try:
+        parent = psutil.Process(pid)
+        return [parent.pid, *(child.pid for child in parent.children(recursive=True))]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _signal_all(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+class _Stopper:
+    """What both faults share: a set of stopped pids, and a SIGCONT that always runs."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self._stopped: set[int] = set()
+        self._lock = threading.Lock()
+
+    def _stop(self) -> None:
+        with self._lock:
+            pids = _family(self.pid)
+            self._stopped.update(pids)
+            _signal_all(pids, signal.SIGSTOP)
+
+    def _resume(self) -> None:
+        with self._lock:
+            _signal_all(sorted(self._stopped | set(_family(self.pid))), signal.SIGCONT)
+            self._stopped.clear()
+
+
+class cpu_quota(_Stopper):  # noqa: N801 — used like a function: ``with cpu_quota(pid, 20, 30):``
+    """Lets ``pid`` (and its children) run ``on_ms`` out of every ``on_ms + off_ms``."""
+
+    def __init__(self, pid: int, on_ms: float, off_ms: float):
+        if on_ms <= 0 or off_ms <= 0:
+            raise ValueError(f"cpu_quota needs on_ms and off_ms > 0. Received: on_ms={on_ms!r}, off_ms={off_ms!r}")
+        super().__init__(pid)
+        self.on_s, self.off_s = on_ms / 1e3, off_ms / 1e3
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._cycle, name=f"cpu-quota-{pid}", daemon=True)
+        atexit.register(self.stop)
+        self._thread.start()
+
+    def _cycle(self) -> None:
+        try:
+            while not self._done.is_set():
+                self._stop()
+                if self._done.wait(self.off_s):
+                    break
+                self._resume()
+                self._done.wait(self.on_s)
+        finally:
+            self._resume()
+
+    def stop(self) -> None:
+        """Ends the quota; the process runs freely once this returns."""
+        self._done.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join()
+        self._resume()
+
+    def __enter__(self) -> "cpu_quota":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class stall(_Stopper):  # noqa: N801
+    """Stops ``pid`` (and its children) until :meth:`release` (or the end of its ``with`` block)."""
+
+    def __init__(self, pid: int):
+        super().__init__(pid)
+        atexit.register(self.release)
+        self._stop()
+
+    def release(self) -> None:
+        """Lets the process run again."""
+        self._resume()
+
+    def __enter__(self) -> "stall":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()

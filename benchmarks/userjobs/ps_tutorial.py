@@ -1,0 +1,154 @@
+"""A ParameterServerStrategy custom loop written the way the TensorFlow tutorial writes it.
+
+One training step per ``coordinator.schedule`` (``--steps-per-closure`` to change it), a
+per-worker dataset of dict elements ``{"features": ..., "label": ...}``, a ``tf.Module``
+model, and nothing of tfdiag but the public ``instrument_coordinator``. Its structure
+differs from ``sample_jobs/ps_ctl.py`` on purpose: this is what a user's job looks like.
+
+It runs as the tasks of a local cluster (``LocalCluster(task_command=...)``): the chief
+runs the loop, ps and workers run servers. Faults come from outside the job
+(``benchmarks/faults.py``): ``--cpu-quota I:ON:OFF`` on worker I, ``--slow-ps I:MS``.
+
+Example:
+    .venv/bin/python -m benchmarks.userjobs.ps_tutorial --workers 2 --ps 2 --steps 300 \\
+        --logdir /tmp/tut --cpu-quota 1:20:30
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import tempfile
+import time
+
+from benchmarks import faults
+from tfdiag.sample_jobs.jobs import JobConfig, parse_summary
+from tfdiag.sample_jobs.launcher import LocalCluster
+from tfdiag.sample_jobs.task import run_server, wait_for_cluster
+
+FEATURES, HIDDEN, BATCH, EXAMPLES = 32, 128, 128, 4096
+
+
+def train(config: JobConfig) -> str:
+    """The chief's loop, tutorial style; returns the summary line."""
+    import tensorflow as tf
+
+    from tfdiag.collectors import instrument_coordinator
+
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    strategy = tf.distribute.ParameterServerStrategy(resolver)
+    with strategy.scope():
+        model = tf.Module()
+        model.w1 = tf.Variable(tf.random.normal([FEATURES, HIDDEN], stddev=0.1))
+        model.b1 = tf.Variable(tf.zeros([HIDDEN]))
+        model.w2 = tf.Variable(tf.random.normal([HIDDEN, 1], stddev=0.1))
+        model.b2 = tf.Variable(tf.zeros([1]))
+
+    def dataset_fn(context):
+        features = tf.random.stateless_normal([EXAMPLES, FEATURES], seed=[1, 2])
+        label = tf.cast(tf.reduce_sum(features, axis=1) > 0, tf.float32)
+        dataset = tf.data.Dataset.from_tensor_slices({"features": features, "label": label})
+        return dataset.shuffle(EXAMPLES).batch(BATCH).repeat().prefetch(2)
+
+    @tf.function
+    def per_worker_dataset_fn():
+        return strategy.distribute_datasets_from_function(dataset_fn)
+
+    coordinator = instrument_coordinator(tf.distribute.coordinator.ClusterCoordinator(strategy), config.logdir,
+                                         variables=model)
+    per_worker_iterator = iter(coordinator.create_per_worker_dataset(per_worker_dataset_fn))
+    steps_per_closure = int(config.extra.get("steps_per_closure", 1))
+
+    def replica_fn(batch):
+        with tf.GradientTape() as tape:
+            hidden = tf.nn.relu(batch["features"] @ model.w1 + model.b1)
+            logits = tf.squeeze(hidden @ model.w2 + model.b2, axis=1)
+            loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(batch["label"], logits))
+        variables = [model.w1, model.b1, model.w2, model.b2]
+        for variable, gradient in zip(variables, tape.gradient(loss, variables)):
+            variable.assign_sub(0.05 * gradient)
+        return loss
+
+    @tf.function
+    def train_step(iterator):
+        for _ in range(steps_per_closure):
+            loss = strategy.run(replica_fn, args=(next(iterator),))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None)
+
+    closures = max(1, config.steps // steps_per_closure)
+    started = time.monotonic()
+    for _ in range(closures):
+        coordinator.schedule(train_step, args=(per_worker_iterator,))
+    coordinator.join()
+    wall_s = time.monotonic() - started
+    coordinator.close()
+    steps = closures * steps_per_closure
+    return f"tfdiag-sample: steps={steps} wall_s={wall_s:.2f} examples_per_s={steps * BATCH / wall_s:.1f}"
+
+
+def run_task(config: JobConfig) -> int:
+    """This process's part, as ``TF_CONFIG`` names it: the chief trains, the rest serve."""
+    tf_config = json.loads(os.environ["TF_CONFIG"])
+    role, index = tf_config["task"]["type"], int(tf_config["task"]["index"])
+    if role != "chief":
+        run_server(role, index)
+        return 0
+    wait_for_cluster(tf_config["cluster"], "chief:0")
+    print(train(config), file=sys.stderr, flush=True)
+    return 0
+
+
+def run_job(logdir: str, *, workers: int = 2, ps: int = 2, steps: int = 300, steps_per_closure: int = 1,
+            cpu_quota: tuple[int, float, float] | None = None, slow_ps: tuple[int, float] | None = None,
+            timeout_s: float = 600.0) -> tuple[int, float, float]:
+    """Runs the job once on a local cluster; returns ``(steps, wall_s, examples_per_s)``.
+
+    ``cpu_quota=(I, ON_MS, OFF_MS)`` holds worker I to ON out of every ON+OFF ms;
+    ``slow_ps=(I, RTT_MS)`` puts a delaying proxy in front of ps I.
+    """
+    config = JobConfig("ps_ctl", logdir, steps=steps, ps=ps, workers=workers,
+                       inject=(faults.slow_ps(*slow_ps),) if slow_ps else (),
+                       extra={"steps_per_closure": steps_per_closure})
+    cluster = LocalCluster(config, task_command=[sys.executable, "-u", "-m", "benchmarks.userjobs.ps_tutorial", "--task"])
+    with cluster, contextlib.ExitStack() as stack:  # entering the cluster starts its tasks
+        if cpu_quota:
+            worker, on_ms, off_ms = cpu_quota
+            stack.enter_context(faults.cpu_quota(cluster.tasks[f"worker:{worker}"].process.pid, on_ms, off_ms))
+        code = cluster.wait(timeout_s)
+        stack.close()
+        summary = parse_summary(cluster.summary_line() or "")
+    if code != 0 or summary is None:
+        raise RuntimeError(f"ps_tutorial failed (exit {code}); see {logdir}/tasks/")
+    return summary
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--ps", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--steps-per-closure", type=int, default=1)
+    parser.add_argument("--logdir", default=None, help="the run directory (default: a temp dir)")
+    parser.add_argument("--cpu-quota", metavar="I:ON_MS:OFF_MS", help="hold worker I to ON of every ON+OFF ms")
+    parser.add_argument("--slow-ps", metavar="I:RTT_MS", help="a delaying proxy in front of ps I")
+    parser.add_argument("--task", action="store_true", help=argparse.SUPPRESS)  # run as a cluster task
+    parser.add_argument("--config", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.task:
+        return run_task(JobConfig.from_json(args.config))
+    quota = tuple(float(x) for x in args.cpu_quota.split(":")) if args.cpu_quota else None
+    slow = tuple(float(x) for x in args.slow_ps.split(":")) if args.slow_ps else None
+    logdir = args.logdir or tempfile.mkdtemp(prefix="tfdiag-ps-tutorial-")
+    steps, wall_s, rate = run_job(logdir, workers=args.workers, ps=args.ps, steps=args.steps,
+                                  steps_per_closure=args.steps_per_closure,
+                                  cpu_quota=(int(quota[0]), quota[1], quota[2]) if quota else None,
+                                  slow_ps=(int(slow[0]), slow[1]) if slow else None)
+    print(json.dumps({"logdir": logdir, "steps": steps, "wall_s": wall_s, "examples_per_s": rate}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

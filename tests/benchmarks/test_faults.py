@@ -1,0 +1,60 @@
+"""Outside faults on real processes: a CPU quota and a stall never leave a process stopped."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from benchmarks import faults
+
+
+@pytest.fixture
+def family():
+    """A process with a child, both spinning, killed at the end."""
+    code = "import subprocess, sys; subprocess.Popen([sys.executable, '-c', 'while True: pass']); exec('while True: pass')"
+    parent = subprocess.Popen([sys.executable, "-c", code])
+    deadline = time.monotonic() + 30
+    while not psutil.Process(parent.pid).children() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    processes = [psutil.Process(parent.pid), *psutil.Process(parent.pid).children()]
+    yield processes
+    for process in processes:
+        process.kill()
+    parent.wait()
+
+
+def states(processes):
+    return {process.status() for process in processes}
+
+
+def test_a_cpu_quota_stops_the_family_part_of_the_time_and_ends_running(family):
+    seen = set()
+    with faults.cpu_quota(family[0].pid, on_ms=20, off_ms=30):
+        for _ in range(100):
+            seen |= states(family)
+            time.sleep(0.007)
+    assert psutil.STATUS_STOPPED in seen and seen - {psutil.STATUS_STOPPED}
+    time.sleep(0.05)
+    assert psutil.STATUS_STOPPED not in states(family)
+
+
+def test_a_stall_holds_every_process_until_released(family):
+    held = faults.stall(family[0].pid)
+    time.sleep(0.1)
+    assert states(family) == {psutil.STATUS_STOPPED}
+    held.release()
+    time.sleep(0.05)
+    assert psutil.STATUS_STOPPED not in states(family)
+
+
+def test_a_quota_needs_positive_times():
+    with pytest.raises(ValueError, match="on_ms=0"):
+        faults.cpu_quota(1, on_ms=0, off_ms=30)
+
+
+def test_slow_ps_is_the_launchers_injection():
+    assert faults.slow_ps(1, 25) == "slow-ps=1:25"
