@@ -7,7 +7,8 @@ worker with a slow input pipeline makes every other worker wait in the all-reduc
 
 Mechanism: :func:`stamp_train_step` wraps the model's ``train_step`` (a public, documented
 override point that both Keras 3 and tf-keras call on the element right after fetching
-it, inside the train function, on every replica) so that the traced step first runs a
+it, inside the train function, on every replica) and remakes the train function
+(``make_train_function(force=True)``, public in both) so that the traced step first runs a
 ``tf.py_function`` whose only input is the element's leading dimension. That op runs as
 soon as the element exists, records ``time.time_ns()`` and the rows, and feeds nothing
 else: it is stateful, so the function runs it (automatic control dependencies) without the
@@ -120,6 +121,9 @@ def stamp_train_step(model, stamps: StepStamps | None, rows_of) -> bool:
     try:
         setattr(model, "train_step", train_step)
         setattr(model, _SLOT_ATTRIBUTE, slot)
+        # Keras 3 binds train_step when it makes the train function (before on_train_begin);
+        # tf-keras looks it up when tracing. Remaking it (public API) serves both.
+        model.make_train_function(force=True)
     except Exception as error:  # noqa: BLE001 - e.g. a model class that forbids new attributes
         logger.warning("tfdiag: cannot time input waits of this model (%r).", error)
         return False

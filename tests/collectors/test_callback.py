@@ -134,7 +134,7 @@ def dict_dataset(tf, delay_s):
         return np.float32(0)
 
     def slow(x, y):
-        return x, y + tf.py_function(sleep, [], tf.float32)  # a slow host-side parse
+        return x, y + tf.reshape(tf.py_function(sleep, [], tf.float32), [])  # a slow host-side parse
 
     return tf.data.Dataset.from_tensor_slices((features, labels)).batch(BATCH).map(slow)
 
