@@ -89,7 +89,8 @@ class DiagnosticsCallback(_KerasCallback):
     so no Python hook sees the wait for input: the callback wraps the model's
     ``train_step`` (``collectors/step_input.py``) so that an in-graph stamp says when this
     worker's element arrived; ``input_wait_ns`` is that time minus ``begin_ns`` (0 when
-    the model is XLA-compiled and no stamp comes). ``examples`` is ``examples_per_step``
+    the model is XLA-compiled and no stamp comes, and in the first step, whose time before
+    the element may be tracing). ``examples`` is ``examples_per_step``
     when given, else the examples this worker's replicas received (the leading dimension
     of the element, whatever its structure).
 
@@ -110,7 +111,8 @@ class DiagnosticsCallback(_KerasCallback):
     ``allreduce_every`` steps it times an all-reduce of ``allreduce_bytes`` across the
     workers (one ``allreduce`` record); that runs in the training thread, at the same
     step on every worker (collectives must be issued in the same order everywhere), and
-    costs one small all-reduce round trip per ``allreduce_every`` steps.
+    costs one small all-reduce round trip per ``allreduce_every`` steps (plus one untimed
+    call the first time, which traces the function and sets up the collective).
 
     Args:
         logdir: the run directory (``RUN``); records go to ``RUN/plugins/tfdiag/``.
@@ -143,6 +145,7 @@ class DiagnosticsCallback(_KerasCallback):
         self._writer = None
         self._sampler = None
         self._allreduce = None
+        self._allreduce_warm = False
         self._coordinator = None
         self._stamps = StepStamps()
         self._stamping = False
@@ -204,7 +207,9 @@ class DiagnosticsCallback(_KerasCallback):
         if self._failed or self._coordinator is not None:
             return
         ready_ns, examples = self._stamps.take()
-        input_wait_ns = min(max(ready_ns - self._begin_ns, 0), end_ns - self._begin_ns) if ready_ns else 0
+        # The first step of a fit may trace the train function before the element is fetched.
+        timed = ready_ns is not None and self._step > 0
+        input_wait_ns = min(max(ready_ns - self._begin_ns, 0), end_ns - self._begin_ns) if timed else 0
         try:
             if self._writer is None:
                 self._writer = writers.acquire(self.logdir, self.task or "worker:0")
@@ -279,10 +284,19 @@ class DiagnosticsCallback(_KerasCallback):
         if self.allreduce_every and _is_multi_worker(strategy):
             try:
                 self._allreduce = _allreduce_function(strategy, self.allreduce_bytes)
+                self._allreduce_warm = False
             except Exception as error:  # noqa: BLE001
                 logger.warning("tfdiag: all-reduce probe is off (%r).", error)
 
     def _time_allreduce(self) -> None:
+        if not self._allreduce_warm:  # the first call traces and sets up the collective: not timed
+            self._allreduce_warm = True
+            try:
+                self._allreduce().numpy()
+            except Exception as error:  # noqa: BLE001
+                logger.warning("tfdiag: all-reduce probe failed (%r); it is off.", error)
+                self._allreduce = None
+                return
         start_ns = time.time_ns()
         begin = time.perf_counter_ns()
         try:

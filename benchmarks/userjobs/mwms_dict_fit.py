@@ -37,11 +37,11 @@ GLOBAL_BATCH = 64
 
 
 def dict_dataset(tf, worker: int, slow_worker: int | None, input_ms: float):
-    """Endless ``({"dense": [B, 32], "extra": [B, 8]}, label)`` batches; worker ``slow_worker`` sleeps."""
+    """Endless ``({"clicks": [B, 32], "context": [B, 8]}, label)`` batches; worker ``slow_worker`` sleeps."""
     examples = GLOBAL_BATCH * 16
-    features = {"dense": tf.random.stateless_normal([examples, FEATURES_A], seed=(1, worker)),
-                "extra": tf.random.stateless_normal([examples, FEATURES_B], seed=(2, worker))}
-    labels = tf.cast(tf.reduce_sum(features["dense"], axis=1, keepdims=True) > 0, tf.float32)
+    features = {"clicks": tf.random.stateless_normal([examples, FEATURES_A], seed=(1, worker)),
+                "context": tf.random.stateless_normal([examples, FEATURES_B], seed=(2, worker))}
+    labels = tf.cast(tf.reduce_sum(features["clicks"], axis=1, keepdims=True) > 0, tf.float32)
     dataset = tf.data.Dataset.from_tensor_slices((features, labels)).repeat().batch(GLOBAL_BATCH, drop_remainder=True)
     if worker == slow_worker and input_ms > 0:
         def parse(x, y):  # a slow host-side parse of every batch
@@ -55,11 +55,11 @@ def dict_dataset(tf, worker: int, slow_worker: int | None, input_ms: float):
 
 
 def build_model(keras):
-    dense = keras.Input((FEATURES_A,), name="dense")
-    extra = keras.Input((FEATURES_B,), name="extra")
+    dense = keras.Input((FEATURES_A,), name="clicks")
+    extra = keras.Input((FEATURES_B,), name="context")
     hidden = keras.layers.Dense(256, activation="relu")(keras.layers.Concatenate()([dense, extra]))
     hidden = keras.layers.Dense(256, activation="relu")(hidden)
-    model = keras.Model({"dense": dense, "extra": extra}, keras.layers.Dense(1, activation="sigmoid")(hidden))
+    model = keras.Model({"clicks": dense, "context": extra}, keras.layers.Dense(1, activation="sigmoid")(hidden))
     model.compile(keras.optimizers.SGD(0.01), "binary_crossentropy")
     return model
 
@@ -99,8 +99,11 @@ def run_once(logdir: Path, args, slow: bool) -> dict:
         if cluster.wait(timeout_s=args.timeout) != 0:
             raise SystemExit(f"mwms_dict_fit failed; see {logdir}/tasks/")
     load = os.getloadavg()[0]
-    analysed = subprocess.run([sys.executable, "-m", "tfdiag", "analyze", str(logdir), "--format", "json"],
-                              capture_output=True, text=True, check=True)
+    tfdiag = Path(sys.executable).with_name("tfdiag")  # the console script beside this Python
+    analysed = subprocess.run([str(tfdiag), "analyze", str(logdir), "--format", "json"],
+                              capture_output=True, text=True)
+    if analysed.returncode != 0:
+        raise SystemExit(f"tfdiag analyze {logdir} failed: {analysed.stderr}")
     return {"report": json.loads(analysed.stdout), "load": load}
 
 
@@ -109,7 +112,7 @@ def summary(result: dict) -> dict:
     report = result["report"]
     findings = [f for f in report.get("findings", []) if f.get("severity") in ("warning", "critical")]
     primary = findings[0] if findings else None
-    rate = sum(w.get("examples_per_s") or 0.0 for w in report.get("workers", []))
+    rate = report["summary"]["examples_per_s"] or 0.0
     return {"primary": primary["kind"] if primary else "-", "tasks": ",".join(primary["tasks"]) if primary else "-",
             "predicted": (primary.get("recommendation") or {}).get("predicted_speedup") if primary else None,
             "rate": rate, "load": result["load"]}

@@ -163,8 +163,10 @@ def test_dict_input_wait_and_examples_are_measured_in_graph(tmp_path, monkeypatc
     assert len(steps) == EPOCHS * EXAMPLES // BATCH
     assert (steps["examples"] == BATCH).all()
     wait_s = steps["input_wait_ns"] / 1e9
-    # Every batch's production sleeps INPUT_DELAY_S after the step asked for it (no prefetch).
-    assert (wait_s >= INPUT_DELAY_S * 0.9).all(), wait_s.tolist()
+    # Every batch's production sleeps INPUT_DELAY_S after the step asked for it (no prefetch);
+    # the first step of each fit may trace the function first, so its wait is not counted.
+    assert (wait_s[steps["step"] == 0] == 0).all()
+    assert (wait_s[steps["step"] > 0] >= INPUT_DELAY_S * 0.9).all(), wait_s.tolist()
     assert (steps["input_wait_ns"] <= steps["end_ns"] - steps["begin_ns"]).all()
 
 

@@ -84,7 +84,7 @@ def _allreduce_bound(measured: Measurements) -> list[Finding]:
     # late: that wait is the input's (input_bound), not the network's.
     input_ns = workers["mean_ns"] * workers["input_wait_frac"]
     late_input_ns = float(input_ns.max() - input_ns.min())
-    reduce_ns = max(measured_ns - late_input_ns, 0.0)
+    reduce_ns = min(max(measured_ns - late_input_ns, 0.0), step_ns)
     fraction = min(reduce_ns / step_ns, 1.0)
     if fraction < WARNING_COMM_FRACTION:
         return []
