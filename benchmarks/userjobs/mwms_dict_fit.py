@@ -82,6 +82,9 @@ def run_worker(config: JobConfig) -> None:
         worker = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
     from tfdiag.collectors import DiagnosticsCallback
 
+    slow = extra.get("slow_worker") == worker
+    print(f"mwms_dict_fit: worker {worker}, keras {extra['keras']}, input +{extra['input_ms'] if slow else 0} ms/batch",
+          flush=True)
     dataset = dict_dataset(tf, worker, extra.get("slow_worker"), extra.get("input_ms", 0.0))
     with strategy.scope():
         model = build_model(keras)
