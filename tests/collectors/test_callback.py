@@ -189,3 +189,19 @@ def test_examples_in_counts_any_structure():
     }
     counted = {name: int(_examples_in(element)) for name, element in cases.items()}
     assert counted == {"dict": 7, "nested tuple": 3, "scalar first": 9, "ragged": 4, "sparse": 5, "no batch": 0}
+
+
+def test_xla_compiled_model_trains_without_stamps(tmp_path, monkeypatch):
+    import keras
+
+    from tfdiag.collectors import DiagnosticsCallback
+
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse", jit_compile=True)  # a py_function cannot be XLA-compiled: no stamp
+    x, y = data()
+    history = model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[DiagnosticsCallback(tmp_path)])
+    assert len(history.history["loss"]) == 1
+    steps = read_steps(tmp_path)
+    assert len(steps) == EXAMPLES // BATCH
+    assert (steps["input_wait_ns"] == 0).all() and (steps["examples"] == 0).all()
