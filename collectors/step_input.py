@@ -9,8 +9,9 @@ Mechanism: :func:`stamp_train_step` wraps the model's ``train_step`` (a public, 
 override point that both Keras 3 and tf-keras call on the element right after fetching
 it, inside the train function, on every replica) and remakes the train function
 (``make_train_function(force=True)``, public in both) so that the traced step first runs a
-``tf.py_function`` whose only input is the element's leading dimension. That op runs as
-soon as the element exists, records ``time.time_ns()`` and the rows, and feeds nothing
+``tf.py_function`` whose inputs are the element's leading dimension and one value of the
+element (so that it cannot run before the element exists). That op runs as soon as the
+element exists, records ``time.time_ns()`` and the rows, and feeds nothing
 else: it is stateful, so the function runs it (automatic control dependencies) without the
 step's compute waiting for it. The callback reads the stamp at ``on_train_batch_end``:
 ``input_wait = stamp - on_train_batch_begin`` is this worker's own wait for its element;
@@ -80,7 +81,7 @@ class _Slot:
     def __init__(self, stamps: StepStamps | None):
         self.stamps = stamps
 
-    def stamp(self, rows):
+    def stamp(self, rows, *anchor):
         stamps = self.stamps
         if stamps is not None:
             try:
@@ -115,7 +116,10 @@ def stamp_train_step(model, stamps: StepStamps | None, rows_of) -> bool:
     original = model.train_step
 
     def train_step(data):
-        tf.py_function(slot.stamp, [rows_of(data)], [], name="tfdiag_input_ready")
+        # The rows alone can be a constant (a static batch size) that the graph optimiser
+        # folds: one value of the element ties the stamp to the element's arrival.
+        anchor = [tf.reshape(t, [-1])[:1] for t in tf.nest.flatten(data, expand_composites=True)[:1]]
+        tf.py_function(slot.stamp, [rows_of(data), *anchor], [], name="tfdiag_input_ready")
         return original(data)
 
     try:

@@ -136,7 +136,8 @@ def dict_dataset(tf, delay_s):
     def slow(x, y):
         return x, y + tf.reshape(tf.py_function(sleep, [], tf.float32), [])  # a slow host-side parse
 
-    return tf.data.Dataset.from_tensor_slices((features, labels)).batch(BATCH).map(slow)
+    # drop_remainder: a static batch size, which the graph optimiser can fold to a constant.
+    return tf.data.Dataset.from_tensor_slices((features, labels)).batch(BATCH, drop_remainder=True).map(slow)
 
 
 def two_input_model(keras):
