@@ -16,6 +16,7 @@ import time
 from tfdiag.collectors import heartbeat, identity, tf_internals, writers
 from tfdiag.collectors.arguments import check_count, check_logdir
 from tfdiag.collectors.placement import record_placement
+from tfdiag.collectors.step_input import StepStamps, stamp_train_step
 from tfdiag.collectors.system import SystemSampler
 
 logger = logging.getLogger("tfdiag")
@@ -30,6 +31,25 @@ except ImportError:  # pragma: no cover - Keras 3 is a dependency of TensorFlow 
 # 20-50 µs per step on average, well under 1 % of any real step.
 DEFAULT_ALLREDUCE_EVERY = 100
 DEFAULT_ALLREDUCE_BYTES = 4096
+
+
+def _examples_in(element):
+    """The examples in one input element, as an in-graph int64 scalar (0 when unknown).
+
+    The first leaf of any structure (dicts, nested tuples, several inputs) with a leading
+    dimension counts: a dense tensor's ``shape[0]``, a ragged tensor's rows, a sparse
+    tensor's ``dense_shape[0]``; every leaf of one batch shares that dimension.
+    """
+    import tensorflow as tf
+
+    for leaf in tf.nest.flatten(element):
+        if isinstance(leaf, tf.RaggedTensor):
+            return leaf.nrows(out_type=tf.int64)
+        if isinstance(leaf, tf.SparseTensor):
+            return leaf.dense_shape[0]
+        if isinstance(leaf, tf.Tensor) and leaf.shape.rank != 0:
+            return tf.shape(leaf, out_type=tf.int64)[0]
+    return tf.constant(0, tf.int64)
 
 
 def _is_multi_worker(strategy) -> bool:
@@ -65,11 +85,14 @@ class DiagnosticsCallback(_KerasCallback):
     ``begin_ns``/``end_ns`` (``time.time_ns()`` at ``on_train_batch_begin`` and
     ``on_train_batch_end``), ``input_wait_ns`` and ``examples``.
 
-    ``input_wait_ns`` is always 0 here: both Kerases call ``next()`` on the input iterator
-    inside the compiled train function, so no Python hook sees the time spent waiting
-    for input (the ``ClusterCoordinator`` instrumentation measures it in-graph).
-    ``examples`` is ``examples_per_step`` when given, else 0 (unknown): Keras does not
-    tell callbacks the batch size.
+    Both Kerases call ``next()`` on the input iterator inside the compiled train function,
+    so no Python hook sees the wait for input: the callback wraps the model's
+    ``train_step`` (``collectors/step_input.py``) so that an in-graph stamp says when this
+    worker's element arrived; ``input_wait_ns`` is that time minus ``begin_ns`` (0 when
+    the model is XLA-compiled and no stamp comes, and in the first step, whose time before
+    the element may be tracing). ``examples`` is ``examples_per_step``
+    when given, else the examples this worker's replicas received (the leading dimension
+    of the element, whatever its structure).
 
     Per batch, the training thread only reads the clock and appends a dict to the
     writer's buffer; a background thread writes the file. Nothing raised inside the
@@ -88,7 +111,8 @@ class DiagnosticsCallback(_KerasCallback):
     ``allreduce_every`` steps it times an all-reduce of ``allreduce_bytes`` across the
     workers (one ``allreduce`` record); that runs in the training thread, at the same
     step on every worker (collectives must be issued in the same order everywhere), and
-    costs one small all-reduce round trip per ``allreduce_every`` steps.
+    costs one small all-reduce round trip per ``allreduce_every`` steps (plus one untimed
+    call the first time, which traces the function and sets up the collective).
 
     Args:
         logdir: the run directory (``RUN``); records go to ``RUN/plugins/tfdiag/``.
@@ -121,7 +145,10 @@ class DiagnosticsCallback(_KerasCallback):
         self._writer = None
         self._sampler = None
         self._allreduce = None
+        self._allreduce_warm = False
         self._coordinator = None
+        self._stamps = StepStamps()
+        self._stamping = False
         self._failed = False
         self._reset()
 
@@ -180,6 +207,10 @@ class DiagnosticsCallback(_KerasCallback):
         end_ns = time.time_ns()
         if self._failed or self._coordinator is not None:
             return
+        ready_ns, examples = self._stamps.take()
+        # The first step of a fit may trace the train function before the element is fetched.
+        timed = ready_ns is not None and self._step > 0
+        input_wait_ns = min(max(ready_ns - self._begin_ns, 0), end_ns - self._begin_ns) if timed else 0
         try:
             if self._writer is None:
                 self._writer = writers.acquire(self.logdir, self.task or "worker:0")
@@ -189,8 +220,8 @@ class DiagnosticsCallback(_KerasCallback):
                 step=self._step,
                 begin_ns=self._begin_ns,
                 end_ns=end_ns,
-                input_wait_ns=0,
-                examples=self.examples_per_step or 0,
+                input_wait_ns=input_wait_ns,
+                examples=self.examples_per_step or examples,
                 clock_task=self._writer.task,
             )
             self._step += 1
@@ -204,6 +235,9 @@ class DiagnosticsCallback(_KerasCallback):
             self._time_allreduce()
 
     def on_train_end(self, logs=None):
+        if self._stamping:
+            self._stamping = False
+            stamp_train_step(tf_internals.callback_model(self), None, _examples_in)
         coordinator, self._coordinator = self._coordinator, None
         if coordinator is not None:
             coordinator.close()  # writes the records of the last closures
@@ -241,6 +275,11 @@ class DiagnosticsCallback(_KerasCallback):
         model = tf_internals.callback_model(self)
         if model is not None:
             record_placement(model, writer=self._writer)
+            self._stamps.take()
+            try:
+                self._stamping = stamp_train_step(model, self._stamps, _examples_in)
+            except Exception as error:  # noqa: BLE001
+                logger.warning("tfdiag: input-wait stamps are off (%r).", error)
         if self.system_interval_s and self._sampler is None:
             try:
                 self._sampler = SystemSampler(self._writer, self.task, self.system_interval_s).start()
@@ -249,10 +288,19 @@ class DiagnosticsCallback(_KerasCallback):
         if self.allreduce_every and _is_multi_worker(strategy):
             try:
                 self._allreduce = _allreduce_function(strategy, self.allreduce_bytes)
+                self._allreduce_warm = False
             except Exception as error:  # noqa: BLE001
                 logger.warning("tfdiag: all-reduce probe is off (%r).", error)
 
     def _time_allreduce(self) -> None:
+        if not self._allreduce_warm:  # the first call traces and sets up the collective: not timed
+            self._allreduce_warm = True
+            try:
+                self._allreduce().numpy()
+            except Exception as error:  # noqa: BLE001
+                logger.warning("tfdiag: all-reduce probe failed (%r); it is off.", error)
+                self._allreduce = None
+                return
         start_ns = time.time_ns()
         begin = time.perf_counter_ns()
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -60,7 +61,7 @@ def test_fit_records_one_step_per_batch(tmp_path, monkeypatch, make_model):
     assert (steps["begin_ns"].diff().dropna() > 0).all()
     assert (steps["begin_ns"].iloc[1:].to_numpy() >= steps["end_ns"].iloc[:-1].to_numpy()).all()
     assert (steps["examples"] == BATCH).all()
-    assert (steps["input_wait_ns"] == 0).all()
+    assert (steps["input_wait_ns"] >= 0).all() and (steps["input_wait_ns"] <= steps["end_ns"] - steps["begin_ns"]).all()
     manifest = read_manifest(tmp_path)
     assert manifest["task"] == "worker:0" and manifest["tensorflow_version"].startswith("2.")
 
@@ -116,3 +117,92 @@ def test_bad_examples_per_step_names_the_argument(value):
 
     with pytest.raises(InvalidOptionError, match="examples_per_step"):
         DiagnosticsCallback("logs", examples_per_step=value)
+
+
+INPUT_DELAY_S = 0.03
+
+
+def dict_dataset(tf, delay_s):
+    """Batches of ``({"a": [n, 4], "b": [n, 2]}, y)`` whose production sleeps ``delay_s`` each."""
+    rng = np.random.default_rng(1)
+    features = {"a": rng.normal(size=(EXAMPLES, 4)).astype("float32"),
+                "b": rng.normal(size=(EXAMPLES, 2)).astype("float32")}
+    labels = rng.normal(size=(EXAMPLES, 1)).astype("float32")
+
+    def sleep():
+        time.sleep(delay_s)
+        return np.float32(0)
+
+    def slow(x, y):
+        return x, y + tf.reshape(tf.py_function(sleep, [], tf.float32), [])  # a slow host-side parse
+
+    # drop_remainder: a static batch size, which the graph optimiser can fold to a constant.
+    return tf.data.Dataset.from_tensor_slices((features, labels)).batch(BATCH, drop_remainder=True).map(slow)
+
+
+def two_input_model(keras):
+    a, b = keras.Input((4,), name="a"), keras.Input((2,), name="b")
+    model = keras.Model({"a": a, "b": b}, keras.layers.Dense(1)(keras.layers.Concatenate()([a, b])))
+    model.compile("sgd", "mse")
+    return model
+
+
+@pytest.mark.parametrize("keras_module", ["keras", "tf_keras"])
+def test_dict_input_wait_and_examples_are_measured_in_graph(tmp_path, monkeypatch, keras_module):
+    import importlib
+
+    import tensorflow as tf
+
+    from tfdiag.collectors import DiagnosticsCallback
+
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    keras = importlib.import_module(keras_module)
+    callback = DiagnosticsCallback(tmp_path)  # no examples_per_step: counted from the elements
+    two_input_model(keras).fit(dict_dataset(tf, INPUT_DELAY_S), epochs=EPOCHS, verbose=0, callbacks=[callback])
+
+    steps = read_steps(tmp_path)
+    assert len(steps) == EPOCHS * EXAMPLES // BATCH
+    assert (steps["examples"] == BATCH).all()
+    wait_s = steps["input_wait_ns"] / 1e9
+    # Every batch's production sleeps INPUT_DELAY_S after the step asked for it (no prefetch);
+    # the first step of each fit may trace the function first, so its wait is not counted.
+    assert (wait_s[steps["step"] == 0] == 0).all()
+    later = wait_s[steps["step"] > 0]
+    # (a pipeline may start the next element before it is asked for: some steps wait less)
+    assert (later >= INPUT_DELAY_S * 0.5).all() and later.median() >= INPUT_DELAY_S * 0.8, wait_s.tolist()
+    assert (steps["input_wait_ns"] <= steps["end_ns"] - steps["begin_ns"]).all()
+
+
+def test_examples_in_counts_any_structure():
+    import tensorflow as tf
+
+    from tfdiag.collectors.callback import _examples_in
+
+    ragged = tf.ragged.constant([[1, 2], [3], [], [4, 5, 6]])
+    sparse = tf.sparse.SparseTensor([[0, 0], [4, 1]], [1.0, 2.0], [5, 3])
+    cases = {
+        "dict": ({"ids": tf.zeros([7, 3]), "mask": tf.zeros([7])}, tf.zeros([7, 1])),
+        "nested tuple": ((tf.zeros([3]), (tf.zeros([3, 2]),)), tf.zeros([3])),
+        "scalar first": ({"weight": tf.constant(1.0), "x": tf.zeros([9, 2])},),
+        "ragged": {"tokens": ragged},
+        "sparse": [sparse],
+        "no batch": tf.constant(3.0),
+    }
+    counted = {name: int(_examples_in(element)) for name, element in cases.items()}
+    assert counted == {"dict": 7, "nested tuple": 3, "scalar first": 9, "ragged": 4, "sparse": 5, "no batch": 0}
+
+
+def test_xla_compiled_model_trains_without_stamps(tmp_path, monkeypatch):
+    import keras
+
+    from tfdiag.collectors import DiagnosticsCallback
+
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse", jit_compile=True)  # a py_function cannot be XLA-compiled: no stamp
+    x, y = data()
+    history = model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[DiagnosticsCallback(tmp_path)])
+    assert len(history.history["loss"]) == 1
+    steps = read_steps(tmp_path)
+    assert len(steps) == EXAMPLES // BATCH
+    assert (steps["input_wait_ns"] == 0).all() and (steps["examples"] == 0).all()

@@ -1,4 +1,9 @@
-"""``input_bound``: workers wait for their input pipeline for a large part of each step."""
+"""``input_bound``: workers wait for their input pipeline for a large part of each step.
+
+Under a synchronous strategy one slow pipeline gates every worker: the others wait for
+it inside the all-reduce (their own input wait stays small), so the finding names the
+workers whose *own* wait is large, and the prediction removes it from the shared step.
+"""
 
 from __future__ import annotations
 
@@ -27,23 +32,26 @@ def detect(measured: Measurements) -> list[Finding]:
     bound = workers[workers["input_wait_frac"] >= WARNING_INPUT_FRACTION]
     if bound.empty:
         return []
-    # With prefetching, input production overlaps compute: a step costs max(compute, input).
     input_ns = workers["mean_ns"] * workers["input_wait_frac"]
-    compute_ns = workers["mean_ns"] - input_ns
-    speedup = predicted_speedup(workers, compute_ns.combine(input_ns, max), measured.synchronous)
+    speedup = predicted_speedup(workers, _new_step_ns(workers, input_ns, measured.synchronous), measured.synchronous)
     worst = float(bound["input_wait_frac"].max())
     severity = Severity.CRITICAL if worst >= CRITICAL_INPUT_FRACTION else Severity.WARNING
     tasks = tuple(bound["task"])
     share = f"{bound['input_wait_frac'].median():.0%}"
+    if measured.synchronous and len(tasks) < len(workers):
+        title = f"Input pipeline of {', '.join(tasks)} gates every synchronous step"
+        summary = (f"Workers {', '.join(tasks)} spend a median {share} of each step waiting for the next batch; "
+                   "the other workers wait for them in the all-reduce.")
+    else:
+        title = f"Input pipeline stalls {len(tasks)} of {len(workers)} workers"
+        summary = (f"Workers {', '.join(tasks)} spend a median {share} of each step waiting for the next batch; "
+                   "the accelerator idles while tf.data produces it.")
     return [
         Finding(
             kind="input_bound",
             severity=severity,
-            title=f"Input pipeline stalls {len(tasks)} of {len(workers)} workers",
-            summary=(
-                f"Workers {', '.join(tasks)} spend a median {share} of each step waiting for the next batch; "
-                "the accelerator idles while tf.data produces it."
-            ),
+            title=title,
+            summary=summary,
             tasks=tasks,
             evidence={
                 "input_wait_frac": {row.task: round(float(row.input_wait_frac), 3) for row in bound.itertuples()},
@@ -60,3 +68,17 @@ def detect(measured: Measurements) -> list[Finding]:
             ),
         )
     ]
+
+
+def _new_step_ns(workers, input_ns, synchronous: bool):
+    """Each worker's step once prefetching overlaps its input with compute.
+
+    A step then costs max(compute, input). Asynchronously a worker's compute is its step
+    less its own input wait. Synchronously the workers that were not waiting for input
+    were waiting for the slowest one in the collective, so the shared compute (and
+    collective) is the smallest step-less-input of any worker.
+    """
+    compute_ns = workers["mean_ns"] - input_ns
+    if synchronous:
+        compute_ns = compute_ns.clip(upper=float(compute_ns.min()))
+    return compute_ns.combine(input_ns, max)
