@@ -34,7 +34,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from matrix_faults import cpu_quota  # benchmarks/ is sys.path[0] when run as a script
+from faults import cpu_quota  # benchmarks/ is sys.path[0] when run as a script
 from tfdiag.analysis.engine import analyze
 from tfdiag.sample_jobs.advice import TUNE_FOR_FINDING, tune_options
 from tfdiag.sample_jobs.jobs import JOBS, JobConfig, parse_summary
@@ -56,7 +56,7 @@ INJECTION_SPECS = {
     "kill-worker": "kill-worker=1@30+restart",
 }
 # Variants the sample jobs lack, each applicable where its base kind is: (name, base kind, spec).
-# ``cpu-starve`` is no --inject: ``matrix_faults.cpu_quota`` stops and continues worker 1's
+# ``cpu-starve`` is no --inject: ``faults.cpu_quota`` stops and continues worker 1's
 # process (60 ms on, 40 ms off) from outside the job.
 VARIANTS = (
     ("cpu-starve", "slow-worker", "cpu-starve=1:60:40"),

@@ -31,6 +31,9 @@ from pathlib import Path
 from tfdiag.sample_jobs.advice import tune_options
 from tfdiag.sample_jobs.jobs import JobConfig
 
+# The tfdiag of the Python running this script, whatever is on PATH.
+TFDIAG = (sys.executable, "-m", "tfdiag.cli")
+
 SUMMARY = re.compile(r"tfdiag-sample: steps=(\d+) wall_s=([\d.]+) examples_per_s=([\d.]+)")
 
 
@@ -64,7 +67,7 @@ SCENARIOS = (
 
 def run_job(job: str, logdir: Path, steps: int, ps: int, inject=(), tune=()) -> float:
     """Runs a sample job; returns its own examples/s."""
-    command = ["tfdiag", "sample", job, "--workers", "2", "--steps", str(steps), "--logdir", str(logdir)]
+    command = [*TFDIAG, "sample", job, "--workers", "2", "--steps", str(steps), "--logdir", str(logdir)]
     if ps:
         command += ["--ps", str(ps)]
     for spec in inject:
@@ -79,7 +82,7 @@ def run_job(job: str, logdir: Path, steps: int, ps: int, inject=(), tune=()) -> 
 
 
 def analyse(logdir: Path) -> dict:
-    result = subprocess.run(["tfdiag", "analyze", str(logdir), "--format", "json"], capture_output=True, text=True)
+    result = subprocess.run([*TFDIAG, "analyze", str(logdir), "--format", "json"], capture_output=True, text=True)
     if result.returncode not in (0, 1):
         raise RuntimeError(f"tfdiag analyze {logdir} failed:\n{result.stderr}")
     return json.loads(result.stdout)

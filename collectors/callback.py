@@ -15,6 +15,7 @@ import time
 
 from tfdiag.collectors import heartbeat, identity, tf_internals, writers
 from tfdiag.collectors.arguments import check_count, check_logdir
+from tfdiag.collectors.batch_size import examples_in
 from tfdiag.collectors.placement import record_placement
 from tfdiag.collectors.step_input import StepStamps, stamp_train_step
 from tfdiag.collectors.system import SystemSampler
@@ -31,25 +32,6 @@ except ImportError:  # pragma: no cover - Keras 3 is a dependency of TensorFlow 
 # 20-50 µs per step on average, well under 1 % of any real step.
 DEFAULT_ALLREDUCE_EVERY = 100
 DEFAULT_ALLREDUCE_BYTES = 4096
-
-
-def _examples_in(element):
-    """The examples in one input element, as an in-graph int64 scalar (0 when unknown).
-
-    The first leaf of any structure (dicts, nested tuples, several inputs) with a leading
-    dimension counts: a dense tensor's ``shape[0]``, a ragged tensor's rows, a sparse
-    tensor's ``dense_shape[0]``; every leaf of one batch shares that dimension.
-    """
-    import tensorflow as tf
-
-    for leaf in tf.nest.flatten(element):
-        if isinstance(leaf, tf.RaggedTensor):
-            return leaf.nrows(out_type=tf.int64)
-        if isinstance(leaf, tf.SparseTensor):
-            return leaf.dense_shape[0]
-        if isinstance(leaf, tf.Tensor) and leaf.shape.rank != 0:
-            return tf.shape(leaf, out_type=tf.int64)[0]
-    return tf.constant(0, tf.int64)
 
 
 def _is_multi_worker(strategy) -> bool:
@@ -237,7 +219,7 @@ class DiagnosticsCallback(_KerasCallback):
     def on_train_end(self, logs=None):
         if self._stamping:
             self._stamping = False
-            stamp_train_step(tf_internals.callback_model(self), None, _examples_in)
+            stamp_train_step(tf_internals.callback_model(self), None, examples_in)
         coordinator, self._coordinator = self._coordinator, None
         if coordinator is not None:
             coordinator.close()  # writes the records of the last closures
@@ -277,7 +259,7 @@ class DiagnosticsCallback(_KerasCallback):
             record_placement(model, writer=self._writer)
             self._stamps.take()
             try:
-                self._stamping = stamp_train_step(model, self._stamps, _examples_in)
+                self._stamping = stamp_train_step(model, self._stamps, examples_in)
             except Exception as error:  # noqa: BLE001
                 logger.warning("tfdiag: input-wait stamps are off (%r).", error)
         if self.system_interval_s and self._sampler is None:

@@ -79,3 +79,19 @@ def test_a_busy_host_still_limits_a_job_whose_workers_compute(builder):
     finding = analyze(run.write()).primary
     assert finding.recommendation.predicted_speedup == pytest.approx(1.0)
     assert finding.evidence["host_cpu_limit"]["cpu_pct"] == 100.0
+
+
+def test_a_critical_finding_without_prediction_ranks_before_every_prediction(builder):
+    from tfdiag.analysis.advisor import advise
+    from tfdiag.analysis.findings import Finding, Recommendation, Severity
+
+    def finding(kind, severity, speedup):
+        return Finding(kind=kind, severity=severity, title=kind, summary="", tasks=("worker:1",), evidence={},
+                       recommendation=Recommendation(action="", change="", predicted_speedup=speedup))
+
+    measured = measure(load_run(_straggler_run(builder).write()))
+    stalled = finding("stalled", Severity.CRITICAL, None)
+    unknown = finding("input_bound", Severity.WARNING, None)
+    straggler = finding("straggler", Severity.CRITICAL, 3.0)
+    ranked = advise([unknown, straggler, stalled], measured)
+    assert [f.kind for f in ranked] == ["stalled", "straggler", "input_bound"]

@@ -173,25 +173,6 @@ def test_dict_input_wait_and_examples_are_measured_in_graph(tmp_path, monkeypatc
     assert (steps["input_wait_ns"] <= steps["end_ns"] - steps["begin_ns"]).all()
 
 
-def test_examples_in_counts_any_structure():
-    import tensorflow as tf
-
-    from tfdiag.collectors.callback import _examples_in
-
-    ragged = tf.ragged.constant([[1, 2], [3], [], [4, 5, 6]])
-    sparse = tf.sparse.SparseTensor([[0, 0], [4, 1]], [1.0, 2.0], [5, 3])
-    cases = {
-        "dict": ({"ids": tf.zeros([7, 3]), "mask": tf.zeros([7])}, tf.zeros([7, 1])),
-        "nested tuple": ((tf.zeros([3]), (tf.zeros([3, 2]),)), tf.zeros([3])),
-        "scalar first": ({"weight": tf.constant(1.0), "x": tf.zeros([9, 2])},),
-        "ragged": {"tokens": ragged},
-        "sparse": [sparse],
-        "no batch": tf.constant(3.0),
-    }
-    counted = {name: int(_examples_in(element)) for name, element in cases.items()}
-    assert counted == {"dict": 7, "nested tuple": 3, "scalar first": 9, "ragged": 4, "sparse": 5, "no batch": 0}
-
-
 def test_xla_compiled_model_trains_without_stamps(tmp_path, monkeypatch):
     import keras
 

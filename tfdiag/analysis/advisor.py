@@ -24,7 +24,7 @@ import dataclasses
 import numpy as np
 
 from tfdiag.analysis.devices import SharedHost
-from tfdiag.analysis.findings import Finding
+from tfdiag.analysis.findings import Finding, Severity
 from tfdiag.analysis.measurements import Measurements
 
 
@@ -49,14 +49,20 @@ def cpu_speedup_limit(host: SharedHost | None) -> float:
 def advise(findings: list[Finding], measured: Measurements) -> list[Finding]:
     """Findings with predictions held to the host's CPU, largest predicted speed-up first.
 
-    Ties (two changes held to the same limit) go to the larger prediction before the
-    limit, then to the more severe finding.
+    A critical finding with no prediction (a stalled job: no speed-up to predict, the
+    job is not progressing at all) comes before every prediction. Ties (two changes held
+    to the same limit) go to the larger prediction before the limit, then to the more
+    severe finding.
     """
     host = None if _workers_wait(measured) else measured.shared_host
     limit = cpu_speedup_limit(host)
-    ranked = sorted(findings, key=lambda f: (min(f.predicted_speedup, limit), f.predicted_speedup, f.severity.rank),
-                    reverse=True)
+    ranked = sorted(findings, key=lambda f: (_blocks_progress(f), min(f.predicted_speedup, limit),
+                                             f.predicted_speedup, f.severity.rank), reverse=True)
     return [_held_to(finding, limit, host) for finding in ranked]
+
+
+def _blocks_progress(finding: Finding) -> bool:
+    return finding.severity is Severity.CRITICAL and finding.recommendation.predicted_speedup is None
 
 
 def _workers_wait(measured: Measurements) -> bool:
