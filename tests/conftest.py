@@ -9,12 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from tfdiag.store import TaskWriter, write_manifest
+from tests.runs import MS, START_NS, RunBuilder
 
 BASE_STEP_MS = 20.0
 IDLE_MS = 1.0
-EXAMPLES_PER_STEP = 32
-START_NS = 1_700_000_000_000_000_000
 
 
 def write_synthetic_run(
@@ -31,47 +29,19 @@ def write_synthetic_run(
     worker_names: list[str] | None = None,
     manifest: bool = True,
 ) -> Path:
-    """Writes a run of ``workers`` workers x ``steps`` steps with the real ``TaskWriter``.
+    """Writes a run of ``workers`` workers x ``steps`` steps, a file per worker.
 
     Every worker steps ``step_ms`` (plus ``slow_ms`` for ``slow_worker``), of which
-    ``input_wait_ms`` is spent waiting for input, with ``IDLE_MS`` between steps.
-    ``worker_names`` overrides the task names (to test escaping). Returns the run path.
+    ``input_wait_ms`` is spent waiting for input, with ``IDLE_MS`` between steps; frames
+    of 25 records, like a real writer's. ``worker_names`` overrides the task names (to
+    test escaping). Returns the run path.
     """
-    run = Path(path)
     names = worker_names or [f"worker:{index}" for index in range(workers)]
-    if manifest:
-        write_manifest(
-            run,
-            strategy=strategy,
-            cluster={
-                "chief": ["127.0.0.1:2220"],
-                "worker": [f"127.0.0.1:{2230 + i}" for i in range(len(names))],
-                "ps": [f"127.0.0.1:{2240 + i}" for i in range(ps)],
-            },
-            tensorflow_version="2.21.0",
-            task="chief:0",
-        )
+    run = RunBuilder(path, strategy=strategy, workers=len(names), ps=ps)
     for index, task in enumerate(names):
-        duration_ns = int((step_ms + (slow_ms if index == slow_worker else 0.0)) * 1e6)
-        wait_ns = int(input_wait_ms * 1e6)
-        writer = TaskWriter(run, task, flush_interval_s=3600)
-        begin = START_NS + index * 1_000_000
-        for step in range(1, steps + 1):
-            writer.append(
-                "step",
-                task=task,
-                step=step,
-                begin_ns=begin,
-                end_ns=begin + duration_ns,
-                input_wait_ns=wait_ns,
-                examples=EXAMPLES_PER_STEP,
-                clock_task=task,
-            )
-            begin += duration_ns + int(IDLE_MS * 1e6)
-            if step % 25 == 0:  # several frames per file, like a real writer
-                writer.flush()
-        writer.close()
-    return run
+        run.steps(task, count=steps, step_ms=step_ms + (slow_ms if index == slow_worker else 0.0),
+                  input_ms=input_wait_ms, idle_ms=IDLE_MS, first_step=1, start_ns=START_NS + index * MS)
+    return run.write(manifest=manifest, by_task=True, frame_records=25)
 
 
 @pytest.fixture

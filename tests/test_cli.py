@@ -267,7 +267,7 @@ ANSI_STRATEGY = "Parameter\x1b[2J\x07Server\u202eStrategy\r"
 def hostile_run(tmp_path):
     """A straggler run whose slow task and strategy hold terminal escapes, in a directory
     whose name is not UTF-8 (Python holds the byte 0xff as the surrogate U+DCFF)."""
-    from tests.analysis.conftest import RunBuilder
+    from tests.runs import RunBuilder
 
     path = tmp_path / os.fsdecode(b"run-\xff")
     return RunBuilder(path, strategy=ANSI_STRATEGY).steps("worker:0", step_ms=20).steps(ANSI_TASK, step_ms=60).write()

@@ -17,20 +17,14 @@ from tfdiag.analysis import analyze
 from tfdiag.report import figures, render_html
 from tfdiag.report.figures import FIGURES
 
-from tests.analysis.conftest import MS, START_NS, RunBuilder
+from tests.runs import MS, START_NS, RunBuilder
 
 HOSTILE = "w<b>x</b>"  # plotly renders names as HTML-ish text; this must show literally
 
 
 def add_system(run: RunBuilder, task: str, count: int = 30, rate_bytes_s: float = 2e6) -> RunBuilder:
     """One sampler's records: 10 samples a second, network counters growing at ``rate_bytes_s``."""
-    for i in range(count):
-        time_ns = START_NS + i * 100 * MS
-        moved = int(rate_bytes_s * i * 0.1)
-        run.records.append(("system", dict(host=f"host-{task}", task=task, time_ns=time_ns, cpu_pct=50.0 + i % 3,
-                                           mem_used_frac=0.4, net_sent_bytes=moved, net_recv_bytes=moved,
-                                           disk_read_bytes=0, disk_write_bytes=0)))
-    return run
+    return run.system(f"host-{task}", task, cpu_pct=50.0, count=count, net_bytes_per_s=rate_bytes_s)
 
 
 @pytest.fixture(scope="module")

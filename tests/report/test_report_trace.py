@@ -54,7 +54,7 @@ def test_input_wait_is_a_child_slice(synthetic_run):
 
 
 def test_closure_rpc_and_fault_tracks(tmp_path):
-    from tests.analysis.conftest import RunBuilder
+    from tests.runs import RunBuilder
 
     run = RunBuilder(tmp_path / "run").steps("worker:0", count=5, closures=True).steps("worker:1", count=5)
     run.rpc("chief:0", "ps:0", 0.5, count=3).fault("worker:1", "failure", 10).fault("worker:1", "recovery", 60)

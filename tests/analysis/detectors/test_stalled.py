@@ -6,7 +6,7 @@ from tfdiag.analysis import analyze
 from tfdiag.analysis.detectors.stalled import STALL_FLOOR_S
 from tfdiag.analysis.findings import Severity
 
-from tests.analysis.conftest import MS, START_NS
+from tests.runs import MS, START_NS
 
 WORKERS = ("worker:0", "worker:1")
 

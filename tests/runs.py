@@ -1,0 +1,171 @@
+"""Small real runs with chosen signals, written through the real store writer.
+
+The one writer of synthetic runs for every test: ``RunBuilder`` collects records, then
+writes them as a real job would (``write(by_task=True)``: one file per task).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tfdiag.store import TaskWriter, write_manifest
+
+START_NS = 1_700_000_000_000_000_000
+MS = 1_000_000
+EXAMPLES_PER_STEP = 32
+
+
+class RunBuilder:
+    """Collects records for one run, then writes them as the chief would.
+
+    >>> run = RunBuilder(tmp_path).steps("worker:0", step_ms=20).write()  # doctest: +SKIP
+    """
+
+    def __init__(self, path, strategy="ParameterServerStrategy", workers=2, ps=2, chief=True):
+        self.path = Path(path)
+        self.strategy = strategy
+        cluster = {
+            "chief": ["127.0.0.1:2220"] if chief else [],
+            "worker": [f"127.0.0.1:{2230 + i}" for i in range(workers)],
+            "ps": [f"127.0.0.1:{2240 + i}" for i in range(ps)],
+        }
+        self.cluster = {job: addresses for job, addresses in cluster.items() if addresses}
+        self.records: list[tuple[str, dict]] = []
+        self.step_begins: dict[str, list[int]] = {}
+        self.step_end_ns = START_NS
+
+    def steps(self, task, count=100, step_ms=20.0, input_ms=0.0, idle_ms=1.0, closures=False, *, first_step=0,
+              start_ns=START_NS, jitter_ms=0.0, examples=EXAMPLES_PER_STEP):
+        """``count`` steps of ``task`` from ``start_ns``: ``step_ms`` each (plus ``jitter_ms``
+        times ``step % 4``), of which ``input_ms`` waiting for input, ``idle_ms`` apart."""
+        begin = start_ns
+        self.step_begins[task] = []
+        for step in range(first_step, first_step + count):
+            self.step_begins[task].append(begin)
+            end = begin + int((step_ms + jitter_ms * (step % 4)) * MS)
+            self.records.append(("step", dict(task=task, step=step, begin_ns=begin, end_ns=end,
+                                              input_wait_ns=int(input_ms * MS), examples=examples, clock_task=task)))
+            if closures:
+                self.records.append(("closure", dict(worker=task, closure_id=step, dispatch_ns=begin - MS,
+                                                     result_ns=end + MS, ok=True, error="")))
+            begin = end + int(idle_ms * MS)
+        self.step_end_ns = max(self.step_end_ns, end) if count else self.step_end_ns
+        return self
+
+    def rpc(self, src, dst, rtt_ms, count=40, payload_bytes=0, offset_ms=0.0):
+        for i in range(count):
+            send = START_NS + i * 50 * MS
+            rtt = int(rtt_ms * MS * (1 + 0.05 * (i % 5)))
+            self.records.append(("rpc", dict(src=src, dst=dst, send_ns=send, remote_ns=send + rtt // 2 + int(offset_ms * MS),
+                                             recv_ns=send + rtt, payload_bytes=payload_bytes)))
+        return self
+
+    def transfer(self, src, dst, duration_ms, size=8192, tensors=2, every=10, at_ms=0.1):
+        """Traced ``RecvTensor`` transfers, as ``DiagnosticsHook`` writes them: ``tensors``
+        concurrent transfers from ``src`` to ``dst``, each ``duration_ms`` long, starting
+        ``at_ms`` into every ``every``-th step of the worker among them (call ``steps`` for
+        it first)."""
+        worker = dst if dst.startswith("worker:") else src
+        for begin in self.step_begins[worker][every - 1::every]:
+            for tensor in range(tensors):
+                self.records.append(("transfer", dict(src=src, dst=dst, time_ns=begin + int(at_ms * MS), bytes=size,
+                                                      duration_ns=int(duration_ms * MS), tensor=f"edge_{tensor}_read")))
+        return self
+
+    def placement(self, variable, task, size):
+        self.records.append(("placement", dict(variable=variable, task=task, bytes=size, shape="")))
+        return self
+
+    def shard(self, task, examples, policy="DATA"):
+        self.records.append(("shard", dict(task=task, time_ns=START_NS, examples=examples, file="", policy=policy)))
+        return self
+
+    def gpu(self, host, index, util_pct, count=20):
+        for i in range(count):
+            self.records.append(("gpu", dict(host=host, index=index, time_ns=START_NS + i * 100 * MS, util_pct=util_pct,
+                                             mem_used_bytes=4 << 30, mem_total_bytes=16 << 30, power_w=150.0,
+                                             sm_clock_mhz=1500.0)))
+        return self
+
+    def system(self, host, task, cpu_pct, count=20, every_ms=100.0, net_bytes_per_s=0.0):
+        """``count`` host samples every ``every_ms``; the network counters (sent and received
+        alike) grow at ``net_bytes_per_s``."""
+        for i in range(count):
+            moved = int(net_bytes_per_s * i * every_ms / 1000)
+            self.records.append(("system", dict(host=host, task=task, time_ns=START_NS + int(i * every_ms * MS),
+                                                cpu_pct=cpu_pct, mem_used_frac=0.5, net_sent_bytes=moved,
+                                                net_recv_bytes=moved, disk_read_bytes=0, disk_write_bytes=0)))
+        return self
+
+    def fault(self, task, kind, at_ms, message="UnavailableError: Socket closed"):
+        self.records.append(("fault", dict(task=task, time_ns=START_NS + int(at_ms * MS), kind=kind, message=message)))
+        return self
+
+    def allreduce(self, task, duration_ms, count=50, size=4 << 20):
+        for i in range(count):
+            self.records.append(("allreduce", dict(task=task, time_ns=START_NS + i * 30 * MS,
+                                                   duration_ns=int(duration_ms * MS), bytes=size)))
+        return self
+
+    def heartbeats(self, task="chief:0", until_ms=60_000.0, every_ms=5_000.0, subjects=(), in_flight=None,
+                   closed=False):
+        """``heartbeat`` rows of writer ``task`` from the run's start to ``until_ms``, every ``every_ms``,
+        as ``collectors/heartbeat.py`` writes them: its own row (with ``in_flight``, a pair
+        (closures, oldest dispatch in ms), when given) and one per subject, counting that
+        subject's ``steps`` records ended by the beat (a subject equal to ``task`` goes on its
+        own row); ``closed`` marks the last beat as the clean-close marker."""
+        ends = {}
+        for kind, values in self.records:
+            if kind == "step":
+                ends.setdefault(values["task"], []).append(values["end_ns"])
+        times = [START_NS + int(at * MS) for at in _arange(0.0, until_ms, every_ms)]
+        count_in_flight, oldest_ms = in_flight if in_flight else (None, None)
+        for i, time_ns in enumerate(times):
+            last = closed and i == len(times) - 1
+            done = {subject: sum(end <= time_ns for end in ends.get(subject, ())) for subject in subjects}
+            self.records.append(("heartbeat", dict(
+                task=task, time_ns=time_ns, subject=task, progress=done.get(task),
+                in_flight=count_in_flight, oldest_in_flight_ns=None if oldest_ms is None else START_NS + int(oldest_ms * MS),
+                closed=last)))
+            for subject in subjects:
+                if subject != task:
+                    self.records.append(("heartbeat", dict(task=task, time_ns=time_ns, subject=subject,
+                                                           progress=done[subject], in_flight=None,
+                                                           oldest_in_flight_ns=None, closed=last)))
+        return self
+
+    def write(self, *, manifest=True, by_task=False, frame_records=None):
+        """Writes the run and returns its path: every record through the chief's writer, or
+        with ``by_task`` each through the writer of the task it names (one file a task, as a
+        real job writes them); a frame every ``frame_records`` records of a writer, else one
+        frame a kind."""
+        if manifest:
+            write_manifest(self.path, strategy=self.strategy, cluster=self.cluster, tensorflow_version="2.21.0",
+                           task="chief:0", start_time_ns=START_NS)
+        writers: dict[str, TaskWriter] = {}
+        appended: dict[str, int] = {}
+        for kind, values in self.records:
+            task = _writer_of(values) if by_task else "chief:0"
+            writer = writers.get(task) or writers.setdefault(task, TaskWriter(self.path, task, flush_interval_s=3600))
+            writer.append(kind, **values)
+            appended[task] = appended.get(task, 0) + 1
+            if frame_records and appended[task] % frame_records == 0:
+                writer.flush()
+        for writer in writers.values():
+            writer.close()
+        return self.path
+
+
+def _writer_of(values: dict) -> str:
+    """The task that writes a record in a real job: the one it is about."""
+    return values.get("task") or values.get("worker") or values.get("src") or "chief:0"
+
+
+def _arange(start: float, stop: float, step: float) -> list[float]:
+    """``start``, ``start + step``, ... up to and including ``stop``."""
+    values = [start]
+    while values[-1] + step <= stop:
+        values.append(values[-1] + step)
+    if values[-1] < stop:
+        values.append(stop)
+    return values
