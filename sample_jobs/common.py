@@ -12,6 +12,8 @@ import logging
 import os
 import sys
 
+from tfdiag.events import parse_task
+
 logger = logging.getLogger("tfdiag.sample_jobs")
 
 # The launcher sets this for the task that prints the summary when a worker is to be
@@ -115,8 +117,8 @@ def worker_index_from_tf_config() -> int:
     """This process's worker index from ``TF_CONFIG`` (0 when not a worker or unset)."""
     from tfdiag.collectors import identity
 
-    job, _, index = identity.resolve_task(default="worker:0").partition(":")
-    return int(index or 0) if job == "worker" else 0
+    job, index = parse_task(identity.resolve_task(default="worker:0"))
+    return index if job == "worker" else 0
 
 
 def on_ps(tf, strategy, index: int, candidates=()):

@@ -49,6 +49,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tfdiag.events import parse_task, task_name
 from tfdiag.sample_jobs.common import PROGRESS_ENV, read_progress
 from tfdiag.sample_jobs.inject import KillWorker, SlowPs
 from tfdiag.sample_jobs.jobs import JobConfig, JobSpec, parse_summary
@@ -130,7 +131,7 @@ class TaskProcess:
 
     @property
     def job(self) -> str:
-        return self.task.partition(":")[0]
+        return parse_task(self.task)[0]
 
 
 @dataclass
@@ -223,7 +224,7 @@ class LocalCluster:
         return {"cluster": cluster, "task": {"type": job, "index": index}}
 
     def _spawn(self, job: str, index: int) -> None:
-        task = f"{job}:{index}"
+        task = task_name(job, index)
         log = self.logdir / "tasks" / f"{job}-{index}.log"
         env = dict(os.environ)
         env["TF_CONFIG"] = json.dumps(self.tf_config(job, index))
@@ -263,7 +264,7 @@ class LocalCluster:
                 return 130
             self._inject_kills()
             job_tasks = [t for t in self.tasks.values() if t.job in self.spec.job_roles and not t.killed]
-            pending = {f"{job}:{index}" for _, job, index in self._restarts}
+            pending = {task_name(job, index) for _, job, index in self._restarts}
             failed = False
             for task in list(self.tasks.values()):
                 code = task.process.poll()
@@ -276,7 +277,7 @@ class LocalCluster:
                     task.reported = True
                     self._restartable.discard(task.task)
                     self._say(f"task {task.task} failed with exit code {code} after the kill; restarting it")
-                    self._restarts.append((time.monotonic() + RESTART_PAUSE_S, task.job, int(task.task.partition(":")[2])))
+                    self._restarts.append((time.monotonic() + RESTART_PAUSE_S, *parse_task(task.task)))
                     continue
                 if code != 0:
                     task.reported = True
@@ -315,7 +316,7 @@ class LocalCluster:
                         self._restartable |= {t.task for t in self.tasks.values()
                                               if t.job in self.spec.job_roles and t is not task}
         for due, job, index in list(self._restarts):
-            old = self.tasks[f"{job}:{index}"]
+            old = self.tasks[task_name(job, index)]
             # Not before the pause is over and the old process is gone (a SIGKILL is quick).
             if time.monotonic() >= due and old.process.poll() is not None:
                 self._restarts.remove((due, job, index))

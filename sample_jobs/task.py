@@ -22,6 +22,7 @@ import sys
 import time
 
 from tfdiag.collectors import identity
+from tfdiag.events import parse_task, task_name
 from tfdiag.sample_jobs.jobs import JobConfig
 
 # A server listens only once its process has imported TensorFlow, which takes several
@@ -35,7 +36,7 @@ def wait_for_cluster(cluster: dict, own_task: str, timeout_s: float = CLUSTER_WA
     deadline = time.monotonic() + timeout_s
     for job, addresses in cluster.items():
         for index, address in enumerate(addresses):
-            if f"{job}:{index}" == own_task:
+            if task_name(job, index) == own_task:
                 continue
             host, _, port = address.rpartition(":")
             while True:
@@ -64,13 +65,13 @@ def run_task(config: JobConfig) -> int:
     """Runs this process's part of ``config.job``, as named by ``TF_CONFIG``; returns an exit code."""
     spec = config.spec  # after --tune strategy=
     task = identity.resolve_task(default=spec.summary_task)
-    task_type, _, index = task.partition(":")
+    task_type, index = parse_task(task)
     module = __import__(spec.module, fromlist=["run"])
     prepare = getattr(module, "prepare", None)
     if prepare is not None:  # e.g. data files every worker reads
         prepare(config)
     if task_type not in spec.job_roles:
-        run_server(task_type, int(index or 0))
+        run_server(task_type, index)
         return 0
     summary = module.run(config)
     if task == spec.summary_task:

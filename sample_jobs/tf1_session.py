@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import time
 
+from tfdiag.events import parse_task
 from tfdiag.sample_jobs.common import Progress, say_once, sleep_us
 from tfdiag.sample_jobs.inject import HotPs, InputDelay, ShardSkew, SlowWorker
 from tfdiag.sample_jobs.jobs import JobConfig, JobSummary
@@ -125,8 +126,7 @@ def run(config: JobConfig) -> JobSummary:
     v1.disable_eager_execution()
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     cluster = resolver.cluster_spec()
-    job, _, index = identity.resolve_task(default="worker:0").partition(":")
-    worker = int(index or 0)
+    job, worker = parse_task(identity.resolve_task(default="worker:0"))
     server = tf.distribute.Server(cluster, job_name=job, task_index=worker, protocol="grpc", start=True)
     is_chief = worker == 0
     train_op, loss, global_step = build_graph(tf, config, cluster, worker)

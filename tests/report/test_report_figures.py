@@ -17,7 +17,7 @@ from tfdiag.analysis import analyze
 from tfdiag.report import figures, render_html
 from tfdiag.report.figures import FIGURES
 
-from tests.runs import MS, START_NS, RunBuilder
+from tests.runs import RunBuilder
 
 HOSTILE = "w<b>x</b>"  # plotly renders names as HTML-ish text; this must show literally
 

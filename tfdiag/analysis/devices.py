@@ -92,8 +92,9 @@ def shared_worker_host(cluster: dict, reference_task: str | None, system: pd.Dat
     for worker in map(str, steps["task"].unique()):
         own = hosts_of.get(worker)
         if not own:
-            job, _, index = worker.partition(":")
-            address = addresses[int(index)] if job == "worker" and int(index or 0) < len(addresses) else ""
+            job, _, index = worker.partition(":")  # a task name from the log: not trusted to parse
+            position = int(index) if index.isascii() and index.isdigit() else -1
+            address = addresses[position] if job == "worker" and 0 <= position < len(addresses) else ""
             name = address.rsplit(":", 1)[0]
             own = hosts_of.get(reference_task, set()) if name in LOOPBACK_HOSTS else {name} & sampled
         hosts |= own

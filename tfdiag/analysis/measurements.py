@@ -15,6 +15,7 @@ from tfdiag.analysis.load import LoadedRun
 from tfdiag.analysis.placement import ps_load_table
 from tfdiag.analysis.shards import shard_table, shards_from_steps
 from tfdiag.analysis.whatif import is_synchronous
+from tfdiag.events import cluster_tasks
 
 
 @dataclass
@@ -43,7 +44,7 @@ class Measurements:
     @property
     def ps_tasks(self) -> list[str]:
         cluster = (self.run.manifest or {}).get("cluster") or {}
-        return [f"ps:{i}" for i in range(len(cluster.get("ps", [])))]
+        return cluster_tasks(cluster, jobs=("ps",))
 
 
 def measure(run: LoadedRun) -> Measurements:

@@ -7,14 +7,14 @@ from tfdiag.analysis.components import COMPONENTS, step_components
 from tfdiag.analysis.findings import Finding
 from tfdiag.analysis.json_values import rounded
 from tfdiag.analysis.measurements import Measurements
+from tfdiag.events import cluster_tasks
 
 
 def run_section(measured: Measurements) -> dict:
     run = measured.run
     manifest = run.manifest or {}
     cluster = manifest.get("cluster") or {}
-    cluster_tasks = [f"{job}:{index}" for job, addresses in cluster.items() for index in range(len(addresses))]
-    tasks = sorted(set(run.sources) | set(measured.workers["task"]) | set(cluster_tasks))
+    tasks = sorted(set(run.sources) | set(measured.workers["task"]) | set(cluster_tasks(cluster, jobs=tuple(cluster))))
     warnings = list(run.warnings)
     if not manifest:
         warnings.append(f"{run.path}: no manifest.json (the chief never started, or it is still starting)")
