@@ -281,8 +281,10 @@ class RpcProber(_ProberBase):
     def prepare(self, timeout_s: float = PROBE_TIMEOUT_S, budget_s: float = PREPARE_BUDGET_S) -> int:
         """Traces and runs every probe function once, now; returns how many links are ready.
 
-        It takes at most ``budget_s``; a link whose probe fails, takes over ``timeout_s``
-        or is not reached within the budget is left out, with a note.
+        Each run is a probe like any other and is written as one (a run of a few seconds
+        needs every sample it can get). It takes at most ``budget_s``; a link whose probe
+        fails, takes over ``timeout_s`` or is not reached within the budget is left out,
+        with a note.
         """
         payloads = (False, True) if self.payload_every and self.payload_elements else (False,)
         deadline = time.monotonic() + budget_s
@@ -295,14 +297,16 @@ class RpcProber(_ProberBase):
                                 f"{budget_s:g} s")
                 break
             try:
-                for payload in payloads:
-                    self._calls.call(leg, lambda leg=leg, payload=payload: self.probe(leg, payload),
-                                     min(timeout_s, max(deadline - time.monotonic(), 0.0)))
+                samples = [(payload, self._calls.call(leg, lambda leg=leg, payload=payload: self.probe(leg, payload),
+                                                      min(timeout_s, max(deadline - time.monotonic(), 0.0))))
+                           for payload in payloads]
             except Exception as error:  # noqa: BLE001 - a collector never breaks training
                 self._note_once(f"prepare:{leg}", f"tfdiag: RPC probe {leg[0] or self.src} -> {leg[1]} is off: its "
                                 f"probe could not be prepared ({type(error).__name__}: {str(error)[:300]})")
                 continue
             ready.append(leg)
+            for payload, times in samples:
+                self._succeeded(leg, times, payload)
         self.relays = [leg for leg in self.relays if leg in ready]
         self.targets = [target for target in self.targets if (None, target) in ready]
         self._legs = ready

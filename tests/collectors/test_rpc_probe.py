@@ -155,7 +155,11 @@ def test_prepare_runs_every_probe_function_once_and_drops_links_that_fail(monkey
     assert calls == [(None, "worker:0")] * 2 + [(None, "ps:0")] * 2 + [(None, "ps:1")] + [("worker:0", "ps:0")] * 2 + [
         ("worker:0", "ps:1")]
     assert prober.targets == ["worker:0", "ps:0"] and prober.relays == [("worker:0", "ps:0")]
-    assert "rpc" not in writer.records and len(writer.records["note"]) == 2
+    # Every run that worked is a sample, with and without the payload.
+    assert [(r["src"], r["dst"], r["payload_bytes"] > 0) for r in writer.records["rpc"]] == [
+        ("chief:0", "worker:0", False), ("chief:0", "worker:0", True), ("chief:0", "ps:0", False),
+        ("chief:0", "ps:0", True), ("worker:0", "ps:0", False), ("worker:0", "ps:0", True)]
+    assert len(writer.records["note"]) == 2
     release.set()
 
 
