@@ -59,7 +59,14 @@ def run(steps: int) -> int:
 
 
 victim = worker_process(1)
-done = run(10 if mode == "kill" else 20)
+done = 0
+if mode == "stop":
+    # The probe registers its functions with every task once the first closure is back:
+    # the worker is stopped only after that (see rpc_probe), and right after the last
+    # closures, before the result thread's next fetch of their timings.
+    done += run(1)
+    coordinator.collectors["rpc"].prepared.wait(60)
+done += run(10 if mode == "kill" else 20 - done)
 if mode == "kill":
     victim.send_signal(signal.SIGKILL)
     done += run(20)
@@ -67,8 +74,6 @@ if mode == "kill":
 # can block (they did when closure outputs were left on the workers, tfdiag or not).
 outcome = {"steps": done, "total": float(total.numpy())}
 if mode == "stop":
-    # Not while the probe registers its functions with every task (see rpc_probe).
-    coordinator.collectors["rpc"].prepared.wait(60)
     victim.send_signal(signal.SIGSTOP)
 started = time.monotonic()
 coordinator.close()
