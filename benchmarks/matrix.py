@@ -37,8 +37,9 @@ from pathlib import Path
 from faults import cpu_quota  # benchmarks/ is sys.path[0] when run as a script
 from tfdiag.analysis.engine import analyze
 from tfdiag.sample_jobs.advice import TUNE_FOR_FINDING, tune_options
-from tfdiag.sample_jobs.jobs import JOBS, JobConfig, parse_summary
-from tfdiag.sample_jobs.launcher import LocalCluster
+from tfdiag.events import task_name
+from tfdiag.sample_jobs.jobs import JOBS, JobConfig
+from userjobs.runner import run_cluster  # benchmarks/userjobs, beside this script
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- matrix:begin -->", "<!-- matrix:end -->"
@@ -138,19 +139,12 @@ def run_job(config: JobConfig, starve: str = "") -> float:
     ``cpu-starve=I:ON:OFF`` spec applied to worker I's process while the job runs."""
     log = Path(config.logdir) / "launcher.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "w") as out:
-        cluster = LocalCluster(config, stderr=out)
-        try:
-            cluster.start()
-            with contextlib.ExitStack() as stack:
-                if starve:
-                    worker, on_ms, off_ms = starve.partition("=")[2].split(":")
-                    pid = cluster.tasks[f"worker:{worker}"].process.pid
-                    stack.enter_context(cpu_quota(pid, float(on_ms), float(off_ms)))
-                code = cluster.wait(RUN_TIMEOUT_S)
-        finally:
-            cluster.stop()
-        summary = parse_summary(cluster.summary_line() or "")
+
+    def starved(cluster):
+        worker, on_ms, off_ms = starve.partition("=")[2].split(":")
+        return cpu_quota(cluster.tasks[task_name("worker", int(worker))].process.pid, float(on_ms), float(off_ms))
+
+    code, summary = run_cluster(config, log, RUN_TIMEOUT_S, while_running=starved if starve else None)
     if code != 0 or summary is None:
         raise RuntimeError(f"{config.job} {config.inject} {config.tune} failed (exit {code}); see {log}")
     return summary[2]

@@ -27,6 +27,7 @@ primary findings against what the faults plant, with predicted against measured 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -70,18 +71,28 @@ def run_user_job(script: str | Path, logdir: str | Path, *, shape: str = "tf1_se
     command = [python, "-u", str(script), "--logdir", str(logdir), "--steps", str(steps), *args]
     logdir.mkdir(parents=True, exist_ok=True)
     log = logdir / "launcher.log"
-    with open(log, "w") as out:
-        cluster = LocalCluster(config, stderr=out, task_command=command)
-        try:
-            cluster.start()
-            code = cluster.wait(timeout_s)
-        finally:
-            cluster.stop()
-        summary = parse_summary(cluster.summary_line() or "")
+    code, summary = run_cluster(config, log, timeout_s, task_command=command)
     if code != 0 or summary is None:
         raise RuntimeError(f"{script} ({fault or 'no fault'}) failed with exit {code}; see {log} and {logdir / 'tasks'}")
     report = analyze(logdir)
     return UserRun(logdir, summary[2], [finding.to_dict() for finding in report.findings])
+
+
+def run_cluster(config: JobConfig, log: Path, timeout_s: float, task_command=None, while_running=None):
+    """Starts ``config``'s local cluster (its tasks run ``task_command`` when given), waits
+    at most ``timeout_s`` for it and stops it; returns the exit code and the parsed summary
+    line (None when there was none). The launcher writes to ``log``; ``while_running``,
+    when given, maps the started cluster to a context manager held while it runs (an
+    outside fault)."""
+    with open(log, "w") as out:
+        cluster = LocalCluster(config, stderr=out, task_command=task_command)
+        try:
+            cluster.start()
+            with while_running(cluster) if while_running else contextlib.nullcontext():
+                code = cluster.wait(timeout_s)
+        finally:
+            cluster.stop()
+    return code, parse_summary(cluster.summary_line() or "")
 
 
 # What each outside fault plants: (finding kind, the task it must name), from its spec.

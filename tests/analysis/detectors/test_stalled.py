@@ -114,3 +114,14 @@ def test_clean_run_with_heartbeats_has_no_warning(builder):
     run.heartbeats("chief:0", until_ms=2_500, every_ms=1_000, subjects=WORKERS, in_flight=(2, 2_100), closed=True)
     report = analyze(run.write())
     assert [f for f in report.findings if f.severity.rank >= Severity.WARNING.rank] == []
+
+
+def test_one_beat_with_a_damaged_time_does_not_make_a_live_run_hang(builder):
+    run = builder()
+    for worker in WORKERS:
+        run.steps(worker, count=100, step_ms=20, closures=True)
+    run.heartbeats("chief:0", until_ms=2_500, every_ms=1_000, subjects=WORKERS, in_flight=(2, 2_100))
+    # A beat decades after the run (a flipped time that still passes the reader's range check).
+    run.records.append(("heartbeat", dict(task="chief:0", time_ns=2**61, subject="worker:1", progress=100,
+                                          in_flight=None, oldest_in_flight_ns=None, closed=False)))
+    assert [f for f in analyze(run.write()).findings if f.severity is not Severity.INFO] == []

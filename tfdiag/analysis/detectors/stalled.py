@@ -31,6 +31,9 @@ STALL_FLOOR_S = 30.0
 # A task whose last beat is this far behind the run's clock stopped writing: four
 # missed beats at the collectors' 5 s interval.
 HEARTBEAT_LOST_S = 20.0
+# Beats come every 5 s: a beat with no other beat of its task within this much is not
+# part of the task's rhythm (a damaged time, a clock jump) and must not set the run's clock.
+ISOLATED_BEAT_S = 60.0
 
 
 def stall_threshold_ns(intervals_ns: pd.Series) -> float:
@@ -51,6 +54,9 @@ def detect(measured: Measurements) -> list[Finding]:
     beats = measured.heartbeats
     if beats is None or beats.empty:
         return []
+    beats = _in_rhythm(beats)
+    if beats.empty:
+        return []
     now_ns = int(beats["time_ns"].max())
     last_beat = beats.groupby("task")["time_ns"].max()
     closed = set(beats.loc[beats["closed"].fillna(False).astype(bool), "task"])
@@ -67,6 +73,14 @@ def detect(measured: Measurements) -> list[Finding]:
     if stopped:
         return [_stopped_finding(now_ns, stopped, last_beat)]
     return []
+
+
+def _in_rhythm(beats: pd.DataFrame) -> pd.DataFrame:
+    """The beats that have another beat of their task within ``ISOLATED_BEAT_S``."""
+    times = beats.sort_values("time_ns").groupby("task", observed=True)["time_ns"]
+    gap = ISOLATED_BEAT_S * 1e9
+    near = (times.diff().abs() <= gap) | (times.diff(-1).abs() <= gap)
+    return beats.loc[near[near].index]
 
 
 def _progress_state(measured: Measurements, beats: pd.DataFrame, subject: str, now_ns: int) -> dict:
