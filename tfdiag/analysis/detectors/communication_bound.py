@@ -34,7 +34,9 @@ def _ps_bound(measured: Measurements) -> list[Finding]:
         return []
     workers = measured.workers
     step_ns = float(workers["mean_ns"].median())
-    comm_ns = min(traffic.communication_ns(), step_ns)
+    # Time a step waits for its input is not network time (input_bound's, if anyone's).
+    input_ns = float((workers["mean_ns"] * workers["input_wait_frac"]).median())
+    comm_ns = min(traffic.communication_ns(), step_ns - input_ns)
     fraction = comm_ns / step_ns
     if fraction < WARNING_COMM_FRACTION:
         return []
