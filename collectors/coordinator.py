@@ -23,7 +23,10 @@ thread and off the training thread:
 
 * the RPC probe (``rpc_probe``): from the coordinator to every worker and ps, and from
   every worker to every ps (a function the coordinator runs with its timestamps on the
-  worker, outside the closure queue), a few links every ``probe_interval_s``;
+  worker, outside the closure queue), a few links every ``probe_interval_s``; its
+  functions are traced and run once here, before the first closure is dispatched
+  (within ``rpc_probe.PREPARE_BUDGET_S``), and the probe thread starts once the first
+  closure is back;
 * the system sampler (``system``) of the coordinator's host, every ``system_interval_s``;
 * fault capture (``faults``): the coordinator's own log lines about failed workers,
   re-scheduled closures and recoveries become ``fault`` records;
@@ -247,13 +250,16 @@ class InstrumentedCoordinator:
             relays = [(w, ps) for w in workers for ps in ps_tasks] if probe_workers else []
             faults = self._faults
             starters.append(("rpc", lambda: RpcProber(self._writer, self.task, targets, probe_interval_s,
-                                                      relays=relays, paused=(faults.recovering if faults else None),
-                                                      prepare_first=True)))
+                                                      relays=relays, paused=(faults.recovering if faults else None))))
         for name, make in starters:
             try:
                 collector = make()
                 if name == "system":
                     collector.start()
+                else:
+                    # Here, before training dispatches anything: probe functions traced or
+                    # first run while closures are in flight can block behind them.
+                    collector.prepare()
             except Exception as error:  # noqa: BLE001 - a collector never breaks training
                 logger.warning("tfdiag: cannot start the %s collector (%r); it is off.", name, error)
                 continue

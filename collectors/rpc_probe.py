@@ -26,16 +26,16 @@ timestamp, so nothing can fold it into a constant); the analysis turns the extra
 into bandwidth.
 
 Every probe function (with and without the payload) is traced and run once by
-:meth:`RpcProber.prepare`, in one go at the start (``prepare_first``), within a time
-budget: the first run of a function registers its parts on the remote tasks, and
-registering functions on remote tasks while closures are in flight can block behind
-them, so no probe registers anything later in the run. A link whose function could not
-be prepared is left out, with a note. (Not earlier, before the coordinator's first
-closure: with the functions registered that early, a worker killed later often made
-ClusterCoordinator give up the run, ``tests/collectors/test_faults.py``.) A task that
-stops answering (SIGSTOP) while the functions are being registered, in the first
-seconds of the probe, can freeze the process: TensorFlow registers them with every
-task before it returns.
+:meth:`RpcProber.prepare`, which the instrumented coordinator calls before training
+dispatches its first closure, within a time budget: tracing a function registers it on
+every task of the cluster and its first run instantiates its parts there, and either,
+while closures are in flight, can block behind them (a worker frozen with SIGSTOP in
+that moment once hung the coordinator in ``EagerContext::MaybeRegisterFunctionRemotely``).
+After :meth:`RpcProber.prepare` no probe traces or registers anything: a link whose
+function could not be prepared is left out, with a note. Probe functions are called
+through ``tf_internals.call_uncancelled``, outside ``ClusterCoordinator``'s
+cancellation: a probe that failed while a closure was being dispatched (a worker killed
+under it) once cancelled the closure queue and ended the run.
 
 A failing target (a dead ps) is recorded once as a ``note`` and then backed off
 exponentially, up to ``MAX_BACKOFF_S``; relayed probes skip a worker or ps whose direct
@@ -50,6 +50,7 @@ import logging
 import threading
 import time
 
+from tfdiag.collectors import tf_internals
 from tfdiag.collectors.bounded import BoundedCalls
 from tfdiag.errors import InvalidOptionError
 from tfdiag.events import device_of
@@ -72,7 +73,8 @@ MAX_BACKOFF_S = 60.0
 # A probe that has not returned after this long is abandoned to its thread and its link
 # treated as down (a round trip takes milliseconds; a 1 MB payload, well under a second).
 PROBE_TIMEOUT_S = 5.0
-# ``prepare`` runs on the thread that instruments the coordinator: it never takes longer.
+# ``prepare`` runs on the thread that instruments the coordinator, before training: it
+# never takes longer.
 PREPARE_BUDGET_S = 15.0
 
 
@@ -153,7 +155,6 @@ class _ProberBase:
     """A daemon thread that calls ``_probe_once`` every ``interval_s`` until stopped."""
 
     thread_name = "tfdiag-rpc-probe"
-    prepare_first = False
 
     def __init__(self, writer, src: str, interval_s: float = DEFAULT_INTERVAL_S,
                  payload_every: int = DEFAULT_PAYLOAD_EVERY, payload_bytes: int = DEFAULT_PAYLOAD_BYTES):
@@ -186,8 +187,6 @@ class _ProberBase:
     def _run(self) -> None:
         # The first round runs at once: the coordinator starts the probe only once its
         # first closure has come back, after the training's set-up.
-        if self.prepare_first:
-            self.prepare()
         while not self._stop.is_set():
             pause_s = self.interval_s
             try:
@@ -246,7 +245,6 @@ class RpcProber(_ProberBase):
         relays: ``(worker, ps)`` pairs to probe from the worker (see the module docstring).
         paused: a callable; while it returns true no round runs.
         legs_per_round: how many targets and relays one round probes.
-        prepare_first: the thread calls :meth:`prepare` before its first round.
 
     Example:
         >>> prober = RpcProber(writer, "chief:0", ["ps:0", "worker:0"]).start()  # doctest: +SKIP
@@ -255,10 +253,9 @@ class RpcProber(_ProberBase):
 
     def __init__(self, writer, src: str, targets, interval_s: float = DEFAULT_INTERVAL_S,
                  payload_every: int = DEFAULT_PAYLOAD_EVERY, payload_bytes: int = DEFAULT_PAYLOAD_BYTES,
-                 relays=(), paused=None, legs_per_round: int = DEFAULT_LEGS_PER_ROUND, prepare_first: bool = False):
+                 relays=(), paused=None, legs_per_round: int = DEFAULT_LEGS_PER_ROUND):
         super().__init__(writer, src, interval_s, payload_every, payload_bytes)
-        self.prepare_first = prepare_first
-        self.prepared = threading.Event()  # set once prepare() has run
+        self.prepared = threading.Event()  # set once prepare() has run: no function is made after
         if legs_per_round < 1:
             raise InvalidOptionError(f"Invalid value for argument `legs_per_round`. Expected >= 1. "
                                      f"Received: {legs_per_round!r}")
@@ -281,10 +278,11 @@ class RpcProber(_ProberBase):
     def prepare(self, timeout_s: float = PROBE_TIMEOUT_S, budget_s: float = PREPARE_BUDGET_S) -> int:
         """Traces and runs every probe function once, now; returns how many links are ready.
 
-        Each run is a probe like any other and is written as one (a run of a few seconds
-        needs every sample it can get). It takes at most ``budget_s``; a link whose probe
-        fails, takes over ``timeout_s`` or is not reached within the budget is left out,
-        with a note.
+        Call it before training dispatches work (see the module docstring). Each run is a
+        probe like any other and is written as one (a run of a few seconds needs every
+        sample it can get). It takes at most ``budget_s``; a link whose probe fails, takes
+        over ``timeout_s`` or is not reached within the budget is left out, with a note.
+        Afterwards :meth:`probe` runs only the functions prepared here.
         """
         payloads = (False, True) if self.payload_every and self.payload_elements else (False,)
         deadline = time.monotonic() + budget_s
@@ -318,15 +316,23 @@ class RpcProber(_ProberBase):
         return target in self._reached
 
     def probe(self, leg, payload: bool = False) -> tuple[float, float, float]:
-        """Probes ``leg`` (a ``(relay or None, target)`` pair) now: ``(send, remote, recv)`` in seconds."""
+        """Probes ``leg`` (a ``(relay or None, target)`` pair) now: ``(send, remote, recv)`` in seconds.
+
+        Before :meth:`prepare` has finished, the first probe of a leg traces its function;
+        after, a leg it did not prepare raises ``LookupError``.
+        """
         key = (leg, payload)
         function = self._functions.get(key)
         if function is None:
+            if self.prepared.is_set():
+                raise LookupError(f"no probe function was prepared for {leg} (payload: {payload})")
             relay, target = leg
             elements = self.payload_elements if payload else 0
-            function = self._functions[key] = _tf().function(
-                _ProbeFn(device_of(relay) if relay else None, device_of(target), elements))
-        send, remote, recv = function().numpy().tolist()
+            function = _tf().function(_ProbeFn(device_of(relay) if relay else None, device_of(target),
+                                               elements)).get_concrete_function()
+            self._functions[key] = function
+        (times,) = tf_internals.call_uncancelled(function)
+        send, remote, recv = times.numpy().tolist()
         return send, remote, recv
 
     def _probe_once(self) -> None:

@@ -1,9 +1,11 @@
 """Every access the collectors make to private state of TensorFlow and Keras, in one place.
 
 The collectors need a few things no public API gives: when a ``ClusterCoordinator``
-closure's result came in and where its outputs live (``RemoteValueImpl``), the
-coordinator a tf-keras ``model.fit`` schedules through, a strategy's cluster resolver
-and worker count, and a Keras callback's model. Each is read here and nowhere else;
+closure's result came in and where its outputs live (``RemoteValueImpl``), a way to run
+a ``tf.function`` from a collector thread that ``ClusterCoordinator``'s cancellation
+cannot reach (``call_uncancelled``), the coordinator a tf-keras ``model.fit``
+schedules through, a strategy's cluster resolver and worker count, and a Keras
+callback's model. Each is read here and nowhere else;
 ``tests/collectors/test_tf_internals.py`` pins what every attribute means on the
 installed TensorFlow against real objects (a ``ClusterCoordinator`` of a local
 cluster, its ``RemoteValue``\\ s), so that an upgrade that moves one fails those tests
@@ -18,6 +20,7 @@ turn the collector off when it cannot.
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import sys
 import weakref
@@ -129,6 +132,32 @@ def on_result(remote, callback) -> None:
         return held._values  # noqa: SLF001 - nobody will read them here
 
     remote._copy_to_local = copy_to_local  # noqa: SLF001 - RemoteValueImpl's dispatch path calls it
+
+
+# -- tf.function calls from collector threads ------------------------------------------------
+def call_uncancelled(function) -> list:
+    """Runs ``function``, a ``ConcreteFunction`` of no arguments, eagerly; returns its flat outputs.
+
+    A plain call takes its cancellation manager from a process-wide global
+    (``tensorflow/python/eager/cancellation.py``), which ``ClusterCoordinator`` sets while
+    any of its worker threads dispatches a closure. A call from another thread in that
+    moment runs under the closure queue's manager, and when it fails (a probe of a
+    worker that just died) TensorFlow cancels that manager: every closure after it
+    fails with ``CancelledError: RemoteExecuteNode::RunAsync``, which the coordinator
+    does not take for a worker failure, and the run ends. This call names the function
+    directly, as ``context.call_function`` does, with no cancellation manager.
+    """
+    from tensorflow.python.eager import context, execute
+
+    atomic = function._inference_function  # noqa: SLF001 - the AtomicFunction a call runs
+    signature = atomic.cached_definition.signature
+    if signature.input_arg or function.captured_inputs:
+        raise ValueError(f"call_uncancelled runs functions of no inputs; {function.name} has "
+                         f"{len(signature.input_arg)}")
+    ctx = context.context()
+    attrs = tuple(itertools.chain(*ctx.function_call_options.as_attrs().items()))
+    name = atomic.name.decode("utf-8") if isinstance(atomic.name, bytes) else atomic.name
+    return execute.execute(name, num_outputs=len(signature.output_arg), inputs=[], attrs=attrs, ctx=ctx)
 
 
 # -- ClusterCoordinator under tf-keras model.fit -----------------------------------------

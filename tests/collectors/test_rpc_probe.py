@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -178,3 +183,26 @@ def test_prepare_stays_within_its_budget(monkeypatch):
         assert len(notes) == 2 and "ps:1, chief:0 -> ps:2 are off" in notes[1]
     finally:
         release.set()
+
+
+def test_a_probe_neither_takes_nor_cancels_the_cancellation_of_closures_dispatched_meanwhile():
+    """TensorFlow keeps the cancellation manager of a closure being dispatched in a process-wide
+    global: a plain call from another thread runs under it, and, failing, cancels it (every closure
+    after fails with ``CancelledError: RemoteExecuteNode::RunAsync`` and the coordinator ends the
+    run). The probe's calls do neither (``tf_internals.call_uncancelled``)."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("TF_CONFIG", None)
+    done = subprocess.run([sys.executable, str(Path(__file__).with_name("cancellation_job.py"))], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    facts = json.loads(done.stdout.strip().splitlines()[-1])
+    assert facts == {
+        # Plain calls: what the probe did before; the pins of TensorFlow's behaviour.
+        "plain_failing": "InvalidArgumentError", "plain_cancelled_the_closures": True,
+        "plain_under_a_cancelled_manager": "CancelledError",
+        # Through RpcProber.probe.
+        "probe_failing": "InvalidArgumentError", "probe_cancelled_the_closures": False,
+        "probe_under_a_cancelled_manager": "ok",
+        # After prepare(), a probe never traces (nor registers on the cluster) a new function.
+        "unprepared": "LookupError",
+    }
