@@ -51,7 +51,7 @@ import threading
 import time
 
 from tfdiag.collectors import tf_internals
-from tfdiag.collectors.bounded import BoundedCalls
+from tfdiag.collectors.bounded import BoundedCalls, LateCallError
 from tfdiag.errors import InvalidOptionError
 from tfdiag.events import device_of
 
@@ -264,6 +264,7 @@ class RpcProber(_ProberBase):
         # re-creating its remote contexts) no probe runs.
         self.paused = paused or (lambda: False)
         self.targets = [t for t in targets if t != src]
+        self._cluster = list(self.targets)  # every task a new function is registered with
         # (relay, dst): probes that run on `relay` (a worker) towards `dst` (a ps), driven
         # from here; their timestamps are on the relay's clock and src is the relay.
         self.relays = [(relay, dst) for relay, dst in relays if relay != dst]
@@ -280,28 +281,34 @@ class RpcProber(_ProberBase):
 
         Call it before training dispatches work (see the module docstring). Each run is a
         probe like any other and is written as one (a run of a few seconds needs every
-        sample it can get). It takes at most ``budget_s``; a link whose probe fails, takes
-        over ``timeout_s`` or is not reached within the budget is left out, with a note.
+        sample it can get). A link whose probe fails is left out, with a note. It takes at
+        most ``budget_s``, and stops at the first probe that takes over ``timeout_s``: a
+        task that does not answer holds up the registration of every function with the
+        cluster, so the links not prepared by then are left out, with one note.
         Afterwards :meth:`probe` runs only the functions prepared here.
         """
         payloads = (False, True) if self.payload_every and self.payload_elements else (False,)
         deadline = time.monotonic() + budget_s
         ready = []
         for position, leg in enumerate(self._legs):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            stopped = None
+            if deadline - time.monotonic() <= 0:
+                stopped = f"preparing the probes took over {budget_s:g} s"
+            else:
+                try:
+                    samples = [(payload, self._calls.call(
+                        leg, lambda leg=leg, payload=payload: self.probe(leg, payload),
+                        min(timeout_s, max(deadline - time.monotonic(), 0.0)))) for payload in payloads]
+                except LateCallError as error:
+                    stopped = f"a probe did not return in time ({error})"
+                except Exception as error:  # noqa: BLE001 - a collector never breaks training
+                    self._note_once(f"prepare:{leg}", f"tfdiag: RPC probe {leg[0] or self.src} -> {leg[1]} is off: "
+                                    f"its probe could not be prepared ({type(error).__name__}: {str(error)[:300]})")
+                    continue
+            if stopped:
                 late = ", ".join(f"{relay or self.src} -> {target}" for relay, target in self._legs[position:])
-                self._note_once("prepare", f"tfdiag: RPC probes {late} are off: preparing the probes took over "
-                                f"{budget_s:g} s")
+                self._note_once("prepare", f"tfdiag: RPC probes {late} are off: {stopped}")
                 break
-            try:
-                samples = [(payload, self._calls.call(leg, lambda leg=leg, payload=payload: self.probe(leg, payload),
-                                                      min(timeout_s, max(deadline - time.monotonic(), 0.0))))
-                           for payload in payloads]
-            except Exception as error:  # noqa: BLE001 - a collector never breaks training
-                self._note_once(f"prepare:{leg}", f"tfdiag: RPC probe {leg[0] or self.src} -> {leg[1]} is off: its "
-                                f"probe could not be prepared ({type(error).__name__}: {str(error)[:300]})")
-                continue
             ready.append(leg)
             for payload, times in samples:
                 self._succeeded(leg, times, payload)
@@ -324,8 +331,12 @@ class RpcProber(_ProberBase):
         key = (leg, payload)
         function = self._functions.get(key)
         if function is None:
-            if self.prepared.is_set():
-                raise LookupError(f"no probe function was prepared for {leg} (payload: {payload})")
+            self._check_unprepared(leg, payload)
+            # Tracing registers the function with every task, holding the GIL until each
+            # has answered (a stopped task froze the whole process): ask each first,
+            # without the GIL, where the caller's deadline can abandon the wait.
+            self._every_task_answers()
+            self._check_unprepared(leg, payload)  # prepare() may have given up meanwhile
             relay, target = leg
             elements = self.payload_elements if payload else 0
             function = _tf().function(_ProbeFn(device_of(relay) if relay else None, device_of(target),
@@ -334,6 +345,17 @@ class RpcProber(_ProberBase):
         (times,) = tf_internals.call_uncancelled(function)
         send, remote, recv = times.numpy().tolist()
         return send, remote, recv
+
+    def _check_unprepared(self, leg, payload: bool) -> None:
+        if self.prepared.is_set():
+            raise LookupError(f"no probe function was prepared for {leg} (payload: {payload})")
+
+    def _every_task_answers(self) -> None:
+        """Reads ``tf.timestamp()`` on every task of the cluster (an eager op: nothing registered)."""
+        tf = _tf()
+        for task in self._cluster:
+            with tf.device(device_of(task)):
+                tf.timestamp().numpy()
 
     def _probe_once(self) -> None:
         if self.paused():

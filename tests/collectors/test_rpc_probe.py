@@ -168,21 +168,40 @@ def test_prepare_runs_every_probe_function_once_and_drops_links_that_fail(monkey
     release.set()
 
 
-def test_prepare_stays_within_its_budget(monkeypatch):
+def test_prepare_stops_at_the_first_late_probe(monkeypatch):
+    # A task that does not answer holds up every function's registration: nothing after it is tried.
     writer = FakeWriter("chief:0")
     prober = RpcProber(writer, "chief:0", ["ps:0", "ps:1", "ps:2"], interval_s=0.01, payload_every=0)
-    release = threading.Event()
-    monkeypatch.setattr(prober, "probe", fake_probe([], stuck={"ps:0": release, "ps:1": release, "ps:2": release}))
+    calls, release = [], threading.Event()
+    monkeypatch.setattr(prober, "probe", fake_probe(calls, stuck={"ps:1": release}))
     try:
         started = time.monotonic()
-        assert prober.prepare(timeout_s=10.0, budget_s=0.2) == 0
+        assert prober.prepare(timeout_s=0.2, budget_s=10.0) == 1
         assert time.monotonic() - started < 1.0
-        assert prober.targets == []
-        # ps:0 timed out on its own (one note); the budget was then spent: one note for the rest.
+        assert calls == [(None, "ps:0"), (None, "ps:1")] and prober.targets == ["ps:0"]
         notes = [n["message"] for n in writer.records["note"]]
-        assert len(notes) == 2 and "ps:1, chief:0 -> ps:2 are off" in notes[1]
+        assert len(notes) == 1 and "probes chief:0 -> ps:1, chief:0 -> ps:2 are off" in notes[0], notes
+        assert prober.prepared.is_set()
     finally:
         release.set()
+
+
+def test_prepare_stays_within_its_budget(monkeypatch):
+    writer = FakeWriter("chief:0")
+    prober = RpcProber(writer, "chief:0", ["ps:0", "ps:1", "ps:2", "ps:3"], interval_s=0.01, payload_every=0)
+    slow = threading.Event()  # never set: each probe takes 0.1 s
+
+    def probe(leg, payload=False):
+        slow.wait(0.1)
+        return 1.0, 1.0005, 1.001
+
+    monkeypatch.setattr(prober, "probe", probe)
+    started = time.monotonic()
+    ready = prober.prepare(timeout_s=10.0, budget_s=0.25)
+    assert time.monotonic() - started < 0.5
+    assert ready == 2 and prober.targets == ["ps:0", "ps:1"]
+    notes = [n["message"] for n in writer.records["note"]]
+    assert len(notes) == 1 and "chief:0 -> ps:2, chief:0 -> ps:3 are off" in notes[0], notes
 
 
 def test_a_probe_neither_takes_nor_cancels_the_cancellation_of_closures_dispatched_meanwhile():
