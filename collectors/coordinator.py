@@ -257,8 +257,8 @@ class InstrumentedCoordinator:
                 if name == "system":
                     collector.start()
                 else:
-                    # Here, before training dispatches anything: probe functions traced or
-                    # first run while closures are in flight can block behind them.
+                    # Here, before training dispatches anything: tracing a probe function
+                    # registers it with every task (see rpc_probe).
                     collector.prepare()
             except Exception as error:  # noqa: BLE001 - a collector never breaks training
                 logger.warning("tfdiag: cannot start the %s collector (%r); it is off.", name, error)

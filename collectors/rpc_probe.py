@@ -27,21 +27,26 @@ into bandwidth.
 
 Every probe function (with and without the payload) is traced and run once by
 :meth:`RpcProber.prepare`, which the instrumented coordinator calls before training
-dispatches its first closure, within a time budget: tracing a function registers it on
-every task of the cluster and its first run instantiates its parts there, and either,
-while closures are in flight, can block behind them (a worker frozen with SIGSTOP in
-that moment once hung the coordinator in ``EagerContext::MaybeRegisterFunctionRemotely``).
-After :meth:`RpcProber.prepare` no probe traces or registers anything: a link whose
-function could not be prepared is left out, with a note. Probe functions are called
-through ``tf_internals.call_uncancelled``, outside ``ClusterCoordinator``'s
-cancellation: a probe that failed while a closure was being dispatched (a worker killed
-under it) once cancelled the closure queue and ended the run.
+dispatches its first closure, within a time budget. Tracing a function registers it with
+every task, and under ParameterServerStrategy (which turns streaming enqueue off) that is
+one blocking call per task made while holding the GIL: a task stopped (SIGSTOP) in that
+moment freezes the whole process until it runs again. So a probe asks every task for
+``tf.timestamp()`` first (an eager op, which waits without the GIL, so ``prepare``'s
+deadline holds), and ``prepare`` stops at the first probe that does not return in
+time. After ``prepare`` no probe traces or registers anything; a link whose function
+could not be prepared is left out, with a note. Probe functions are called through
+``tf_internals.call_uncancelled``, outside ``ClusterCoordinator``'s cancellation: a
+probe that failed as a worker died, while a closure was being dispatched, cancelled the
+closure queue and ended the run.
 
 A failing target (a dead ps) is recorded once as a ``note`` and then backed off
 exponentially, up to ``MAX_BACKOFF_S``; relayed probes skip a worker or ps whose direct
 probe failed. A probe that does not return within ``PROBE_TIMEOUT_S`` is abandoned to
 its own daemon thread and counts as a failure; its link is not probed again until that
 thread returns. Nothing raises into or waits on training.
+
+(Over 400 lines: preparing, round-robin probing and backing off share one set of links,
+functions and notes.)
 """
 
 from __future__ import annotations
@@ -351,11 +356,16 @@ class RpcProber(_ProberBase):
             raise LookupError(f"no probe function was prepared for {leg} (payload: {payload})")
 
     def _every_task_answers(self) -> None:
-        """Reads ``tf.timestamp()`` on every task of the cluster (an eager op: nothing registered)."""
+        """Returns once every task of the cluster has answered ``tf.timestamp()`` (an eager op:
+        nothing is registered), with its time or an error (a task gone: registering a
+        function with it fails at once, it does not wait)."""
         tf = _tf()
         for task in self._cluster:
-            with tf.device(device_of(task)):
-                tf.timestamp().numpy()
+            try:
+                with tf.device(device_of(task)):
+                    tf.timestamp().numpy()
+            except tf.errors.OpError:
+                continue
 
     def _probe_once(self) -> None:
         if self.paused():
