@@ -32,28 +32,32 @@ import time
 
 logger = logging.getLogger("tfdiag")
 
-# Seconds between evaluations unless the caller says otherwise: with two evaluations to
-# announce and a 20-s window, a worker that became 2x slower is announced within about
-# 20 s of its onset (docs/benchmarks.md, "Live findings").
+# Seconds between evaluations when live findings are on and no interval is given: with two
+# evaluations to announce and a 20-s window, a worker that became 2x slower is announced
+# within about 20 s of its onset (docs/benchmarks.md, "Live findings").
 DEFAULT_INTERVAL_S = 5.0
-# Read when the caller passes no interval: seconds between evaluations, 0 or "off": off.
+# Read when the caller passes no interval: seconds between evaluations ("on": the
+# default interval); unset, 0 or "off": off. Off by default: an evaluation costs tens of
+# ms of CPU, growing with the records per second of the job's width, and the analysis
+# adds pandas to the process (docs/benchmarks.md, "Live findings").
 ENV_VAR = "TFDIAG_LIVE_FINDINGS"
 STOP_TIMEOUT_S = 10.0
 
 
 def interval_from(option: float | None) -> float | None:
-    """Seconds between evaluations: ``option``, else ``$TFDIAG_LIVE_FINDINGS``, else the
-    default; None when live findings are off (0, or the variable set to 0 or ``off``).
+    """Seconds between evaluations: ``option``, else ``$TFDIAG_LIVE_FINDINGS`` (a number,
+    or ``on`` for ``DEFAULT_INTERVAL_S``); None when live findings are off (0, or the
+    variable unset, 0 or ``off``).
 
     >>> interval_from(10), interval_from(0)
     (10.0, None)
     """
     if option is None:
         text = os.environ.get(ENV_VAR, "").strip().lower()
-        if not text:
-            option = DEFAULT_INTERVAL_S
-        elif text in ("off", "no", "false"):
+        if text in ("", "off", "no", "false"):
             option = 0
+        elif text in ("on", "yes", "true"):
+            option = DEFAULT_INTERVAL_S
         else:
             try:
                 option = float(text)
@@ -64,9 +68,16 @@ def interval_from(option: float | None) -> float | None:
 
 
 def start(logdir, writer, option: float | None) -> LiveThread | None:
-    """Starts live findings for ``logdir`` unless ``option`` (see ``interval_from``) turns them off."""
+    """Starts live findings for ``logdir`` unless ``option`` (see ``interval_from``) turns
+    them off; None when off or when the thread cannot start (logged). Never raises."""
     interval_s = interval_from(option)
-    return LiveThread(logdir, writer, interval_s).start() if interval_s else None
+    if not interval_s:
+        return None
+    try:
+        return LiveThread(logdir, writer, interval_s).start()
+    except Exception as error:  # noqa: BLE001 - a collector never breaks training
+        logger.warning("tfdiag: live findings are off: cannot start their thread (%r).", error)
+        return None
 
 
 class LiveThread:
