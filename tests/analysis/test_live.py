@@ -123,3 +123,19 @@ def test_windows_from_records_pair_each_began_with_its_clear(tmp_path):
 def test_windows_of_a_run_without_live_records_are_empty(tmp_path):
     path, _, _ = replay(tmp_path, [(10, 20.0)])
     assert live_finding_windows(load_run(path).frame("live_finding")).empty
+
+
+def test_windows_skip_rows_a_damaged_log_makes_unusable(tmp_path):
+    path, _, announced = replay(tmp_path, [(30, 20.0), (60, 45.0), (100, 20.0)])
+    began = announced[0][1].record("chief:0")
+    writer = TaskWriter(path, "chief:0")
+    writer.append("live_finding", **began)
+    writer.append("live_finding", **began | {"onset_ns": None, "kind": "input_bound"})  # no onset
+    writer.append("live_finding", **began | {"kind": None})
+    writer.append("live_finding", **began | {"state": "paused", "kind": "slow_link"})
+    writer.append("live_finding", **began | {"kind": "ps_hotspot", "tasks": None, "step": None,
+                                             "predicted_speedup": None})
+    writer.close()
+    windows = live_finding_windows(load_run(path).frame("live_finding"))
+    assert list(zip(windows["kind"], windows["tasks"])) == [("straggler", "worker:1"), ("ps_hotspot", "")]
+    assert pd.isna(windows.iloc[1]["step"]) and pd.isna(windows.iloc[1]["predicted_speedup"])

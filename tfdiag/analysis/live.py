@@ -213,17 +213,19 @@ def live_finding_windows(records: pd.DataFrame, offsets: dict[str, int] | None =
     One row per finding episode: ``kind``, ``tasks``, ``severity``, ``began_ns`` and
     ``ended_ns`` (the onsets; ``ended_ns`` null while it had not cleared when the records
     end), ``step``, ``predicted_speedup`` and ``message``; times moved onto the reference
-    clock by ``offsets`` (task -> ns to add) when given. A ``cleared`` row without its
-    ``began`` (a damaged log) is left out.
+    clock by ``offsets`` (task -> ns to add) when given. Rows a damaged or foreign log
+    makes unusable (no time, onset or kind; a state other than began/cleared; a
+    ``cleared`` without its ``began``) are left out.
     """
     columns = ["kind", "tasks", "severity", "began_ns", "ended_ns", "step", "predicted_speedup", "message"]
+    records = records.dropna(subset=["time_ns", "onset_ns", "kind", "state"])
     if records.empty:
         return pd.DataFrame(columns=columns).astype({"began_ns": "int64", "ended_ns": "Int64", "step": "Int64"})
     shift = records["task"].astype(str).map((offsets or {})).fillna(0).astype("int64")
     ordered = records.assign(onset_ns=records["onset_ns"] + shift).sort_values(["time_ns", "state"])
     rows, open_rows = [], {}
     for row in ordered.itertuples():
-        key = (str(row.kind), str(row.tasks))
+        key = (str(row.kind), "" if pd.isna(row.tasks) else str(row.tasks))
         if row.state == "began":
             open_rows[key] = len(rows)
             rows.append(dict(kind=key[0], tasks=key[1], severity=str(row.severity), began_ns=int(row.onset_ns),
