@@ -92,6 +92,10 @@ class RecentRecords:
         self.window_ns = int(window_s * 1e9)
         self._offsets: dict[Path, int] = {}
         self._batches: dict[str, list[tuple[pa.RecordBatch, str, int | None]]] = {}  # kind -> (batch, source, newest)
+        # Built once: an empty frame costs an Arrow-to-pandas conversion, a third of an
+        # evaluation when every kind without records asks for one.
+        empty_run = LoadedRun(self.path, None, {})
+        self._empty = {kind: empty_run.frame(kind) for kind in KINDS}
 
     def refresh(self, now_ns: int) -> LoadedRun:
         """The window ending at ``now_ns`` (ns since the epoch) as a ``LoadedRun``."""
@@ -108,7 +112,8 @@ class RecentRecords:
         cutoff = now_ns - self.window_ns
         for kind, items in self._batches.items():
             self._batches[kind] = [item for item in items if item[2] is None or item[2] >= cutoff]
-        frames = {kind: _window_frame(kind, items, cutoff) for kind, items in self._batches.items() if items}
+        frames = dict(self._empty)
+        frames.update((kind, _window_frame(kind, items, cutoff)) for kind, items in self._batches.items() if items)
         sources = sorted({source for items in self._batches.values() for _, source, _ in items})
         return LoadedRun(self.path, load_manifest(self.path).manifest, frames, sources=sources)
 
@@ -190,11 +195,14 @@ def _transition(state: str, tracked: _Tracked, onset_ns: int, now_ns: int) -> Tr
 def message(state: str, finding: Finding, step: int | None) -> str:
     """The log line of a transition.
 
+    >>> from dataclasses import replace
     >>> from tfdiag.analysis.findings import Recommendation
     >>> f = Finding("straggler", Severity.WARNING, "worker:1 is 1.8x slower per step than the other workers",
     ...             "", ("worker:1",), {}, Recommendation("", "", 1.22))
     >>> message("began", f, 41200)
     'tfdiag: worker:1 straggler since step 41,200: worker:1 is 1.8x slower per step than the other workers; predicted +22 % if repaired'
+    >>> message("began", replace(f, recommendation=Recommendation("", "", 1.001)), 41200)[-36:]
+    'no speed-up predicted if repaired'
     >>> message("cleared", f, 41200)
     'tfdiag: worker:1 straggler (since step 41,200) cleared'
     """
@@ -203,7 +211,12 @@ def message(state: str, finding: Finding, step: int | None) -> str:
     if state == "cleared":
         return f"tfdiag: {who}{finding.kind} ({since}) cleared"
     speedup = finding.recommendation.predicted_speedup
-    predicted = f"; predicted {speedup - 1:+.0%} if repaired".replace("%", " %") if speedup else ""
+    if speedup is None:
+        predicted = ""
+    elif round(speedup - 1, 2) <= 0:
+        predicted = "; no speed-up predicted if repaired"
+    else:
+        predicted = f"; predicted {speedup - 1:+.0%} if repaired".replace("%", " %")
     return f"tfdiag: {who}{finding.kind} {since}: {finding.title}{predicted}"
 
 
