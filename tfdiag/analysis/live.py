@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -261,12 +262,16 @@ def _newest(kind: str, batch: pa.RecordBatch) -> int | None:
 def _window_frame(kind: str, items: list, cutoff_ns: int) -> pd.DataFrame:
     """One kind's rows of the window, columns as ``RunLoader`` gives them (categoricals and ``source``)."""
     schema = KINDS[kind].arrow_schema().remove_metadata()
-    tables = []
+    groups: dict[tuple[str, pa.Schema], list[pa.RecordBatch]] = defaultdict(list)  # a writer flushes a batch every 0.5 s
     for batch, source, _ in items:
-        columns = [batch.column(name) if name in batch.schema.names else pa.nulls(batch.num_rows, schema.field(name).type)
+        groups[(source, batch.schema)].append(batch)
+    tables = []
+    for (source, _), batches in groups.items():
+        table = pa.Table.from_batches(batches)
+        columns = [table.column(name) if name in table.column_names else pa.nulls(len(table), schema.field(name).type)
                    for name in schema.names]
         table = pa.Table.from_arrays(columns, schema=schema)
-        tables.append(table.append_column("source", pa.array([source] * batch.num_rows, pa.string())))
+        tables.append(table.append_column("source", pa.array([source] * len(table), pa.string())))
     table = pa.concat_tables(tables)
     column = TIME_COLUMNS.get(kind, "time_ns")
     if column is not None:
