@@ -139,3 +139,19 @@ def test_windows_skip_rows_a_damaged_log_makes_unusable(tmp_path):
     windows = live_finding_windows(load_run(path).frame("live_finding"))
     assert list(zip(windows["kind"], windows["tasks"])) == [("straggler", "worker:1"), ("ps_hotspot", "")]
     assert pd.isna(windows.iloc[1]["step"]) and pd.isna(windows.iloc[1]["predicted_speedup"])
+
+
+def test_a_task_file_that_was_replaced_is_read_again(tmp_path):
+    run = GrowingRun(tmp_path / "run")
+    live = LiveFindings(run.path, window_s=10.0)
+    now = run.run_until(20, {"worker:0": 20.0, "worker:1": 20.0})
+    assert set(live.records.refresh(now).frame("step")["task"]) == {"worker:0", "worker:1"}
+    run.close()
+    replaced = tmp_path / "run" / "plugins" / "tfdiag" / "worker-1.tfdiag"
+    replaced.unlink()
+    writer = TaskWriter(run.path, "worker:1")
+    writer.append("step", task="worker:1", step=0, begin_ns=now - 30 * MS, end_ns=now - 10 * MS, input_wait_ns=0,
+                  examples=32, clock_task="worker:1")
+    writer.close()
+    steps = live.records.refresh(now).frame("step")
+    assert ((steps["task"] == "worker:1") & (steps["end_ns"] == now - 10 * MS)).sum() == 1  # the new file's step

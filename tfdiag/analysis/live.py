@@ -102,7 +102,10 @@ class RecentRecords:
         """The window ending at ``now_ns`` (ns since the epoch) as a ``LoadedRun``."""
         files, _ = task_files(self.path)
         for path in files:
-            result = read_task_file(path, self._offsets.get(path, 0))
+            offset = self._offsets.get(path, 0)
+            if offset and _size(path) < offset:  # replaced or truncated: read it again
+                offset = 0
+            result = read_task_file(path, offset)
             self._offsets[path] = result.end_offset
             fallback = path.name[: -len(LOG_SUFFIX)].replace("-", ":", 1)
             for frame in result.frames:
@@ -249,6 +252,13 @@ def live_finding_windows(records: pd.DataFrame, offsets: dict[str, int] | None =
         elif row.state == "cleared" and key in open_rows:
             rows[open_rows.pop(key)]["ended_ns"] = int(row.onset_ns)
     return pd.DataFrame(rows, columns=columns).astype({"began_ns": "int64", "ended_ns": "Int64", "step": "Int64"})
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _newest(kind: str, batch: pa.RecordBatch) -> int | None:
