@@ -13,7 +13,7 @@ import logging
 import sys
 import time
 
-from tfdiag.collectors import heartbeat, identity, tf_internals, writers
+from tfdiag.collectors import heartbeat, identity, live, tf_internals, writers
 from tfdiag.collectors.arguments import check_count, check_logdir
 from tfdiag.collectors.batch_size import examples_in
 from tfdiag.collectors.placement import record_placement
@@ -102,6 +102,9 @@ class DiagnosticsCallback(_KerasCallback):
         system_interval_s: seconds between system samples; ``None`` or 0: off.
         allreduce_every: steps between all-reduce probes (MultiWorkerMirroredStrategy); 0: off.
         allreduce_bytes: size of the probe all-reduce.
+        live_interval_s: seconds between live evaluations of the detectors, in the task
+            that writes the manifest (``collectors/live.py``); 0: off; None: the
+            ``TFDIAG_LIVE_FINDINGS`` environment variable, else off.
 
     Example:
         >>> model.fit(dataset, epochs=2, callbacks=[DiagnosticsCallback("logs/run1", 64)])  # doctest: +SKIP
@@ -112,7 +115,8 @@ class DiagnosticsCallback(_KerasCallback):
     _supports_tf_logs = True
 
     def __init__(self, logdir, examples_per_step: int | None = None, *, system_interval_s: float | None = 1.0,
-                 allreduce_every: int = DEFAULT_ALLREDUCE_EVERY, allreduce_bytes: int = DEFAULT_ALLREDUCE_BYTES):
+                 allreduce_every: int = DEFAULT_ALLREDUCE_EVERY, allreduce_bytes: int = DEFAULT_ALLREDUCE_BYTES,
+                 live_interval_s: float | None = None):
         if _KerasCallback is not object:
             super().__init__()
         check_logdir(logdir)
@@ -123,12 +127,14 @@ class DiagnosticsCallback(_KerasCallback):
         self.system_interval_s = system_interval_s
         self.allreduce_every = allreduce_every
         self.allreduce_bytes = allreduce_bytes
+        self.live_interval_s = live_interval_s
         self.task: str | None = None
         self._writer = None
         self._sampler = None
         self._allreduce = None
         self._allreduce_warm = False
         self._coordinator = None
+        self._live = None  # collectors/live.py's thread, in the task that writes the manifest
         self._stamps = StepStamps()
         self._stamping = False
         self._failed = False
@@ -171,7 +177,7 @@ class DiagnosticsCallback(_KerasCallback):
         try:
             strategy = self._strategy()
             self.task = identity.resolve_task(strategy)
-            identity.write_run_manifest(self.logdir, self.task, strategy)
+            writes_manifest = identity.write_run_manifest(self.logdir, self.task, strategy)
             if _is_parameter_server(strategy):
                 self._instrument_coordinator(strategy)
                 return
@@ -180,6 +186,8 @@ class DiagnosticsCallback(_KerasCallback):
         except Exception as error:  # noqa: BLE001 - a collector never breaks training
             self._fail(error)
             return
+        if writes_manifest and self._live is None:
+            self._live = live.start(self.logdir, self._writer, self.live_interval_s)
         self._start_side_collectors(strategy)
 
     def on_train_batch_begin(self, batch, logs=None):
@@ -227,6 +235,9 @@ class DiagnosticsCallback(_KerasCallback):
         if sampler is not None:
             sampler.stop()
         self._allreduce = None
+        live_thread, self._live = self._live, None
+        if live_thread is not None:
+            live_thread.stop()
         writer, self._writer = self._writer, None
         if writer is not None:
             try:
@@ -249,7 +260,8 @@ class DiagnosticsCallback(_KerasCallback):
             logger.warning("tfdiag: no ClusterCoordinator found under ParameterServerStrategy; no step records.")
             return
         self._coordinator = instrument_coordinator(coordinator, self.logdir, examples_per_step=self.examples_per_step,
-                                                   system_interval_s=self.system_interval_s, variables=model)
+                                                   system_interval_s=self.system_interval_s, variables=model,
+                                                   live_interval_s=self.live_interval_s)
         tf_internals.replace_cluster_coordinator(model, strategy, self._coordinator)
 
     # -- side collectors -------------------------------------------------------------

@@ -49,7 +49,7 @@ import threading
 import time
 import weakref
 
-from tfdiag.collectors import closure_timing, heartbeat, identity, tf_internals, writers
+from tfdiag.collectors import closure_timing, heartbeat, identity, live, tf_internals, writers
 from tfdiag.collectors.bounded import BoundedCalls
 from tfdiag.collectors.faults import FaultCapture
 from tfdiag.collectors.placement import record_placement
@@ -415,7 +415,7 @@ class InstrumentedCoordinator:
 def instrument_coordinator(coordinator, logdir, examples_per_step: int | None = None, *,
                            probe_interval_s: float | None = DEFAULT_INTERVAL_S,
                            system_interval_s: float | None = 1.0, capture_faults: bool = True,
-                           variables=None) -> InstrumentedCoordinator:
+                           variables=None, live_interval_s: float | None = None) -> InstrumentedCoordinator:
     """Wraps a ``tf.distribute.coordinator.ClusterCoordinator`` so that its closures are recorded.
 
     Args:
@@ -433,6 +433,10 @@ def instrument_coordinator(coordinator, logdir, examples_per_step: int | None = 
             recoveries into ``fault`` records.
         variables: a model, ``tf.Module`` or list of variables whose placement to record
             now (or call ``record_placement`` on the result later).
+        live_interval_s: seconds between live evaluations of the detectors on the run's
+            recent records (``collectors/live.py``; findings logged and written as
+            ``live_finding`` records); 0: off; None: the ``TFDIAG_LIVE_FINDINGS``
+            environment variable, else off.
 
     Returns:
         An object used like the coordinator. Call its ``close()`` after the last
@@ -446,6 +450,10 @@ def instrument_coordinator(coordinator, logdir, examples_per_step: int | None = 
     """
     if isinstance(coordinator, InstrumentedCoordinator):
         return coordinator
-    return InstrumentedCoordinator(coordinator, logdir, examples_per_step=examples_per_step,
-                                   probe_interval_s=probe_interval_s, system_interval_s=system_interval_s,
-                                   capture_faults=capture_faults, variables=variables)
+    instrumented = InstrumentedCoordinator(coordinator, logdir, examples_per_step=examples_per_step,
+                                           probe_interval_s=probe_interval_s, system_interval_s=system_interval_s,
+                                           capture_faults=capture_faults, variables=variables)
+    live_thread = live.start(logdir, instrumented._writer, live_interval_s)
+    if live_thread is not None:
+        instrumented._background.append(live_thread)  # stopped by close(), before the writer is released
+    return instrumented

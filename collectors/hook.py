@@ -30,7 +30,7 @@ import time
 
 import tensorflow as tf
 
-from tfdiag.collectors import heartbeat, identity, writers
+from tfdiag.collectors import heartbeat, identity, live, writers
 from tfdiag.collectors.arguments import check_count, check_logdir
 from tfdiag.collectors.placement import record_placement
 from tfdiag.events import task_of_device
@@ -90,6 +90,9 @@ class DiagnosticsHook(tf.compat.v1.train.SessionRunHook):
         examples_per_step: examples one ``session.run`` consumes, if known.
         trace_every: trace one step in this many (0: never).
         system_interval_s: seconds between system samples of this host (``None``: off).
+        live_interval_s: seconds between live evaluations of the detectors, in the chief
+            (the task that writes the manifest; ``collectors/live.py``); 0: off; None: the
+            ``TFDIAG_LIVE_FINDINGS`` environment variable, else off.
 
     Example:
         >>> hooks = [DiagnosticsHook("logs/run1", examples_per_step=64)]  # doctest: +SKIP
@@ -99,7 +102,8 @@ class DiagnosticsHook(tf.compat.v1.train.SessionRunHook):
     """
 
     def __init__(self, logdir, task: str | None = None, examples_per_step: int | None = None,
-                 trace_every: int = DEFAULT_TRACE_EVERY, system_interval_s: float | None = 1.0):
+                 trace_every: int = DEFAULT_TRACE_EVERY, system_interval_s: float | None = 1.0,
+                 live_interval_s: float | None = None):
         check_logdir(logdir)
         check_count("trace_every", trace_every)
         check_count("examples_per_step", examples_per_step, optional=True)
@@ -108,12 +112,14 @@ class DiagnosticsHook(tf.compat.v1.train.SessionRunHook):
         self.examples_per_step = examples_per_step
         self.trace_every = trace_every
         self.system_interval_s = system_interval_s
+        self.live_interval_s = live_interval_s
         self.steps_recorded = 0
         self.traces_parsed = 0
         self.transfers_recorded = 0
         self._writer = None
         self._progress = None  # the heartbeat's step counter (collectors/heartbeat.py)
         self._sampler = None
+        self._live = None  # collectors/live.py's thread, in the task that writes the manifest
         self._queue: queue.Queue | None = None
         self._parser: threading.Thread | None = None
         self._failed = False
@@ -126,7 +132,7 @@ class DiagnosticsHook(tf.compat.v1.train.SessionRunHook):
     def begin(self):
         try:
             self.task = self.task or identity.resolve_task()
-            identity.write_run_manifest(self.logdir, self.task, None, api="tf1_session")
+            writes_manifest = identity.write_run_manifest(self.logdir, self.task, None, api="tf1_session")
             self._writer = writers.acquire(self.logdir, self.task)
             self._progress = heartbeat.progress(self._writer)
             self._begin_wall_ns = time.time_ns()
@@ -139,6 +145,9 @@ class DiagnosticsHook(tf.compat.v1.train.SessionRunHook):
                 self._sampler = SystemSampler(self._writer, self.task, self.system_interval_s).start()
         except Exception as error:  # noqa: BLE001 - a collector never breaks training
             self._fail(error)
+            return
+        if writes_manifest and self._live is None:
+            self._live = live.start(self.logdir, self._writer, self.live_interval_s)
 
     def after_create_session(self, session, coord):
         """Records when the session became ready: on a non-chief, after the chief initialised the model."""
@@ -187,6 +196,9 @@ class DiagnosticsHook(tf.compat.v1.train.SessionRunHook):
         if self._sampler is not None:
             self._sampler.stop()
             self._sampler = None
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
         if self._writer is not None:
             writers.release(self._writer)
             self._writer = None

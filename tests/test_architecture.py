@@ -54,6 +54,12 @@ TENSORFLOW_AT_IMPORT = {
     "tfdiag.collectors.callback": "DiagnosticsCallback subclasses keras.callbacks.Callback",
 }
 
+# The one collector allowed to import the analysis, only inside a function (on its own
+# thread, when live findings are on), and the one module it may import.
+ANALYSIS_INSIDE_FUNCTION = {
+    "tfdiag.collectors.live": "tfdiag.analysis.live",  # the live-findings thread runs the detectors
+}
+
 # Entry points that must start without TensorFlow: nothing they import at module level,
 # directly or through other tfdiag modules, may import it.
 LIGHT_ENTRY_POINTS = ("tfdiag.cli", "tfdiag.analysis", "tfdiag.report", "tfdiag.tb_plugin.plugin",
@@ -137,6 +143,8 @@ def rule_violations(imports: list[Import]) -> list[str]:
             if not _under(edge.importer, rule.room) or (rule.module_level_only and not edge.module_level):
                 continue
             if rule.module_level_only and TENSORFLOW_AT_IMPORT.get(edge.importer):
+                continue
+            if not edge.module_level and ANALYSIS_INSIDE_FUNCTION.get(edge.importer) == edge.imported:
                 continue
             banned = next((prefix for prefix in rule.forbidden if _under(edge.imported, prefix)), None)
             if banned is not None:
@@ -235,6 +243,15 @@ BROKEN_TREES = {
     "a renderer imports a collector (relative import)": (
         {"tfdiag/report/text.py": "from ..collectors import hook\n", "collectors/hook.py": ""},
         rule_violations, "tfdiag.report.text (line 1) imports tfdiag.collectors"),
+    "the live-findings thread imports the analysis at module level": (
+        {"collectors/live.py": "from tfdiag.analysis.live import LiveFindings\n"},
+        rule_violations, "tfdiag.collectors.live (line 1) imports tfdiag.analysis.live"),
+    "another collector imports the live analysis lazily": (
+        {"collectors/system.py": "def sample():\n    from tfdiag.analysis.live import LiveFindings\n"},
+        rule_violations, "tfdiag.collectors.system (line 2) imports tfdiag.analysis.live"),
+    "the live-findings thread imports more of the analysis": (
+        {"collectors/live.py": "def run():\n    from tfdiag.analysis import engine\n"},
+        rule_violations, "tfdiag.collectors.live (line 2) imports tfdiag.analysis: "),
     "the CLI reaches TensorFlow through analysis": (
         {"tfdiag/cli.py": "from tfdiag.analysis import engine\n",
          "tfdiag/analysis/engine.py": "from tfdiag.analysis import gpu\n", "tfdiag/analysis/gpu.py": "import keras\n"},
@@ -257,5 +274,6 @@ def test_a_tree_that_keeps_the_rules_passes_every_check(tmp_path):
         "tfdiag/analysis/engine.py": "from tfdiag.store import reader\nfrom tfdiag import events\n",
         "collectors/callback.py": "def begin():\n    import tensorflow as tf\n",
         "collectors/hook.py": "import tensorflow as tf\n",
+        "collectors/live.py": "def run():\n    from tfdiag.analysis.live import LiveFindings\n",
     })
     assert imports and rule_violations(imports) == heavy_imports_at_start(imports) == import_cycles(imports) == []

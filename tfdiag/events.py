@@ -212,10 +212,26 @@ SESSION = RecordKind(
     ),
 )
 
+LIVE_FINDING = RecordKind(
+    "live_finding",
+    (
+        ("task", "string"),  # the task that ran the live analysis (the manifest's writer)
+        ("time_ns", "int64"),  # when it was announced, on that task's clock
+        ("state", "string"),  # began or cleared
+        ("kind", "string"),  # the finding kind (docs/findings.md)
+        ("tasks", "string"),  # the tasks the finding names, comma-separated ("" for the whole job)
+        ("severity", "string"),  # warning or critical
+        ("onset_ns", "int64"),  # the first evaluation that saw it (began) or saw it gone (cleared)
+        ("step", "int64"),  # the highest step in the analysed window at onset; null: none yet
+        ("predicted_speedup", "float64"),  # throughput ratio if repaired; null: unknown
+        ("message", "string"),  # the line logged in the training task
+    ),
+)
+
 KINDS: dict[str, RecordKind] = {
     kind.name: kind
     for kind in (STEP, CLOSURE, RPC, ALLREDUCE, TRANSFER, SYSTEM, GPU, SHARD, PLACEMENT, FAULT, NOTE, LABEL,
-                 HEARTBEAT, SESSION)
+                 HEARTBEAT, SESSION, LIVE_FINDING)
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 import numpy as np
@@ -187,3 +188,29 @@ def test_xla_compiled_model_trains_without_stamps(tmp_path, monkeypatch):
     steps = read_steps(tmp_path)
     assert len(steps) == EXAMPLES // BATCH
     assert (steps["input_wait_ns"] == 0).all() and (steps["examples"] == 0).all()
+
+
+def test_live_findings_run_in_the_manifest_writer_during_fit_and_declare_their_cost(tmp_path, monkeypatch):
+    import keras
+
+    from tfdiag.collectors import DiagnosticsCallback
+
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    monkeypatch.delenv("TFDIAG_LIVE_FINDINGS", raising=False)
+    x, y = data()
+    slow = keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: time.sleep(0.02))
+    live_on = DiagnosticsCallback(tmp_path / "on", live_interval_s=0.2)
+    keras3_model().fit(x, y, batch_size=BATCH, epochs=10, verbose=0, callbacks=[live_on, slow])
+    off = DiagnosticsCallback(tmp_path / "off")
+    keras3_model().fit(x, y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[off])
+
+    def notes(run_dir):
+        batches = read_task_file(log_dir(run_dir) / "worker-0.tfdiag").batches
+        rows = pa.Table.from_batches(batches["note"]).to_pylist() if "note" in batches else []
+        return [row["message"] for row in rows if row["message"].startswith("live findings: ")]
+
+    (note,) = notes(tmp_path / "on")
+    assert " evaluations every 0.2 s, " in note
+    assert int(note.split()[2]) >= 2  # 60 steps of 20+ ms: several evaluations
+    assert live_on._live is None and not any(t.name == "tfdiag-live-findings" for t in threading.enumerate())
+    assert notes(tmp_path / "off") == []

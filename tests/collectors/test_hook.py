@@ -90,3 +90,25 @@ def _run_local_session(logdir: str) -> None:
     with tf.compat.v1.train.MonitoredTrainingSession(hooks=[hook]) as session:
         for _ in range(3):
             session.run(kernel)
+
+
+def test_hook_runs_live_findings_in_the_manifest_writer_and_declares_their_cost(tmp_path):
+    in_child_process(_run_local_session_with_live_findings, str(tmp_path))
+    notes = [m for m in load_run(tmp_path).frame("note")["message"].astype(str) if m.startswith("live findings: ")]
+    assert len(notes) == 1 and " evaluations every 0.2 s, " in notes[0] and int(notes[0].split()[2]) >= 2
+
+
+def _run_local_session_with_live_findings(logdir: str) -> None:
+    import time
+
+    import tensorflow as tf
+
+    from tfdiag.collectors import DiagnosticsHook
+
+    tf.compat.v1.disable_eager_execution()
+    kernel = tf.compat.v1.get_variable("kernel", [64, 32])
+    hook = DiagnosticsHook(logdir, system_interval_s=None, live_interval_s=0.2)
+    with tf.compat.v1.train.MonitoredTrainingSession(hooks=[hook]) as session:
+        for _ in range(40):
+            session.run(kernel)
+            time.sleep(0.02)

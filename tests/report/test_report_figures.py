@@ -17,6 +17,7 @@ from tfdiag.analysis import analyze
 from tfdiag.report import figures, render_html
 from tfdiag.report.figures import FIGURES
 
+from tests.report.live import add_live_findings, with_live_findings
 from tests.runs import RunBuilder
 
 HOSTILE = "w<b>x</b>"  # plotly renders names as HTML-ish text; this must show literally
@@ -41,7 +42,9 @@ def full_report(tmp_path_factory):
     run.fault("worker:1", "failure", 500).fault("worker:1", "restart", 1500).fault("worker:0", "retry", 800, message="<i>retry</i>")
     add_system(run, "worker:0")
     add_system(run, "worker:1")
-    return analyze(run.write())
+    add_live_findings(run)
+    path = run.write()
+    return with_live_findings(analyze(path), path)
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +74,7 @@ def as_json(figure) -> dict:
 
 def test_registry_names_and_order():
     assert list(FIGURES) == [
-        "step_breakdown", "step_time", "rpc_latency_heatmap", "rpc_latency_over_time", "gpu_utilization",
+        "step_breakdown", "step_time", "findings_during_run", "rpc_latency_heatmap", "rpc_latency_over_time", "gpu_utilization",
         "host_utilization", "shard_balance", "ps_load", "fault_timeline",
     ]
     assert FIGURES["step_time"] is figures.step_time_over_run
@@ -199,6 +202,28 @@ def test_fault_timeline(full_report):
     assert markers["retry"]["text"] == ["&lt;i&gt;retry&lt;/i&gt;"]
     recovery = [trace for trace in data["data"] if trace["mode"] == "lines"]
     assert recovery[0]["x"] == pytest.approx([0.5, 1.5])
+
+
+def test_findings_during_run_draws_each_from_its_onset_to_its_clear(full_report):
+    data = as_json(figures.findings_during_run(full_report))
+    straggler, input_bound = data["data"]
+    assert straggler["y"] == ["straggler (worker:1)"] and input_bound["y"] == ["input_bound"]
+    origin = full_report.steps["begin_ns"].min()
+    onset_s = (1_700_000_000_000_000_000 + 1000 * 1_000_000 - origin) / 1e9
+    assert straggler["base"][0] == pytest.approx(onset_s) and straggler["x"][0] == pytest.approx(2.0)
+    assert straggler["marker"]["color"] == "#d32f2f" and straggler["marker"]["pattern"]["shape"] == ""
+    last_step_s = (full_report.steps["end_ns"].max() - origin) / 1e9
+    assert input_bound["base"][0] + input_bound["x"][0] == pytest.approx(last_step_s)  # still on: to the last step
+    assert input_bound["marker"]["pattern"]["shape"] == "/"
+    assert "still on when the records end" in input_bound["hovertemplate"]
+    assert "cleared at" in straggler["hovertemplate"] and "3.0x slower" in straggler["hovertemplate"]
+
+
+def test_findings_during_run_escapes_names(tmp_path):
+    run = add_live_findings(RunBuilder(tmp_path / "run").steps("worker:0"), tasks=HOSTILE)
+    data = as_json(figures.findings_during_run(with_live_findings(analyze(run.write()), tmp_path / "run")))
+    assert data["data"][0]["y"] == ["straggler (w&lt;b&gt;x&lt;/b&gt;)"]
+    assert "<b>" not in data["data"][0]["hovertemplate"]
 
 
 def test_downsample_keeps_spikes_and_bounds_points():

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.report.live import add_live_findings
 from tests.runs import START_NS, RunBuilder
 
 
@@ -39,7 +40,7 @@ def logdir(tmp_path: Path) -> Path:
 
 def make_full_run(run_dir: Path, worker_names: tuple[str, str] = ("worker:0", "worker:1")) -> Path:
     """A ParameterServerStrategy run with every signal (steps, probes, GPU and host samples,
-    shards, placement, faults); the second worker straggles (60 ms steps against 20 ms)."""
+    shards, placement, faults, findings announced during the run); the second worker straggles (60 ms steps against 20 ms)."""
     fast, slow = worker_names
     run = RunBuilder(run_dir)
     run.steps(fast, step_ms=20, input_ms=2).steps(slow, step_ms=60, input_ms=2)
@@ -52,4 +53,5 @@ def make_full_run(run_dir: Path, worker_names: tuple[str, str] = ("worker:0", "w
     run.placement("dense/kernel", "ps:0", 8 << 20).placement("dense/bias", "ps:0", 4 << 10)
     run.placement("embedding/table", "ps:1", 2 << 20)
     run.fault(slow, "failure", 500).fault(slow, "restart", 1500)
+    add_live_findings(run, slow)
     return run.write()

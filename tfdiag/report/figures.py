@@ -6,7 +6,7 @@ maps each name to its function in that order, the order both show them. This is 
 only list of figures: the tab's frontend reads it from the ``/figures`` route. Callers
 serialise a figure (``plotly.io.to_json``) or embed it (``Figure.to_html``). Derived
 values (rates from counters) come from ``tfdiag.analysis``; here they are only drawn.
-The module is longer than 400 lines because the nine figures share its helpers and
+The module is longer than 400 lines because the ten figures share its helpers and
 conventions; a new family of figures belongs in a module of its own.
 
 Conventions, so that every view reads the same:
@@ -73,6 +73,7 @@ FAULT_STYLES = {  # fault kind -> (marker symbol, colour)
     "recovery": ("circle", "#2e7d32"),
     "restart": ("triangle-up", "#1565c0"),
 }
+SEVERITY_COLOURS = {"warning": "#f57c00", "critical": "#d32f2f"}
 MARGIN = {"l": 70, "r": 20, "t": 60, "b": 60}
 
 
@@ -426,6 +427,41 @@ def fault_timeline(report: Report) -> go.Figure:
     return _style(figure, title, x_title, "task", height=int(max(300, 160 + 30 * len(tasks))))
 
 
+def findings_during_run(report: Report) -> go.Figure:
+    """When each finding announced while the job ran began and cleared, one row per finding.
+
+    From the run's ``live_finding`` records (``report.timelines["live_findings"]``,
+    ``tfdiag.analysis.live.live_finding_windows``); a finding that had not cleared when
+    the records end reaches the run's last step and is drawn hatched.
+    """
+    title = "Findings during the run"
+    figure = go.Figure()
+    windows = _timeline(report, "live_findings")
+    if windows.empty:
+        return _empty(figure, title, "no findings announced during the run (live findings off, or none)")
+    origin, x_title = time_origin(report, int(windows["began_ns"].min()))
+    steps = report.steps
+    last_ns = max([int(windows["began_ns"].max())] + [int(value) for value in windows["ended_ns"].dropna()]
+                  + ([int(steps["end_ns"].max())] if not steps.empty and "end_ns" in steps else []))
+    rows = []
+    for window in windows.itertuples():
+        name = label(f"{window.kind} ({window.tasks})" if window.tasks else str(window.kind))
+        still_on = pd.isna(window.ended_ns)
+        end_ns = last_ns if still_on else int(window.ended_ns)
+        x = _seconds(pd.Series([int(window.began_ns), end_ns]), origin)
+        colour = SEVERITY_COLOURS.get(str(window.severity), "#616161")
+        until = "still on when the records end" if still_on else f"cleared at {x[1]:.1f} s"
+        hover = f"{label(_shorten(str(window.message)))}<br>from {x[0]:.1f} s, {until}<extra></extra>"
+        figure.add_trace(go.Bar(
+            x=[x[1] - x[0]], base=[x[0]], y=[name], orientation="h", marker_color=colour, showlegend=False,
+            marker_pattern_shape="/" if still_on else "", hovertemplate=hover,
+        ))
+        rows.append(name)
+    names = list(dict.fromkeys(rows))
+    figure.update_yaxes(type="category", categoryorder="array", categoryarray=names[::-1])
+    return _style(figure, title, x_title, "finding", barmode="overlay", height=int(max(260, 160 + 30 * len(names))))
+
+
 def _shorten(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -442,6 +478,7 @@ def _colour(number: int) -> str:
 # the tab reads this list from its /figures route, so it is defined here only.
 VIEWS: tuple[tuple[str, tuple[tuple[str, Callable[[Report], go.Figure]], ...]], ...] = (
     ("Step time", (("step_breakdown", step_breakdown), ("step_time", step_time_over_run))),
+    ("Findings during the run", (("findings_during_run", findings_during_run),)),
     ("Communication", (("rpc_latency_heatmap", rpc_latency_heatmap), ("rpc_latency_over_time", rpc_latency_over_time))),
     ("Utilisation", (("gpu_utilization", gpu_utilization), ("host_utilization", host_utilization))),
     ("Data shards and parameter servers", (("shard_balance", shard_balance), ("ps_load", ps_load))),

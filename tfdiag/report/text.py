@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import textwrap
 
+import pandas as pd
+
 from tfdiag.analysis.findings import Finding
 from tfdiag.analysis.result import Report
 from tfdiag.report import formatting as fmt
@@ -24,8 +26,10 @@ INDENT = "    "
 
 
 def render_text(report: Report) -> str:
-    """The report as a terminal summary: run, throughput, workers, ranked findings."""
-    sections = [_header(report), _throughput(report), _workers(report), _sections(report), _findings(report)]
+    """The report as a terminal summary: run, throughput, workers, ranked findings, and the
+    findings announced while the job ran."""
+    sections = [_header(report), _throughput(report), _workers(report), _sections(report), _findings(report),
+                _during_run(report)]
     return printable_lines("\n\n".join(section for section in sections if section) + "\n")
 
 
@@ -134,3 +138,22 @@ def _finding(number: int, finding: Finding, primary: bool) -> list[str]:
     lines += _wrap(f"action: {recommendation.action}", INDENT, INDENT + "  ")
     lines += _wrap(f"change: {recommendation.change}", INDENT, INDENT + "  ")
     return lines
+
+
+def _during_run(report: Report) -> str:
+    """The findings announced while the job ran (``live_finding`` records), in the order they
+    began, with when each began and cleared, in seconds since the first step."""
+    windows = report.timelines.get("live_findings") if report.timelines else None
+    if windows is None or windows.empty:
+        return ""
+    steps = report.steps
+    origin = int(steps["begin_ns"].min()) if not steps.empty and "begin_ns" in steps else int(windows["began_ns"].min())
+    since = "since the first step" if not steps.empty and "begin_ns" in steps else "since the first announcement"
+    lines = [f"Findings during the run ({len(windows)}, seconds {since})"]
+    for window in windows.sort_values("began_ns").itertuples():
+        began = (int(window.began_ns) - origin) / 1e9
+        ended = "still on at the end" if pd.isna(window.ended_ns) else f"{(int(window.ended_ns) - origin) / 1e9:.1f} s"
+        who = f" ({window.tasks})" if window.tasks else ""
+        lines += _wrap(f"{began:.1f} s to {ended}: [{str(window.severity).upper()}] {window.kind}{who}", "  ", INDENT)
+        lines += _wrap(str(window.message), INDENT, INDENT)
+    return "\n".join(lines)

@@ -1,0 +1,140 @@
+"""Live findings on a running job: how soon a mid-run straggler is announced, and at what cost.
+
+Each repeat runs ``ps_ctl`` (2 workers, 1 ps) on a local cluster with live findings on
+(``TFDIAG_LIVE_FINDINGS=--interval``). ``--clean`` seconds after its first step
+record, worker 1 gets a CPU quota (``faults.cpu_quota``: SIGSTOP/SIGCONT, ``--on-ms``
+running out of every ``--on-ms + --off-ms``) for ``--starved`` seconds; then the job runs
+free until it ends. Read back from the coordinator's task file:
+
+- ``announced_s``: seconds from the quota's start to the ``live_finding`` record that
+  began a ``straggler`` naming worker 1 (the line logged at the same moment);
+- ``cleared_s``: seconds from the quota's end to its ``cleared`` record;
+- ``false``: any finding announced before the quota began (a clean window);
+- the live thread's cost, from the ``note`` it writes when the job closes: evaluations,
+  thread CPU ms per evaluation and per minute, share of one core;
+- the load average (``os.getloadavg``) at the start and the end.
+
+    tools/loopback-only .venv/bin/python benchmarks/live.py --repeats 2   # results as JSON lines, then a table
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow as pa
+
+from faults import cpu_quota  # benchmarks/ is sys.path[0] when run as a script
+from tfdiag.collectors.live import ENV_VAR
+from tfdiag.events import task_name
+from tfdiag.sample_jobs.jobs import JobConfig
+from tfdiag.sample_jobs.launcher import LocalCluster
+from tfdiag.store import log_dir, read_task_file
+
+COST = re.compile(r"live findings: (\d+) evaluations every ([\d.]+) s, ([\d.]+) ms CPU each, (\d+) ms CPU per minute "
+                  r"\(([\d.]+)% of a core\)")
+
+
+def records(run_dir: Path, kind: str) -> list[dict]:
+    batches = read_task_file(log_dir(run_dir) / "chief-0.tfdiag").batches.get(kind) or []
+    return pa.Table.from_batches(batches).to_pylist() if batches else []
+
+
+def wait_for(read, timeout_s: float):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = read()
+        if found:
+            return found
+        time.sleep(0.5)
+    return read()
+
+
+def one_run(workdir: Path, args) -> dict:
+    config = JobConfig("ps_ctl", str(workdir / "run"), steps=args.steps, ps=1, workers=2)
+    os.environ[ENV_VAR] = str(args.interval)
+    load_before = os.getloadavg()[0]
+    with open(workdir / "launcher.log", "w") as out:
+        cluster = LocalCluster(config, stderr=out)
+        try:
+            cluster.start()
+            first = wait_for(lambda: records(workdir / "run", "step"), 120)
+            if not first:
+                raise RuntimeError(f"no step records; see {workdir}")
+            time.sleep(max(args.clean - (time.time_ns() - first[0]["end_ns"]) / 1e9, 0))
+            false = records(workdir / "run", "live_finding")
+            onset_ns = time.time_ns()
+            with cpu_quota(cluster.tasks[task_name("worker", 1)].process.pid, args.on_ms, args.off_ms):
+                time.sleep(args.starved)
+            freed_ns = time.time_ns()
+            code = cluster.wait(args.timeout)
+        finally:
+            cluster.stop()
+    found = records(workdir / "run", "live_finding")
+    began = next((r for r in found if r["state"] == "began" and r["kind"] == "straggler"
+                  and "worker:1" in r["tasks"].split(",") and r["time_ns"] >= onset_ns), None)
+    cleared = next((r for r in found if began and r["state"] == "cleared" and r["kind"] == began["kind"]
+                    and r["tasks"] == began["tasks"] and r["time_ns"] > began["time_ns"]), None)
+    notes = [n["message"] for n in records(workdir / "run", "note") if n["message"].startswith("live findings:")]
+    cost = COST.search(notes[-1]) if notes else None
+    return {
+        "exit": code,
+        "announced_s": round((began["time_ns"] - onset_ns) / 1e9, 1) if began else None,
+        "cleared_s": round((cleared["time_ns"] - freed_ns) / 1e9, 1) if cleared else None,
+        "message": began["message"] if began else None,
+        "false": [f"{r['state']} {r['kind']} ({r['tasks']})" for r in false],
+        "other": [f"{r['state']} {r['kind']} ({r['tasks']})" for r in found if r is not began and r is not cleared],
+        "evaluations": int(cost[1]) if cost else None,
+        "cpu_ms_per_evaluation": float(cost[3]) if cost else None,
+        "cpu_ms_per_minute": int(cost[4]) if cost else None,
+        "core_pct": float(cost[5]) if cost else None,
+        "load": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+    }
+
+
+def table(rows: list[dict], args) -> str:
+    lines = [f"ps_ctl, 2 workers, 1 ps; live findings every {args.interval:g} s; worker 1 at "
+             f"{args.on_ms:g}/{args.on_ms + args.off_ms:g} ms CPU from {args.clean:g} s after its first step for "
+             f"{args.starved:g} s", "",
+             "| run | announced after | cleared after | false before | CPU per evaluation | CPU per minute | share of a core | load (start, end) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for number, row in enumerate(rows, 1):
+        def seconds(value):
+            return "never" if value is None else f"{value:.1f} s"
+        lines.append(f"| {number} | {seconds(row['announced_s'])} | {seconds(row['cleared_s'])} | "
+                     f"{', '.join(row['false']) or 'none'} | {row['cpu_ms_per_evaluation']} ms | "
+                     f"{row['cpu_ms_per_minute']} ms | {row['core_pct']} % | {row['load'][0]}, {row['load'][1]} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--interval", type=float, default=5.0, help="seconds between live evaluations")
+    parser.add_argument("--clean", type=float, default=30.0, help="seconds of steps before the quota")
+    parser.add_argument("--starved", type=float, default=50.0, help="seconds under the quota")
+    parser.add_argument("--on-ms", type=float, default=20.0)
+    parser.add_argument("--off-ms", type=float, default=30.0)
+    parser.add_argument("--steps", type=int, default=12000, help="ps_ctl steps: the job runs on after the quota")
+    parser.add_argument("--timeout", type=float, default=300.0)
+    args = parser.parse_args(argv)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="tfdiag-live-") as tmp:
+        for repeat in range(args.repeats):
+            workdir = Path(tmp) / f"run{repeat}"
+            workdir.mkdir()
+            rows.append(one_run(workdir, args))
+            print(json.dumps(rows[-1]), flush=True)
+    print(table(rows, args))
+    return 0 if all(row["announced_s"] is not None and row["announced_s"] <= 30 and not row["false"]
+                    for row in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

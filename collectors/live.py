@@ -1,0 +1,152 @@
+"""Live findings: a thread that runs the detectors on the run's recent records while it trains.
+
+One process of a job runs it: the one that writes the manifest (the chief, the
+ParameterServerStrategy coordinator, or worker 0), started by ``DiagnosticsCallback``,
+``DiagnosticsHook`` or ``instrument_coordinator``. Every ``interval_s`` it calls
+``tfdiag.analysis.live.LiveFindings.evaluate`` (the last ``WINDOW_S`` seconds of every
+task file, read incrementally), logs each finding that began or cleared on the
+``tfdiag`` logger (WARNING, so a default logging setup prints it on stderr), and writes it
+as a ``live_finding`` record through the task's writer.
+
+This module is the one place a collector reaches the analysis, and only from inside the
+thread: pandas and ``tfdiag.analysis`` are imported there, on first use, never when
+``tfdiag.collectors`` is imported and never on the training thread
+(``docs/architecture.md``, "Import rules"). An error stops the thread after one warning;
+training never sees it.
+
+Cost (declared: a ``note`` record at the end, and ``cost()``): the thread's own CPU time
+(``time.thread_time_ns``) per evaluation and per minute; ``docs/benchmarks.md`` has the
+measured figures.
+
+Example:
+    >>> thread = LiveThread("logs/run1", writer, interval_s=5.0).start()  # doctest: +SKIP
+    >>> thread.stop(); thread.cost()["cpu_share"]  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+logger = logging.getLogger("tfdiag")
+
+# Seconds between evaluations when live findings are on and no interval is given: with two
+# evaluations to announce and a 20-s window, a worker that became 2x slower is announced
+# within about 20 s of its onset (docs/benchmarks.md, "Live findings").
+DEFAULT_INTERVAL_S = 5.0
+# Read when the caller passes no interval: seconds between evaluations ("on": the
+# default interval); unset, 0 or "off": off. Off by default: an evaluation costs tens of
+# ms of CPU, growing with the records per second of the job's width, and the analysis
+# adds pandas to the process (docs/benchmarks.md, "Live findings").
+ENV_VAR = "TFDIAG_LIVE_FINDINGS"
+STOP_TIMEOUT_S = 10.0
+
+
+def interval_from(option: float | None) -> float | None:
+    """Seconds between evaluations: ``option``, else ``$TFDIAG_LIVE_FINDINGS`` (a number,
+    or ``on`` for ``DEFAULT_INTERVAL_S``); None when live findings are off (0, or the
+    variable unset, 0 or ``off``).
+
+    >>> interval_from(10), interval_from(0)
+    (10.0, None)
+    """
+    if option is None:
+        text = os.environ.get(ENV_VAR, "").strip().lower()
+        if text in ("", "off", "no", "false"):
+            option = 0
+        elif text in ("on", "yes", "true"):
+            option = DEFAULT_INTERVAL_S
+        else:
+            try:
+                option = float(text)
+            except ValueError:
+                logger.warning("tfdiag: %s=%r is not a number of seconds; live findings are off.", ENV_VAR, text)
+                option = 0
+    return float(option) if option and option > 0 else None
+
+
+def start(logdir, writer, option: float | None) -> LiveThread | None:
+    """Starts live findings for ``logdir`` unless ``option`` (see ``interval_from``) turns
+    them off; None when off or when the thread cannot start (logged). Never raises."""
+    interval_s = interval_from(option)
+    if not interval_s:
+        return None
+    try:
+        return LiveThread(logdir, writer, interval_s).start()
+    except Exception as error:  # noqa: BLE001 - a collector never breaks training
+        logger.warning("tfdiag: live findings are off: cannot start their thread (%r).", error)
+        return None
+
+
+class LiveThread:
+    """Runs ``LiveFindings.evaluate`` every ``interval_s`` on a daemon thread until ``stop``
+    (or until ``writer`` closes)."""
+
+    def __init__(self, logdir, writer, interval_s: float = DEFAULT_INTERVAL_S):
+        self.logdir = logdir
+        self.writer = writer
+        self.interval_s = interval_s
+        self.ticks = 0  # evaluations run (a window with too little data included)
+        self.cpu_ns = 0  # thread CPU time of those evaluations
+        self.setup_cpu_ns = 0  # thread CPU time of the first import of the analysis
+        self.transitions = 0
+        self._started_ns = 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tfdiag-live-findings", daemon=True)
+
+    def start(self) -> LiveThread:
+        self._started_ns = time.monotonic_ns()
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """Stops the thread (waits for an evaluation in progress) and declares its cost in a ``note``."""
+        if self._done.is_set():
+            return
+        self._done.set()
+        self._thread.join(timeout_s)
+        cost = self.cost()
+        sentence = (f"live findings: {cost['evaluations']} evaluations every {self.interval_s:g} s, "
+                    f"{cost['cpu_ms_per_evaluation']:.1f} ms CPU each, {cost['cpu_ms_per_minute']:.0f} ms CPU per "
+                    f"minute ({cost['cpu_share']:.2%} of a core), {cost['setup_cpu_ms']:.0f} ms to import the analysis")
+        logger.info("tfdiag: %s", sentence)
+        try:
+            self.writer.append("note", task=self.writer.task, time_ns=time.time_ns(), level="info", message=sentence)
+        except Exception as error:  # noqa: BLE001 - a collector never breaks training
+            logger.warning("tfdiag: cannot record the live findings' cost (%r).", error)
+
+    def cost(self) -> dict:
+        """Evaluations so far and their thread CPU time: per evaluation, per minute of the
+        thread's life, and as a share of one core."""
+        alive_ns = max(time.monotonic_ns() - self._started_ns, 1)
+        per_evaluation = self.cpu_ns / self.ticks / 1e6 if self.ticks else 0.0
+        return {"evaluations": self.ticks, "cpu_ms_per_evaluation": per_evaluation,
+                "cpu_ms_per_minute": self.cpu_ns / alive_ns * 60e3, "cpu_share": self.cpu_ns / alive_ns,
+                "setup_cpu_ms": self.setup_cpu_ns / 1e6, "transitions": self.transitions}
+
+    def _run(self) -> None:
+        begin = time.thread_time_ns()
+        try:
+            from tfdiag.analysis.live import LiveFindings  # here only: see the module docstring
+
+            live = LiveFindings(self.logdir)
+        except Exception as error:  # noqa: BLE001 - a collector never breaks training
+            logger.warning("tfdiag: live findings are off: cannot start the analysis (%r).", error)
+            return
+        self.setup_cpu_ns = time.thread_time_ns() - begin
+        while not self._done.wait(self.interval_s) and not self.writer.closed:
+            begin = time.thread_time_ns()
+            try:
+                transitions = live.evaluate()
+                for transition in transitions:
+                    logger.warning("%s", transition.message)
+                    self.writer.append("live_finding", **transition.record(self.writer.task))
+            except Exception as error:  # noqa: BLE001
+                logger.warning("tfdiag: live findings stopped after an error: %r", error)
+                return
+            finally:
+                self.cpu_ns += time.thread_time_ns() - begin
+                self.ticks += 1
+            self.transitions += len(transitions)

@@ -1,0 +1,126 @@
+"""Live findings in a training process: the thread, its records, its cost, and a real job."""
+
+from __future__ import annotations
+
+import logging
+import re
+import subprocess
+import sys
+import time
+
+import pyarrow as pa
+import pytest
+
+from benchmarks.faults import cpu_quota
+from tfdiag.collectors import live, writers
+from tfdiag.events import task_name
+from tfdiag.sample_jobs.jobs import JobConfig
+from tfdiag.sample_jobs.launcher import LocalCluster
+from tfdiag.store import log_dir, read_task_file, write_manifest
+
+MS = 1_000_000
+
+
+def records(run_dir, kind, task="chief:0"):
+    result = read_task_file(log_dir(run_dir) / f"{task.replace(':', '-')}.tfdiag")
+    batches = result.batches.get(kind) or []
+    return pa.Table.from_batches(batches).to_pylist() if batches else []
+
+
+def write_straggling_steps(run_dir, seconds=20.0):
+    """The last ``seconds`` of two workers' steps, worker:1 three times slower, ending now."""
+    write_manifest(run_dir, strategy="ParameterServerStrategy", tensorflow_version="2.21.0", task="chief:0",
+                   cluster={"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2", "127.0.0.1:3"]})
+    now = time.time_ns()
+    for task, step_ms in (("worker:0", 20), ("worker:1", 60)):
+        writer = writers.acquire(run_dir, task)
+        begin, step = now - int(seconds * 1e9), 0
+        while begin + step_ms * MS <= now:
+            writer.append("step", task=task, step=step, begin_ns=begin, end_ns=begin + step_ms * MS, input_wait_ns=0,
+                          examples=32, clock_task=task)
+            begin, step = begin + (step_ms + 1) * MS, step + 1
+        writers.release(writer)
+
+
+def test_importing_the_collectors_live_module_loads_no_analysis():
+    code = ("import sys, tfdiag.collectors.live; "
+            "print(sorted(m for m in sys.modules if m == 'pandas' or m.startswith('tfdiag.analysis')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("option, env, expected", [
+    (None, None, None), (None, "on", live.DEFAULT_INTERVAL_S), (None, "2.5", 2.5), (None, "off", None),
+    (None, "soon", None), (3, "off", 3.0), (0, "5", None),
+])
+def test_the_interval_comes_from_the_argument_then_the_environment(monkeypatch, option, env, expected):
+    if env is None:
+        monkeypatch.delenv(live.ENV_VAR, raising=False)
+    else:
+        monkeypatch.setenv(live.ENV_VAR, env)
+    assert live.interval_from(option) == expected
+
+
+def test_the_thread_announces_a_straggler_records_it_and_declares_its_cost(tmp_path, caplog):
+    write_straggling_steps(tmp_path)
+    writer = writers.acquire(tmp_path, "chief:0")
+    with caplog.at_level(logging.INFO, logger="tfdiag"):
+        thread = live.start(tmp_path, writer, 0.3)
+        deadline = time.monotonic() + 60
+        while thread.transitions == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        thread.stop()
+    writers.release(writer)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("tfdiag: worker:1 straggler since")]
+    assert len(lines) == 1 and re.search(r"worker:1 is (2\.[5-9]|3\.\d)x slower per step", lines[0])
+    (began,) = records(tmp_path, "live_finding")
+    assert began["state"] == "began" and began["kind"] == "straggler" and began["tasks"] == "worker:1"
+    assert began["message"] == lines[0] and began["onset_ns"] < began["time_ns"]
+    cost = thread.cost()
+    assert cost["evaluations"] >= 2 and cost["cpu_ms_per_evaluation"] > 0
+    (note,) = [n for n in records(tmp_path, "note") if n["message"].startswith("live findings:")]
+    assert f"{cost['evaluations']} evaluations every 0.3 s" in note["message"]
+
+
+@pytest.mark.cluster
+def test_a_worker_starved_mid_run_is_announced_within_30_s(tmp_path, monkeypatch):
+    """ps_ctl with live findings on (the default interval); 12 s after both workers
+    stepped, worker 1 gets 40 % of a CPU (SIGSTOP/SIGCONT); the coordinator must log it
+    within 30 s."""
+    monkeypatch.setenv(live.ENV_VAR, "on")  # the tasks inherit it
+    config = JobConfig("ps_ctl", str(tmp_path / "run"), steps=1_000_000, ps=1, workers=2)
+    with open(tmp_path / "launcher.log", "w") as out:
+        cluster = LocalCluster(config, stderr=out)
+        try:
+            cluster.start()
+            both = wait_for(lambda: first_steps(config.logdir), timeout_s=90)  # each worker's first step
+            assert both, (tmp_path / "launcher.log").read_text()
+            time.sleep(max(12 - (time.time_ns() - max(both)) / 1e9, 0))
+            onset_ns = time.time_ns()
+            with cpu_quota(cluster.tasks[task_name("worker", 1)].process.pid, on_ms=20, off_ms=30):
+                announced = wait_for(lambda: records(config.logdir, "live_finding"), timeout_s=35)
+        finally:
+            cluster.stop()
+    assert announced, (tmp_path / "run" / "tasks" / "chief-0.log").read_text()[-3000:]
+    (began,) = announced
+    assert (began["state"], began["kind"], began["tasks"]) == ("began", "straggler", "worker:1")
+    assert began["time_ns"] - onset_ns <= 30e9
+    assert began["message"] in (tmp_path / "run" / "tasks" / "chief-0.log").read_text()
+
+
+def first_steps(run_dir) -> list[int]:
+    """When each worker's first step ended, once both workers have stepped; else []."""
+    first = {}
+    for row in records(run_dir, "step"):
+        first.setdefault(row["task"], row["end_ns"])
+    return list(first.values()) if len(first) == 2 else []
+
+
+def wait_for(read, timeout_s: float):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = read()
+        if found:
+            return found
+        time.sleep(0.5)
+    return read()

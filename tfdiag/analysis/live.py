@@ -1,0 +1,292 @@
+"""Findings while a job runs: the detectors on the last seconds of a run, with hysteresis.
+
+``LiveFindings.evaluate()`` reads what the task files gained since its previous call
+(``RecentRecords``: incremental, by byte offset, like ``RunLoader``, but it keeps only
+the records of the last ``window_s`` seconds, so its memory and its cost per evaluation
+are bounded by the rate of records, not by the length of the run), runs ``measure``,
+every detector and the advisor on that window, and returns the transitions: a finding
+that two evaluations in a row saw *began*; one that two in a row did not see *cleared*.
+A window with too few step records (``MIN_STEP_RECORDS``, ``MIN_SPAN_FRACTION``) is not
+judged at all. Only warning and critical findings are announced.
+
+Nothing here runs a thread or imports TensorFlow: ``tfdiag.collectors.live`` calls
+``evaluate`` from its own thread in the one task that writes the manifest and writes
+each transition as a ``live_finding`` record; ``live_finding_windows`` turns those
+records into the began/ended table the report and the TensorBoard tab show.
+
+Example:
+    >>> live = LiveFindings("logs/run1")  # doctest: +SKIP
+    >>> for change in live.evaluate():  # doctest: +SKIP
+    ...     print(change.message)
+    tfdiag: worker:1 straggler since step 1,200: worker:1 is 1.8x slower per step than the other workers; predicted +22 % if repaired
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tfdiag.analysis.advisor import advise
+from tfdiag.analysis.detectors import detect_all
+from tfdiag.analysis.findings import Finding, Severity
+from tfdiag.analysis.load import LoadedRun
+from tfdiag.analysis.measurements import measure
+from tfdiag.events import KINDS
+from tfdiag.store import load_manifest, read_task_file, task_files
+from tfdiag.store.paths import LOG_SUFFIX
+
+# The window the detectors see. 20 s holds a few hundred steps of any job that steps at
+# least every 100 ms, and lets a worker that became 2x slower cross the straggler
+# threshold (1.25x) about 8 s after it began (half its window steps are then slow).
+WINDOW_S = 20.0
+# A window is judged only when it holds this many step records, spread over at least
+# this share of the window (a job that has just started, or a stalled one, is not).
+MIN_STEP_RECORDS = 20
+MIN_SPAN_FRACTION = 0.5
+# Evaluations in a row a finding must be seen to be announced, and missed to be cleared.
+PERSIST_EVALUATIONS = 2
+# Severities that are announced (an info finding is not worth a line in a training log).
+ANNOUNCED = (Severity.WARNING, Severity.CRITICAL)
+
+# The column that dates each kind's rows; None: a fact with no time, kept whole.
+TIME_COLUMNS = {"step": "end_ns", "closure": "result_ns", "rpc": "recv_ns", "session": "ready_ns",
+                "placement": None}
+
+
+@dataclass(frozen=True)
+class Transition:
+    """A finding that began or cleared: one ``live_finding`` record and one log line."""
+
+    state: str  # "began" or "cleared"
+    kind: str
+    tasks: tuple[str, ...]
+    severity: str
+    onset_ns: int
+    step: int | None
+    predicted_speedup: float | None
+    message: str
+    time_ns: int
+
+    def record(self, task: str) -> dict:
+        """The ``live_finding`` record of this transition, written by ``task``."""
+        return dict(task=task, time_ns=self.time_ns, state=self.state, kind=self.kind, tasks=",".join(self.tasks),
+                    severity=self.severity, onset_ns=self.onset_ns, step=self.step,
+                    predicted_speedup=self.predicted_speedup, message=self.message)
+
+
+class RecentRecords:
+    """The records of a run's last ``window_s`` seconds, read incrementally.
+
+    Each refresh reads only the bytes appended to each task file and drops the Arrow
+    batches whose newest row is older than the window.
+    """
+
+    def __init__(self, run_dir: str | os.PathLike, window_s: float = WINDOW_S):
+        self.path = Path(run_dir)
+        self.window_ns = int(window_s * 1e9)
+        self._offsets: dict[Path, int] = {}
+        self._batches: dict[str, list[tuple[pa.RecordBatch, str, int | None]]] = {}  # kind -> (batch, source, newest)
+        # Built once: an empty frame costs an Arrow-to-pandas conversion, a third of an
+        # evaluation when every kind without records asks for one.
+        empty_run = LoadedRun(self.path, None, {})
+        self._empty = {kind: empty_run.frame(kind) for kind in KINDS}
+
+    def refresh(self, now_ns: int) -> LoadedRun:
+        """The window ending at ``now_ns`` (ns since the epoch) as a ``LoadedRun``."""
+        files, _ = task_files(self.path)
+        for path in files:
+            offset = self._offsets.get(path, 0)
+            if offset and _size(path) < offset:  # replaced or truncated: read it again
+                offset = 0
+            result = read_task_file(path, offset)
+            self._offsets[path] = result.end_offset
+            fallback = path.name[: -len(LOG_SUFFIX)].replace("-", ":", 1)
+            for frame in result.frames:
+                if frame.kind not in KINDS:  # a kind of a newer writer: no detector reads it
+                    continue
+                for batch in frame.batches:
+                    self._batches.setdefault(frame.kind, []).append((batch, frame.task or fallback, _newest(frame.kind, batch)))
+        cutoff = now_ns - self.window_ns
+        for kind, items in self._batches.items():
+            self._batches[kind] = [item for item in items if item[2] is None or item[2] >= cutoff]
+        frames = dict(self._empty)
+        frames.update((kind, _window_frame(kind, items, cutoff)) for kind, items in self._batches.items() if items)
+        sources = sorted({source for items in self._batches.values() for _, source, _ in items})
+        return LoadedRun(self.path, load_manifest(self.path).manifest, frames, sources=sources)
+
+
+@dataclass
+class _Tracked:
+    """A finding being followed from one evaluation to the next."""
+
+    finding: Finding
+    onset_ns: int
+    step: int | None
+    seen: int = 0
+    missed: int = 0
+    cleared_onset_ns: int = 0
+    announced: bool = False
+
+
+class LiveFindings:
+    """The detectors on a running job's recent window, with announce/clear hysteresis.
+
+    Args:
+        run_dir: the run directory (``RUN``).
+        window_s: seconds of records each evaluation analyses.
+    """
+
+    def __init__(self, run_dir: str | os.PathLike, window_s: float = WINDOW_S):
+        self.window_s = window_s
+        self.records = RecentRecords(run_dir, window_s)
+        self.evaluations = 0  # windows judged (with enough data)
+        self._tracked: dict[tuple[str, tuple[str, ...]], _Tracked] = {}
+
+    def evaluate(self, now_ns: int | None = None) -> list[Transition]:
+        """Reads what is new, judges the window ending at ``now_ns`` and returns the transitions."""
+        now_ns = time.time_ns() if now_ns is None else now_ns
+        run = self.records.refresh(now_ns)
+        steps = run.frame("step")
+        if not enough_data(steps, self.window_s):
+            return []
+        self.evaluations += 1
+        measured = measure(run)
+        findings = {(f.kind, f.tasks): f for f in advise(detect_all(measured), measured) if f.severity in ANNOUNCED}
+        step = int(steps["step"].max())
+        transitions = []
+        for key, finding in findings.items():
+            tracked = self._tracked.setdefault(key, _Tracked(finding, now_ns, step))
+            tracked.finding, tracked.seen, tracked.missed = finding, tracked.seen + 1, 0
+            if not tracked.announced and tracked.seen >= PERSIST_EVALUATIONS:
+                tracked.announced = True
+                transitions.append(_transition("began", tracked, tracked.onset_ns, now_ns))
+        for key in [key for key in self._tracked if key not in findings]:
+            tracked = self._tracked[key]
+            tracked.seen, tracked.missed = 0, tracked.missed + 1
+            if tracked.missed == 1:
+                tracked.cleared_onset_ns = now_ns
+            if not tracked.announced:
+                del self._tracked[key]  # seen once: noise, never announced
+            elif tracked.missed >= PERSIST_EVALUATIONS:
+                del self._tracked[key]
+                transitions.append(_transition("cleared", tracked, tracked.cleared_onset_ns, now_ns))
+        return transitions
+
+
+def enough_data(steps: pd.DataFrame, window_s: float) -> bool:
+    """Whether a window's step records are enough to judge: ``MIN_STEP_RECORDS`` over at
+    least ``MIN_SPAN_FRACTION`` of the window."""
+    if len(steps) < MIN_STEP_RECORDS:
+        return False
+    span_ns = int(steps["end_ns"].max()) - int(steps["begin_ns"].min())
+    return span_ns >= MIN_SPAN_FRACTION * window_s * 1e9
+
+
+def _transition(state: str, tracked: _Tracked, onset_ns: int, now_ns: int) -> Transition:
+    finding = tracked.finding
+    speedup = finding.recommendation.predicted_speedup
+    return Transition(state, finding.kind, finding.tasks, finding.severity.value, onset_ns, tracked.step,
+                      speedup, message(state, finding, tracked.step), now_ns)
+
+
+def message(state: str, finding: Finding, step: int | None) -> str:
+    """The log line of a transition.
+
+    >>> from dataclasses import replace
+    >>> from tfdiag.analysis.findings import Recommendation
+    >>> f = Finding("straggler", Severity.WARNING, "worker:1 is 1.8x slower per step than the other workers",
+    ...             "", ("worker:1",), {}, Recommendation("", "", 1.22))
+    >>> message("began", f, 41200)
+    'tfdiag: worker:1 straggler since step 41,200: worker:1 is 1.8x slower per step than the other workers; predicted +22 % if repaired'
+    >>> message("began", replace(f, recommendation=Recommendation("", "", 1.001)), 41200)[-36:]
+    'no speed-up predicted if repaired'
+    >>> message("cleared", f, 41200)
+    'tfdiag: worker:1 straggler (since step 41,200) cleared'
+    """
+    who = f"{', '.join(finding.tasks)} " if finding.tasks else ""
+    since = f"since step {step:,}" if step is not None else "since the start"
+    if state == "cleared":
+        return f"tfdiag: {who}{finding.kind} ({since}) cleared"
+    speedup = finding.recommendation.predicted_speedup
+    if speedup is None:
+        predicted = ""
+    elif round(speedup - 1, 2) <= 0:
+        predicted = "; no speed-up predicted if repaired"
+    else:
+        predicted = f"; predicted {speedup - 1:+.0%} if repaired".replace("%", " %")
+    return f"tfdiag: {who}{finding.kind} {since}: {finding.title}{predicted}"
+
+
+def live_finding_windows(records: pd.DataFrame, offsets: dict[str, int] | None = None) -> pd.DataFrame:
+    """When each announced finding began and ended, from a run's ``live_finding`` records.
+
+    One row per finding episode: ``kind``, ``tasks``, ``severity``, ``began_ns`` and
+    ``ended_ns`` (the onsets; ``ended_ns`` null while it had not cleared when the records
+    end), ``step``, ``predicted_speedup`` and ``message``; times moved onto the reference
+    clock by ``offsets`` (task -> ns to add) when given. Rows a damaged or foreign log
+    makes unusable (no time, onset or kind; a state other than began/cleared; a
+    ``cleared`` without its ``began``) are left out.
+    """
+    columns = ["kind", "tasks", "severity", "began_ns", "ended_ns", "step", "predicted_speedup", "message"]
+    records = records.dropna(subset=["time_ns", "onset_ns", "kind", "state"])
+    if records.empty:
+        return pd.DataFrame(columns=columns).astype({"began_ns": "int64", "ended_ns": "Int64", "step": "Int64"})
+    shift = records["task"].astype(str).map((offsets or {})).fillna(0).astype("int64")
+    ordered = records.assign(onset_ns=records["onset_ns"] + shift).sort_values(["time_ns", "state"])
+    rows, open_rows = [], {}
+    for row in ordered.itertuples():
+        key = (str(row.kind), "" if pd.isna(row.tasks) else str(row.tasks))
+        if row.state == "began":
+            open_rows[key] = len(rows)
+            rows.append(dict(kind=key[0], tasks=key[1], severity=str(row.severity), began_ns=int(row.onset_ns),
+                             ended_ns=None, step=None if pd.isna(row.step) else int(row.step),
+                             predicted_speedup=None if pd.isna(row.predicted_speedup) else float(row.predicted_speedup),
+                             message=str(row.message)))
+        elif row.state == "cleared" and key in open_rows:
+            rows[open_rows.pop(key)]["ended_ns"] = int(row.onset_ns)
+    return pd.DataFrame(rows, columns=columns).astype({"began_ns": "int64", "ended_ns": "Int64", "step": "Int64"})
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _newest(kind: str, batch: pa.RecordBatch) -> int | None:
+    column = TIME_COLUMNS.get(kind, "time_ns")
+    if column is None or column not in batch.schema.names:
+        return None
+    newest = pc.max(batch.column(column)).as_py()
+    return 0 if newest is None else int(newest)
+
+
+def _window_frame(kind: str, items: list, cutoff_ns: int) -> pd.DataFrame:
+    """One kind's rows of the window, columns as ``RunLoader`` gives them (categoricals and ``source``)."""
+    schema = KINDS[kind].arrow_schema().remove_metadata()
+    groups: dict[tuple[str, pa.Schema], list[pa.RecordBatch]] = defaultdict(list)  # a writer flushes a batch every 0.5 s
+    for batch, source, _ in items:
+        groups[(source, batch.schema)].append(batch)
+    tables = []
+    for (source, _), batches in groups.items():
+        table = pa.Table.from_batches(batches)
+        columns = [table.column(name) if name in table.column_names else pa.nulls(len(table), schema.field(name).type)
+                   for name in schema.names]
+        table = pa.Table.from_arrays(columns, schema=schema)
+        tables.append(table.append_column("source", pa.array([source] * len(table), pa.string())))
+    table = pa.concat_tables(tables)
+    column = TIME_COLUMNS.get(kind, "time_ns")
+    if column is not None:
+        table = table.filter(pc.greater_equal(table.column(column), cutoff_ns))
+    for index, field in enumerate(table.schema):
+        if pa.types.is_string(field.type):
+            table = table.set_column(index, field.name, table.column(index).dictionary_encode())
+    return table.to_pandas()
