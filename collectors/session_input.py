@@ -100,7 +100,10 @@ def _fetched_ops(graph, fetches) -> list:
     for fetch in tf.nest.flatten(fetches):
         if fetch is None:
             continue
-        element = graph.as_graph_element(fetch) if isinstance(fetch, str) else fetch
+        try:
+            element = graph.as_graph_element(fetch) if isinstance(fetch, str) else fetch
+        except (KeyError, ValueError, TypeError):  # not of this graph: session.run will say so
+            continue
         op = getattr(element, "op", element)
         if isinstance(op, tf.Operation):
             ops.append(op)
