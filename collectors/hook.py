@@ -133,12 +133,14 @@ class DiagnosticsHook(tf.compat.v1.train.SessionRunHook):
 
     # -- SessionRunHook --------------------------------------------------------------
     def begin(self):
+        # Before the writer opens: its first heartbeat then belongs to this session, which is
+        # how a restarted task's new session is told from the killed one (analysis/restarts.py).
+        self._begin_wall_ns = time.time_ns()
         try:
             self.task = self.task or identity.resolve_task()
             identity.write_run_manifest(self.logdir, self.task, None, api="tf1_session")
             self._writer = writers.acquire(self.logdir, self.task)
             self._progress = heartbeat.progress(self._writer)
-            self._begin_wall_ns = time.time_ns()
             record_placement(tf.compat.v1.global_variables(), task=self.task, writer=self._writer)
             self._input_timer = self._make_input_timer()
             self._trace_options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)

@@ -9,6 +9,12 @@ stopped without closing — killed, crashed, preempted — and came back. This h
 when the first process died before its first step (a non-chief still waiting for the
 chief), where no step record shows anything.
 
+``DiagnosticsHook`` stamps a session's ``begin_ns`` before it opens its task's writer, so
+every heartbeat of the later process comes at or after its session's start. A process
+that opens and closes the task's writer before its session (e.g. a ``record_placement``
+call with a logdir) leaves a clean-close row that reads as a clean stop of the earlier
+process: that restart is not seen.
+
 The rows have the ``fault`` record's columns, so they join the run's own fault records
 before ``faults.fault_table``.
 
