@@ -22,14 +22,21 @@ def test_a_worker_killed_before_its_first_step_and_restarted_is_a_recovered_fail
     # Killed while waiting for the chief: one heartbeat (at open), no step, no clean close;
     # a new session 23 s later.
     faults = restart_faults(_sessions(10.0, 33.0), _beats([10.0, 33.0, 38.0, 43.0], closed_at=43.0))
-    assert faults[["kind", "time_ns"]].values.tolist() == [["failure", 10 * S], ["restart", 33 * S]]
+    # Last seen when its session became ready (10.5 s), after its only beat.
+    assert faults[["kind", "time_ns"]].values.tolist() == [["failure", int(10.5 * S)], ["restart", 33 * S]]
     [failure] = fault_table(faults).query("kind == 'failure'").itertuples()
-    assert failure.task == "worker:1" and failure.recovered_after_s == 23.0
+    assert failure.task == "worker:1" and failure.recovered_after_s == 22.5
 
 
 def test_the_failure_is_dated_by_the_last_beat_of_the_earlier_process():
     faults = restart_faults(_sessions(10.0, 40.0), _beats([10.0, 15.0, 20.0, 40.0]))
     assert faults["time_ns"].tolist() == [20 * S, 40 * S]
+
+
+def test_a_step_after_the_last_beat_dates_the_failure_later():
+    steps = pd.DataFrame({"task": ["worker:1", "worker:1", "worker:1"], "end_ns": [18 * S, 23 * S, 45 * S]})
+    faults = restart_faults(_sessions(10.0, 40.0), _beats([10.0, 15.0, 20.0, 40.0]), steps)
+    assert faults["time_ns"].tolist() == [23 * S, 40 * S]  # the later life's step at 45 s is not the earlier's
 
 
 def test_a_task_that_closed_cleanly_before_its_next_session_did_not_fail():

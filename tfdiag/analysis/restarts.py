@@ -33,24 +33,30 @@ import pandas as pd
 COLUMNS = ["task", "kind", "time_ns", "message"]
 
 
-def restart_faults(session: pd.DataFrame, heartbeat: pd.DataFrame) -> pd.DataFrame:
+def restart_faults(session: pd.DataFrame, heartbeat: pd.DataFrame, steps: pd.DataFrame | None = None) -> pd.DataFrame:
     """A ``failure`` and a ``restart`` row per session of a task that followed an unclosed one.
 
-    The failure is dated by the last heartbeat the earlier process wrote (its session's
-    readiness when it wrote none after it); the restart by the later session's start.
+    The failure is dated by the last sign of life of the earlier process: its last
+    heartbeat or the end of its last ``step`` record (as logged, on the task's own clock),
+    else its session's readiness; the restart by the later session's start.
     """
     if session.empty or session["task"].value_counts().max() < 2:
         return pd.DataFrame(columns=COLUMNS)
     beats = heartbeat if not heartbeat.empty else pd.DataFrame(columns=["task", "time_ns", "closed"])
     beats = beats.astype({"task": str})
+    steps = steps if steps is not None and not steps.empty else pd.DataFrame(columns=["task", "end_ns"])
+    steps = steps.astype({"task": str})
     rows = []
     for task, lives in session.astype({"task": str}).sort_values("begin_ns").groupby("task"):
         own = beats[beats["task"] == task]
+        own_steps = steps[steps["task"] == task]
         for earlier, later in zip(lives.itertuples(), lives.iloc[1:].itertuples()):
             between = own[(own["time_ns"] >= earlier.begin_ns) & (own["time_ns"] < later.begin_ns)]
             if between["closed"].fillna(False).astype(bool).any():
                 continue
-            last_seen = int(between["time_ns"].max()) if not between.empty else int(earlier.ready_ns)
+            ended = own_steps["end_ns"][(own_steps["end_ns"] >= earlier.begin_ns) & (own_steps["end_ns"] < later.begin_ns)]
+            signs = [int(earlier.ready_ns), *between["time_ns"].astype("int64"), *ended.astype("int64")]
+            last_seen = max(signs)
             gone_s = (later.begin_ns - last_seen) / 1e9
             rows.append({"task": task, "kind": "failure", "time_ns": last_seen,
                          "message": f"{task} stopped without closing its session (no clean-close heartbeat) "
