@@ -50,10 +50,7 @@ DEFAULT_TRACE_EVERY = 100
 # Traced steps waiting for the parser; more are dropped (never block training).
 MAX_QUEUED_TRACES = 8
 
-# The size reads "[8192B]" for small tensors and "[4.0MB]" for large ones (TF 2.21: a 4 MiB
-# tensor, 4194304 bytes, printed as 4.0MB), so units are binary multiples.
-_RECV_LABEL = re.compile(r"^\[(\d+(?:\.\d+)?)(B|KB|MB|GB|KiB|MiB|GiB)\]\s+(?:\[[^\]]*\]\s+)?(\S+) from (\S+) to (\S+)")
-_UNIT_BYTES = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+_RECV_LABEL = re.compile(r"^\[(\d+)B\]\s+(?:\[[^\]]*\]\s+)?(\S+) from (\S+) to (\S+)")
 
 
 def parse_recv_label(label: str) -> tuple[int, str, str, str] | None:
@@ -62,14 +59,11 @@ def parse_recv_label(label: str) -> tuple[int, str, str, str] | None:
     >>> parse_recv_label("[8192B] [595.78Mb/s] edge_5_matmul/ReadVariableOp from "
     ...                  "/job:ps/replica:0/task:0/device:CPU:0 to /job:worker/replica:0/task:0/device:CPU:0")
     (8192, 'edge_5_matmul/ReadVariableOp', '/job:ps/replica:0/task:0/device:CPU:0', '/job:worker/replica:0/task:0/device:CPU:0')
-    >>> parse_recv_label("[4.0MB] [11.8Gb/s] edge_16_grad from /job:worker/replica:0/task:0/device:CPU:0 "
-    ...                  "to /job:ps/replica:0/task:0/device:CPU:0")[0]
-    4194304
     """
     match = _RECV_LABEL.match(label or "")
     if match is None:
         return None
-    return round(float(match[1]) * _UNIT_BYTES[match[2]]), match[3], match[4], match[5]
+    return int(match[1]), match[2], match[3], match[4]
 
 
 def transfer_rows(step_stats) -> list[dict]:
