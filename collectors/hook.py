@@ -50,6 +50,10 @@ DEFAULT_TRACE_EVERY = 100
 # Traced steps waiting for the parser; more are dropped (never block training).
 MAX_QUEUED_TRACES = 8
 
+# Large tensors are labelled in megabytes rounded to 0.1 ("[4.0MB]" for 4194304 bytes, "[0.2MB]"
+# for 262144) and are not parsed: a RecvTensor's duration includes its wait for the sender,
+# and the traced bandwidth (analysis/ps_traffic.py) read from such transfers put a clean
+# tf1_session run at 133 MB/s per ps and raised a false communication_bound.
 _RECV_LABEL = re.compile(r"^\[(\d+)B\]\s+(?:\[[^\]]*\]\s+)?(\S+) from (\S+) to (\S+)")
 
 
