@@ -70,7 +70,8 @@ class DiagnosticsCallback(_KerasCallback):
     Both Kerases call ``next()`` on the input iterator inside the compiled train function,
     so no Python hook sees the wait for input: the callback wraps the model's
     ``train_step`` (``collectors/step_input.py``) so that an in-graph stamp says when this
-    worker's element arrived; ``input_wait_ns`` is that time minus ``begin_ns`` (0 when
+    worker's element arrived and another when the train function started; ``input_wait_ns``
+    is the time between the two (0 when
     the model is XLA-compiled and no stamp comes, and in the first step, whose time before
     the element may be tracing). ``examples`` is ``examples_per_step``
     when given, else the examples this worker's replicas received (the leading dimension
@@ -197,10 +198,12 @@ class DiagnosticsCallback(_KerasCallback):
         end_ns = time.time_ns()
         if self._failed or self._coordinator is not None:
             return
-        ready_ns, examples = self._stamps.take()
+        started_ns, ready_ns, examples = self._stamps.take()
         # The first step of a fit may trace the train function before the element is fetched.
         timed = ready_ns is not None and self._step > 0
-        input_wait_ns = min(max(ready_ns - self._begin_ns, 0), end_ns - self._begin_ns) if timed else 0
+        # The wait starts when the train function did, not at the Python hook before it.
+        since_ns = max(started_ns or self._begin_ns, self._begin_ns)
+        input_wait_ns = min(max(ready_ns - since_ns, 0), end_ns - self._begin_ns) if timed else 0
         try:
             if self._writer is None:
                 self._writer = writers.acquire(self.logdir, self.task or "worker:0")

@@ -15,6 +15,11 @@ Their ``timeline_label`` reads (TF 2.21)::
 A traced step is slower than a plain one (the step stats of every partition travel to
 the master), so the default traces one step in ``DEFAULT_TRACE_EVERY``.
 
+Each step's ``input_wait_ns`` is its wait for its batch (``collectors/session_input.py``):
+the in-graph ``IteratorGetNext`` bracketed with ``tf.timestamp()`` ops fetched with the
+step, or, for a run that feeds data, the time since the previous run ended (the step's
+``begin_ns`` then starts there, so the wait is inside the step).
+
 At ``begin()`` the hook records where the graph's global variables live (``placement``),
 and once the session is ready a ``session`` record with both times: on a non-chief
 worker the gap is its wait for the chief to initialise the model.
@@ -33,8 +38,9 @@ import tensorflow as tf
 from tfdiag.collectors import heartbeat, identity, live, writers
 from tfdiag.collectors.arguments import check_count, check_logdir
 from tfdiag.collectors.placement import record_placement
-from tfdiag.events import task_of_device
+from tfdiag.collectors.session_input import InputTimer
 from tfdiag.collectors.system import SystemSampler
+from tfdiag.events import task_of_device
 
 logger = logging.getLogger("tfdiag")
 
@@ -44,6 +50,10 @@ DEFAULT_TRACE_EVERY = 100
 # Traced steps waiting for the parser; more are dropped (never block training).
 MAX_QUEUED_TRACES = 8
 
+# Large tensors are labelled in megabytes rounded to 0.1 ("[4.0MB]" for 4194304 bytes, "[0.2MB]"
+# for 262144) and are not parsed: a RecvTensor's duration includes its wait for the sender,
+# and the traced bandwidth (analysis/ps_traffic.py) read from such transfers put a clean
+# tf1_session run at 133 MB/s per ps and raised a false communication_bound.
 _RECV_LABEL = re.compile(r"^\[(\d+)B\]\s+(?:\[[^\]]*\]\s+)?(\S+) from (\S+) to (\S+)")
 
 
@@ -125,18 +135,24 @@ class DiagnosticsHook(tf.compat.v1.train.SessionRunHook):
         self._failed = False
         self._tracing = False
         self._begin_ns = 0
+        self._feed_wait_ns = 0
+        self._previous_end_ns: int | None = None
+        self._input_timer: InputTimer | None = None
         self._begin_wall_ns = 0  # when begin() ran: the session's creation started
         self._trace_options = None
 
     # -- SessionRunHook --------------------------------------------------------------
     def begin(self):
+        # Before the writer opens: its first heartbeat then belongs to this session, which is
+        # how a restarted task's new session is told from the killed one (analysis/restarts.py).
+        self._begin_wall_ns = time.time_ns()
         try:
             self.task = self.task or identity.resolve_task()
             writes_manifest = identity.write_run_manifest(self.logdir, self.task, None, api="tf1_session")
             self._writer = writers.acquire(self.logdir, self.task)
             self._progress = heartbeat.progress(self._writer)
-            self._begin_wall_ns = time.time_ns()
             record_placement(tf.compat.v1.global_variables(), task=self.task, writer=self._writer)
+            self._input_timer = self._make_input_timer()
             self._trace_options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
             self._queue = queue.Queue(MAX_QUEUED_TRACES)
             self._parser = threading.Thread(target=self._parse_loop, name="tfdiag-trace-parser", daemon=True)
@@ -159,20 +175,35 @@ class DiagnosticsHook(tf.compat.v1.train.SessionRunHook):
             self._fail(error)
 
     def before_run(self, run_context):
-        self._tracing = bool(self.trace_every) and not self._failed and \
-            self.steps_recorded % self.trace_every == self.trace_every - 1
         self._begin_ns = time.time_ns()
-        if self._tracing:
-            return tf.compat.v1.train.SessionRunArgs(fetches=None, options=self._trace_options)
-        return None
+        if self._failed:
+            return None
+        self._tracing = bool(self.trace_every) and self.steps_recorded % self.trace_every == self.trace_every - 1
+        fetches = None
+        try:
+            args = run_context.original_args
+            self._feed_wait_ns = InputTimer.feed_wait_ns(args, self._previous_end_ns, self._begin_ns)
+            if self._input_timer is not None:
+                fetches = self._input_timer.fetches(args)
+        except Exception as error:  # noqa: BLE001 - a collector never breaks training
+            self._fail(error)
+            return None
+        if fetches is None and not self._tracing:
+            return None
+        return tf.compat.v1.train.SessionRunArgs(fetches=fetches, options=self._trace_options if self._tracing else None)
 
     def after_run(self, run_context, run_values):
         end_ns = time.time_ns()
         if self._failed:
             return
         try:
-            self._writer.append("step", task=self.task, step=self.steps_recorded, begin_ns=self._begin_ns, end_ns=end_ns,
-                                input_wait_ns=0, examples=self.examples_per_step or 0, clock_task=self.task)
+            # A fed step waited for its batch before session.run: the step starts where the last one ended.
+            begin_ns = self._begin_ns - self._feed_wait_ns
+            input_wait_ns = self._feed_wait_ns + InputTimer.graph_wait_ns(run_values.results)
+            self._writer.append("step", task=self.task, step=self.steps_recorded, begin_ns=begin_ns, end_ns=end_ns,
+                                input_wait_ns=min(input_wait_ns, end_ns - begin_ns),
+                                examples=self.examples_per_step or 0, clock_task=self.task)
+            self._previous_end_ns = end_ns
             self.steps_recorded += 1
             self._progress.count = self.steps_recorded
             if self._tracing and run_values.run_metadata is not None:
@@ -202,6 +233,14 @@ class DiagnosticsHook(tf.compat.v1.train.SessionRunHook):
         if self._writer is not None:
             writers.release(self._writer)
             self._writer = None
+
+    def _make_input_timer(self) -> InputTimer | None:
+        """Brackets the graph's ``GetNext`` ops; without it steps record no in-graph input wait."""
+        try:
+            return InputTimer(tf.compat.v1.get_default_graph())
+        except Exception as error:  # noqa: BLE001 - e.g. an already finalized graph
+            logger.warning("tfdiag: cannot time this graph's input waits (%r).", error)
+            return None
 
     def _parse_loop(self) -> None:
         while True:

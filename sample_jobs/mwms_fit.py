@@ -74,7 +74,9 @@ def make_input(tf, keras, config: JobConfig, files, worker: int, workers: int):
             say_once(f"autoshard=data: every worker reads an equal share, {batches[0]} examples per step")
         options = pipeline_options(tf, plan, autoshard=True)
         global_batch = sum(batches)
-        dataset = click_model.make_dataset(tf, files, global_batch, plan, delay_us=delay_us, options=options)
+        # Each element is a global batch, which the strategy splits over the workers: one
+        # element feeds a step on every worker, so it sleeps MS per worker for MS per step.
+        dataset = click_model.make_dataset(tf, files, global_batch, plan, delay_us=delay_us * workers, options=options)
         return dataset, batches[0]
 
     local = batches[worker]

@@ -7,7 +7,10 @@ tasks ``join()``; every worker builds its *own* graph (between-graph replication
 (round-robin, or ``--tune partitioner=N`` with a fixed-size partitioner on the wide
 layer) and ops on the worker, and trains asynchronously with ``MonitoredTrainingSession``.
 Worker 0 is the chief: it initialises the variables and writes checkpoints
-(``LOGDIR/checkpoints``); the others wait for it. ``StopAtStepHook(last_step=STEPS)``
+(``LOGDIR/checkpoints``); the others wait for it, polling every ``CHIEF_POLL_S``
+(:func:`wait_for_chief`) before they open their session: ``MonitoredTrainingSession``'s
+own wait sleeps 30 s between checks (``SessionManager``'s ``recovery_wait_secs``), which
+would leave the chief training alone for the first 30 s of every run. ``StopAtStepHook(last_step=STEPS)``
 stops every worker once the shared ``global_step`` reaches STEPS, so ``--steps`` counts
 updates from all workers together, as in the ps jobs.
 
@@ -40,6 +43,8 @@ FEATURES = 32
 LAYERS = 3
 LEARNING_RATE = 0.05
 HOT_UNITS = 4096
+# How often a non-chief worker checks whether the chief has initialised the variables.
+CHIEF_POLL_S = 0.2
 
 
 def make_hooks(config: JobConfig, examples_per_step: int):
@@ -116,6 +121,17 @@ def build_graph(tf, config: JobConfig, cluster, worker: int):
     return train_op, loss, global_step
 
 
+def wait_for_chief(tf, server, session_config) -> float:
+    """Waits until every global variable is initialised (by the chief); returns the seconds waited."""
+    v1 = tf.compat.v1
+    uninitialized = v1.report_uninitialized_variables()
+    start = time.perf_counter()
+    with v1.Session(server.target, config=session_config) as session:
+        while len(session.run(uninitialized)):
+            time.sleep(CHIEF_POLL_S)
+    return time.perf_counter() - start
+
+
 def run(config: JobConfig) -> JobSummary:
     """Runs this worker's replica (every worker of ``TF_CONFIG`` runs it)."""
     import tensorflow as tf
@@ -137,6 +153,9 @@ def run(config: JobConfig) -> JobSummary:
     # Only this worker and the ps tasks: the session must not wait for the other workers.
     session_config = v1.ConfigProto(device_filters=["/job:ps", f"/job:worker/task:{worker}"])
     progress = Progress() if is_chief else Progress(environ={})
+    if not is_chief:
+        waited_s = wait_for_chief(tf, server, session_config)
+        logger.info("tf1_session: worker %d waited %.1f s for the chief to initialise the variables", worker, waited_s)
     steps_here = 0
     start = None
     with v1.train.MonitoredTrainingSession(

@@ -34,10 +34,12 @@ DENSE_FEATURES = 16
 HIDDEN = 256
 
 
-def batches(batch: int, seed: int):
-    """Endless (ids, dense, label) batches of a synthetic click log."""
+def batches(batch: int, seed: int, parse_s: float = 0.0):
+    """Endless (ids, dense, label) batches of a synthetic click log; each takes ``parse_s``
+    more to make (a slow reader or parser in Python)."""
     rng = np.random.default_rng(seed)
     while True:
+        time.sleep(parse_s)
         ids = rng.zipf(1.3, size=(batch, IDS_PER_EXAMPLE)) % VOCABULARY
         dense = rng.normal(size=(batch, DENSE_FEATURES)).astype(np.float32)
         label = (dense[:, :1] + 0.1 * (ids[:, :1] % 7) > 0.5).astype(np.float32)
@@ -71,6 +73,9 @@ def main() -> None:
     parser.add_argument("--logdir", required=True)
     parser.add_argument("--steps", type=int, default=200, help="updates of all workers together")
     parser.add_argument("--batch", type=int, default=512, help="examples per worker update")
+    parser.add_argument("--parse-ms", type=float, default=0.0, help="extra time to make each batch (ms)")
+    parser.add_argument("--slow-parse-worker", type=int, default=None,
+                        help="only this worker's batches take --parse-ms more (default: every worker's)")
     args, _ = parser.parse_known_args()  # a launcher may append options of its own
 
     tf_config = json.loads(os.environ["TF_CONFIG"])
@@ -88,7 +93,8 @@ def main() -> None:
     hooks = [v1.train.StopAtStepHook(last_step=args.steps),
              DiagnosticsHook(args.logdir, examples_per_step=args.batch)]
     session_config = v1.ConfigProto(device_filters=["/job:ps", f"/job:worker/task:{index}"])
-    data = batches(args.batch, seed=index)
+    slow = args.slow_parse_worker is None or args.slow_parse_worker == index
+    data = batches(args.batch, seed=index, parse_s=args.parse_ms / 1e3 if slow else 0.0)
     with v1.train.MonitoredTrainingSession(master=server.target, is_chief=index == 0, hooks=hooks,
                                            config=session_config, save_checkpoint_secs=None,
                                            save_summaries_steps=None, save_summaries_secs=None,

@@ -138,7 +138,11 @@ def dict_dataset(tf, delay_s):
         return x, y + tf.reshape(tf.py_function(sleep, [], tf.float32), [])  # a slow host-side parse
 
     # drop_remainder: a static batch size, which the graph optimiser can fold to a constant.
-    return tf.data.Dataset.from_tensor_slices((features, labels)).batch(BATCH, drop_remainder=True).map(slow)
+    # No prefetch that tf.data would inject: each element is made only when a step asks.
+    options = tf.data.Options()
+    options.experimental_optimization.inject_prefetch = False
+    dataset = tf.data.Dataset.from_tensor_slices((features, labels)).batch(BATCH, drop_remainder=True).map(slow)
+    return dataset.with_options(options)
 
 
 def two_input_model(keras):
@@ -172,6 +176,32 @@ def test_dict_input_wait_and_examples_are_measured_in_graph(tmp_path, monkeypatc
     # (a pipeline may start the next element before it is asked for: some steps wait less)
     assert (later >= INPUT_DELAY_S * 0.5).all() and later.median() >= INPUT_DELAY_S * 0.8, wait_s.tolist()
     assert (steps["input_wait_ns"] <= steps["end_ns"] - steps["begin_ns"]).all()
+
+
+@pytest.mark.parametrize("keras_module", ["keras", "tf_keras"])
+def test_time_before_the_train_function_starts_is_not_input_wait(tmp_path, monkeypatch, keras_module):
+    """Work between on_train_batch_begin and the function's start (here another callback's
+    30 ms; on a busy host the dispatch) is not counted as waiting for input."""
+    import importlib
+
+    import tensorflow as tf
+
+    from tfdiag.collectors import DiagnosticsCallback
+
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    keras = importlib.import_module(keras_module)
+
+    class SlowBegin(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            time.sleep(INPUT_DELAY_S)
+
+    dataset = dict_dataset(tf, 0.0).prefetch(4)
+    two_input_model(keras).fit(dataset, epochs=EPOCHS, verbose=0, callbacks=[DiagnosticsCallback(tmp_path), SlowBegin()])
+    steps = read_steps(tmp_path)
+    durations_s = (steps["end_ns"] - steps["begin_ns"]) / 1e9
+    assert (durations_s >= INPUT_DELAY_S).all()  # the slow callback ran inside each recorded step
+    wait_s = steps["input_wait_ns"] / 1e9
+    assert wait_s.median() < INPUT_DELAY_S / 3, wait_s.tolist()
 
 
 def test_xla_compiled_model_trains_without_stamps(tmp_path, monkeypatch):

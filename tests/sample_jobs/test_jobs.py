@@ -122,9 +122,9 @@ EVERY_INJECTION = {
                     "kill-worker=1@10+restart"]),
     "mwms_fit": (20, ["input-delay=2", "slow-worker=0:20", "shard-skew=1:2", "kill-worker=1@6+restart"]),
     "mirrored": (10, ["input-delay=2"]),
-    # A restarted tf1 worker waits for the chief's "model ready" check (about 30 s): killed only.
-    "tf1_session": (30, ["input-delay=2", "slow-worker=1:20", "shard-skew=0:2", "hot-ps=1", "slow-ps=0:5",
-                         "kill-worker=1@10"]),
+    # A restarted tf1 worker polls for the chief's variables every 0.2 s and rejoins at once.
+    "tf1_session": (120, ["input-delay=2", "slow-worker=1:20", "shard-skew=0:2", "hot-ps=1", "slow-ps=0:5",
+                          "kill-worker=1@10+restart"]),
 }
 
 

@@ -51,3 +51,48 @@ def test_late_input_explains_only_its_share_of_a_slow_all_reduce(builder):
     finding = next(f for f in report.findings if f.kind == "communication_bound")
     assert finding.evidence["late_input_ms_per_step"] == pytest.approx(7.5, abs=0.1)
     assert "input_bound" not in _warnings(report)  # 8 ms of 50 is under the 20 % threshold
+
+
+def _probe_rounds(run, durations_ms: dict, rounds=6):
+    """``allreduce`` records as the callback writes them: one per worker per probe round."""
+    for index in range(rounds):
+        for worker, ms in durations_ms.items():
+            value = ms[index % len(ms)] if isinstance(ms, (list, tuple)) else ms
+            run.records.append(("allreduce", dict(task=worker, time_ns=1_700_000_000_000_000_000 + index * 3_000_000_000,
+                                                  duration_ns=int(value * 1e6), bytes=4096)))
+    return run
+
+
+def _sync_steps(builder, step_ms=35.0):
+    run = builder(strategy="MultiWorkerMirroredStrategy", ps=0)
+    for worker in WORKERS:
+        run.steps(worker, step_ms=step_ms, input_ms=1.0)
+    return run
+
+
+def test_waiting_in_the_probe_for_a_late_peer_is_not_communication(builder):
+    # A busy host: in each probe round one worker is scheduled late, and the other waits
+    # for it (68 ms against a 35 ms step); the worker that arrives last takes 2-3 ms.
+    run = _probe_rounds(_sync_steps(builder), {"worker:0": [68, 2, 70], "worker:1": [3, 66, 2]})
+    report = analyze(run.write())
+    assert "communication_bound" not in _warnings(report)
+
+
+def test_a_slow_network_slows_every_worker_in_the_probe(builder):
+    # Both workers take 30 ms in every round, whoever arrives last: the network is slow.
+    run = _probe_rounds(_sync_steps(builder), {"worker:0": [30, 34], "worker:1": [31, 29]})
+    finding = analyze(run.write()).primary
+    assert finding.kind == "communication_bound" and finding.severity.value == "critical"
+    assert finding.evidence["last_arrival_allreduce_ms_p50"] == pytest.approx(30.0, abs=0.6)
+    assert finding.evidence["probe_rounds"] == 6
+
+
+def test_last_arrival_time_pairs_rounds_by_order_and_skips_incomplete_ones():
+    import pandas as pd
+
+    from tfdiag.analysis.detectors.communication_bound import last_arrival_allreduce_ns
+
+    frame = pd.DataFrame({"task": ["worker:0", "worker:1", "worker:0", "worker:1", "worker:0"],
+                          "time_ns": [100, 101, 200, 199, 300],
+                          "duration_ns": [33e6, 2e6, 3e6, 4e6, 1e6]})
+    assert last_arrival_allreduce_ns(frame) == (2.5e6, 2)

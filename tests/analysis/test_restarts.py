@@ -1,0 +1,51 @@
+"""restart_faults: TF1 tasks that started a new session without closing the last one."""
+
+import pandas as pd
+
+from tfdiag.analysis.faults import fault_table
+from tfdiag.analysis.restarts import restart_faults
+
+S = 1_000_000_000
+
+
+def _sessions(*begins_s, task="worker:1"):
+    return pd.DataFrame({"task": [task] * len(begins_s), "begin_ns": [int(b * S) for b in begins_s],
+                         "ready_ns": [int((b + 0.5) * S) for b in begins_s]})
+
+
+def _beats(times_s, closed_at=None, task="worker:1"):
+    return pd.DataFrame({"task": [task] * len(times_s), "time_ns": [int(t * S) for t in times_s],
+                         "closed": [t == closed_at for t in times_s]})
+
+
+def test_a_worker_killed_before_its_first_step_and_restarted_is_a_recovered_failure():
+    # Killed while waiting for the chief: one heartbeat (at open), no step, no clean close;
+    # a new session 23 s later.
+    faults = restart_faults(_sessions(10.0, 33.0), _beats([10.0, 33.0, 38.0, 43.0], closed_at=43.0))
+    # Last seen when its session became ready (10.5 s), after its only beat.
+    assert faults[["kind", "time_ns"]].values.tolist() == [["failure", int(10.5 * S)], ["restart", 33 * S]]
+    [failure] = fault_table(faults).query("kind == 'failure'").itertuples()
+    assert failure.task == "worker:1" and failure.recovered_after_s == 22.5
+
+
+def test_the_failure_is_dated_by_the_last_beat_of_the_earlier_process():
+    faults = restart_faults(_sessions(10.0, 40.0), _beats([10.0, 15.0, 20.0, 40.0]))
+    assert faults["time_ns"].tolist() == [20 * S, 40 * S]
+
+
+def test_a_step_after_the_last_beat_dates_the_failure_later():
+    steps = pd.DataFrame({"task": ["worker:1", "worker:1", "worker:1"], "end_ns": [18 * S, 23 * S, 45 * S]})
+    faults = restart_faults(_sessions(10.0, 40.0), _beats([10.0, 15.0, 20.0, 40.0]), steps)
+    assert faults["time_ns"].tolist() == [23 * S, 40 * S]  # the later life's step at 45 s is not the earlier's
+
+
+def test_a_task_that_closed_cleanly_before_its_next_session_did_not_fail():
+    # A second MonitoredTrainingSession in the same job after the first closed normally.
+    assert restart_faults(_sessions(10.0, 40.0), _beats([10.0, 15.0, 20.0, 40.0], closed_at=20.0)).empty
+
+
+def test_one_session_per_task_or_no_heartbeats_at_all():
+    two_tasks = pd.concat([_sessions(10.0, task="worker:0"), _sessions(12.0)])
+    assert restart_faults(two_tasks, _beats([10.0, 20.0])).empty
+    no_beats = restart_faults(_sessions(10.0, 40.0), pd.DataFrame())
+    assert no_beats["time_ns"].tolist() == [int(10.5 * S), 40 * S]  # dated by the first session's readiness

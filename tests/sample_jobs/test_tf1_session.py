@@ -1,0 +1,42 @@
+"""tf1_session's own wait for the chief: a non-chief starts as soon as the variables are ready."""
+
+from __future__ import annotations
+
+from tests.conftest import in_child_process
+
+INIT_AFTER_S = 1.0  # the "chief" initialises the variables this long after the wait begins
+
+
+def test_wait_for_chief_returns_within_a_poll_of_the_initialisation():
+    waited_s, ready = in_child_process(_wait_while_a_chief_initialises)
+    assert ready
+    # Not MonitoredTrainingSession's 30 s between checks: one CHIEF_POLL_S (0.2 s) at most, plus slack.
+    assert INIT_AFTER_S <= waited_s < INIT_AFTER_S + 2.0, waited_s
+
+
+def _wait_while_a_chief_initialises():
+    import threading
+    import time
+
+    import tensorflow as tf
+
+    from tfdiag.sample_jobs.launcher import pick_free_ports
+    from tfdiag.sample_jobs.tf1_session import wait_for_chief
+
+    v1 = tf.compat.v1
+    v1.disable_eager_execution()
+    [port] = pick_free_ports(1)
+    server = tf.distribute.Server({"worker": [f"127.0.0.1:{port}"]}, job_name="worker", task_index=0, start=True)
+    kernel = v1.get_variable("kernel", [4, 2])
+    init = v1.global_variables_initializer()
+
+    def chief():
+        time.sleep(INIT_AFTER_S)
+        with v1.Session(server.target, graph=init.graph) as session:  # the default graph is per thread
+            session.run(init)
+
+    threading.Thread(target=chief, daemon=True).start()
+    waited_s = wait_for_chief(tf, server, v1.ConfigProto())
+    with v1.Session(server.target) as session:
+        ready = len(session.run(v1.report_uninitialized_variables([kernel]))) == 0
+    return waited_s, ready

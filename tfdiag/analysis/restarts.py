@@ -1,0 +1,66 @@
+"""Task restarts seen in TF1 sessions: a failure and a restart for ``task_failure``.
+
+A TF1 worker has no coordinator to report its failure: when its process is killed and
+started again, the only traces are in its own file. Each process's ``DiagnosticsHook``
+writes a ``session`` record when it creates its session, and the heartbeat thread writes
+a clean-close row (``closed`` true) when the process releases its collectors normally
+(``collectors/heartbeat.py``). A task with two sessions and no clean close between them
+stopped without closing — killed, crashed, preempted — and came back. This holds even
+when the first process died before its first step (a non-chief still waiting for the
+chief), where no step record shows anything.
+
+``DiagnosticsHook`` stamps a session's ``begin_ns`` before it opens its task's writer, so
+every heartbeat of the later process comes at or after its session's start. A process
+that opens and closes the task's writer before its session (e.g. a ``record_placement``
+call with a logdir) leaves a clean-close row that reads as a clean stop of the earlier
+process: that restart is not seen.
+
+The rows have the ``fault`` record's columns, so they join the run's own fault records
+before ``faults.fault_table``.
+
+Example:
+    >>> import pandas as pd
+    >>> session = pd.DataFrame({"task": ["worker:1", "worker:1"], "begin_ns": [100, 900], "ready_ns": [150, 950]})
+    >>> beats = pd.DataFrame({"task": ["worker:1"] * 2, "time_ns": [120, 400], "closed": [False, False]})
+    >>> restart_faults(session, beats)[["task", "kind", "time_ns"]].values.tolist()
+    [['worker:1', 'failure', 400], ['worker:1', 'restart', 900]]
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+COLUMNS = ["task", "kind", "time_ns", "message"]
+
+
+def restart_faults(session: pd.DataFrame, heartbeat: pd.DataFrame, steps: pd.DataFrame | None = None) -> pd.DataFrame:
+    """A ``failure`` and a ``restart`` row per session of a task that followed an unclosed one.
+
+    The failure is dated by the last sign of life of the earlier process: its last
+    heartbeat or the end of its last ``step`` record (as logged, on the task's own clock),
+    else its session's readiness; the restart by the later session's start.
+    """
+    if session.empty or session["task"].value_counts().max() < 2:
+        return pd.DataFrame(columns=COLUMNS)
+    beats = heartbeat if not heartbeat.empty else pd.DataFrame(columns=["task", "time_ns", "closed"])
+    beats = beats.astype({"task": str})
+    steps = steps if steps is not None and not steps.empty else pd.DataFrame(columns=["task", "end_ns"])
+    steps = steps.astype({"task": str})
+    rows = []
+    for task, lives in session.astype({"task": str}).sort_values("begin_ns").groupby("task"):
+        own = beats[beats["task"] == task]
+        own_steps = steps[steps["task"] == task]
+        for earlier, later in zip(lives.itertuples(), lives.iloc[1:].itertuples()):
+            between = own[(own["time_ns"] >= earlier.begin_ns) & (own["time_ns"] < later.begin_ns)]
+            if between["closed"].fillna(False).astype(bool).any():
+                continue
+            ended = own_steps["end_ns"][(own_steps["end_ns"] >= earlier.begin_ns) & (own_steps["end_ns"] < later.begin_ns)]
+            signs = [int(earlier.ready_ns), *between["time_ns"].astype("int64"), *ended.astype("int64")]
+            last_seen = max(signs)
+            gone_s = (later.begin_ns - last_seen) / 1e9
+            rows.append({"task": task, "kind": "failure", "time_ns": last_seen,
+                         "message": f"{task} stopped without closing its session (no clean-close heartbeat) "
+                                    f"and started a new one {gone_s:.1f} s after it was last seen"})
+            rows.append({"task": task, "kind": "restart", "time_ns": int(later.begin_ns),
+                         "message": f"{task} started a new session"})
+    return pd.DataFrame(rows, columns=COLUMNS)
