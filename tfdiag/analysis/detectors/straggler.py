@@ -71,31 +71,38 @@ def compared_workers(steps: pd.DataFrame) -> pd.DataFrame:
     The window runs from the latest first timed step start to the earliest last step end.
     Columns: ``task``, ``records``, ``steps`` (training steps), ``p50_ns``, ``mean_ns``,
     ``period_ns`` (as ``breakdown.worker_table``), ``examples_per_step``, and
-    ``window_ns`` (0 when the whole run is compared).
+    ``window_ns`` (0 when the whole run is compared). Works column by column, with masks:
+    a run may hold ten million step records.
     """
     columns = ["task", "records", "steps", "p50_ns", "mean_ns", "period_ns", "examples_per_step", "window_ns"]
-    timed = steps.loc[~steps["warmup"], ["task", "begin_ns", "end_ns", "duration_ns", "examples", "steps"]]
-    if timed.empty:
+    timed = ~steps["warmup"].astype(bool)
+    if not timed.any():
         return pd.DataFrame(columns=columns)
-    timed = timed.astype({"task": str, "begin_ns": float, "end_ns": float, "duration_ns": float, "examples": float})
-    by_task = timed.groupby("task")
-    start, end = float(by_task["begin_ns"].min().max()), float(by_task["end_ns"].max().min())
-    inside = timed[(timed["begin_ns"] >= start) & (timed["end_ns"] <= end)]
-    counts = inside.groupby("task").size().reindex(by_task.size().index, fill_value=0)
+    task, begin, end = steps["task"].astype(str), steps["begin_ns"].astype(float), steps["end_ns"].astype(float)
+    start, stop = float(begin[timed].groupby(task[timed]).min().max()), float(end[timed].groupby(task[timed]).max().min())
+    inside = timed & (begin >= start) & (end <= stop)
+    counts = inside.groupby(task).sum().reindex(task[timed].unique(), fill_value=0)
     overlap = bool((counts >= OVERLAP_RECORDS).all())
-    rows = []
-    for task, own in (inside if overlap else timed).groupby("task"):
-        per_record = float(own["steps"].mean())
-        starts = own["begin_ns"]
-        period = (starts.max() - starts.min()) / (len(own) - 1) / per_record if len(own) > 1 else float("nan")
-        rows.append({"task": task, "records": len(own), "steps": int(own["steps"].sum()),
-                     "p50_ns": float(own["duration_ns"].median()), "mean_ns": float(own["duration_ns"].mean()),
-                     "period_ns": period,
-                     "examples_per_step": float(own["examples"].sum()) / max(float(own["steps"].sum()), 1.0),
-                     "window_ns": end - start if overlap else 0.0})
-    table = pd.DataFrame(rows, columns=columns)
+    chosen = inside if overlap else timed
+    by_task = task[chosen]
+
+    def per_task(values: pd.Series):
+        return values[chosen].astype(float).groupby(by_task)
+
+    starts, durations, covered = per_task(begin), per_task(steps["duration_ns"]), per_task(steps["steps"])
+    records = starts.size()
+    table = pd.DataFrame({
+        "records": records,
+        "steps": covered.sum().astype(int),
+        "p50_ns": durations.median(),
+        "mean_ns": durations.mean(),
+        # The mean gap between consecutive starts telescopes to (last - first) / (records - 1).
+        "period_ns": ((starts.max() - starts.min()) / (records - 1) / covered.mean()).where(records > 1),
+        "examples_per_step": per_task(steps["examples"]).sum() / covered.sum().clip(lower=1.0),
+        "window_ns": stop - start if overlap else 0.0,
+    }).rename_axis("task").reset_index()
     table["period_ns"] = table["period_ns"].fillna(table["mean_ns"])
-    return table
+    return table[columns]
 
 
 def _slower(values: pd.Series, typical: pd.Series, scale: pd.Series) -> pd.Series:
