@@ -47,8 +47,11 @@ def test_a_late_joiner_slower_while_both_ran_is_a_straggler(builder):
     joined = run.step_end_ns + MS
     run.steps("worker:0", count=60, step_ms=20, idle_ms=0.5, first_step=200, start_ns=joined)
     run.steps("worker:1", count=30, step_ms=40, idle_ms=0.5, start_ns=joined)
+    # worker:1's session waited 30 s for the chief (DiagnosticsHook's session record).
+    run.records.append(("session", dict(task="worker:1", begin_ns=START_NS - 30_000 * MS, ready_ns=START_NS)))
     straggler = next(f for f in analyze(run.write()).findings if f.kind == "straggler")
     assert straggler.tasks == ("worker:1",)
+    assert straggler.evidence["chief_wait_s"] == {"worker:1": 30.0}
     assert straggler.evidence["step_time_ms_p50"] == {"worker:0": 20.0, "worker:1": 40.0}
     assert straggler.evidence["overlap_s"] == pytest.approx(30 * 40.5 / 1000, rel=0.05)
 
