@@ -75,32 +75,37 @@ def compared_workers(steps: pd.DataFrame) -> pd.DataFrame:
     a run may hold ten million step records.
     """
     columns = ["task", "records", "steps", "p50_ns", "mean_ns", "period_ns", "examples_per_step", "window_ns"]
-    timed = ~steps["warmup"].astype(bool)
+    timed = ~steps["warmup"]
     if not timed.any():
         return pd.DataFrame(columns=columns)
-    task, begin, end = steps["task"].astype(str), steps["begin_ns"].astype(float), steps["end_ns"].astype(float)
-    start, stop = float(begin[timed].groupby(task[timed]).min().max()), float(end[timed].groupby(task[timed]).max().min())
+    task, begin, end = steps["task"], steps["begin_ns"], steps["end_ns"]
+
+    def by_task(values: pd.Series, mask: pd.Series):
+        return values[mask].groupby(task[mask], observed=True)
+
+    start, stop = by_task(begin, timed).min().max(), by_task(end, timed).max().min()
     inside = timed & (begin >= start) & (end <= stop)
-    counts = inside.groupby(task).sum().reindex(task[timed].unique(), fill_value=0)
+    counts = by_task(inside, timed).sum()
     overlap = bool((counts >= OVERLAP_RECORDS).all())
     chosen = inside if overlap else timed
-    by_task = task[chosen]
-
-    def per_task(values: pd.Series):
-        return values[chosen].astype(float).groupby(by_task)
-
-    starts, durations, covered = per_task(begin), per_task(steps["duration_ns"]), per_task(steps["steps"])
-    records = starts.size()
+    # One column at a time, each grouping dropped before the next: a ten-million-row run
+    # must not hold several masked copies at once.
+    first, last, records = (by_task(begin, chosen).agg(name) for name in ("min", "max", "size"))
+    p50, mean = (by_task(steps["duration_ns"], chosen).agg(name).astype(float) for name in ("median", "mean"))
+    steps_sum = by_task(steps["steps"], chosen).sum().astype(float)
+    examples = by_task(steps["examples"], chosen).sum().astype(float)
     table = pd.DataFrame({
         "records": records,
-        "steps": covered.sum().astype(int),
-        "p50_ns": durations.median(),
-        "mean_ns": durations.mean(),
-        # The mean gap between consecutive starts telescopes to (last - first) / (records - 1).
-        "period_ns": ((starts.max() - starts.min()) / (records - 1) / covered.mean()).where(records > 1),
-        "examples_per_step": per_task(steps["examples"]).sum() / covered.sum().clip(lower=1.0),
-        "window_ns": stop - start if overlap else 0.0,
+        "steps": steps_sum.astype(int),
+        "p50_ns": p50,
+        "mean_ns": mean,
+        # The mean gap between consecutive starts telescopes to (last - first) / (records - 1),
+        # over the training steps each record covers.
+        "period_ns": ((last - first).astype(float) / (records - 1) / (steps_sum / records)).where(records > 1),
+        "examples_per_step": examples / steps_sum.clip(lower=1.0),
+        "window_ns": float(stop - start) if overlap else 0.0,
     }).rename_axis("task").reset_index()
+    table["task"] = table["task"].astype(str)
     table["period_ns"] = table["period_ns"].fillna(table["mean_ns"])
     return table[columns]
 
