@@ -3,6 +3,8 @@
 import pytest
 
 from tfdiag.analysis import analyze
+from tfdiag.analysis.advisor import cpu_speedup_limit
+from tfdiag.analysis.devices import SharedHost
 from tfdiag.analysis.load import load_run
 from tfdiag.analysis.measurements import measure
 
@@ -95,3 +97,13 @@ def test_a_critical_finding_without_prediction_ranks_before_every_prediction(bui
     straggler = finding("straggler", Severity.CRITICAL, 3.0)
     ranked = advise([unknown, straggler, stalled], measured)
     assert [f.kind for f in ranked] == ["stalled", "straggler", "input_bound"]
+
+
+def test_the_jobs_own_cpu_share_loosens_the_bound_on_a_host_others_keep_busy():
+    saturated = SharedHost("vm", cpu_pct=100.0, samples=10)
+    # The whole host read alone allows nothing on a saturated host.
+    assert cpu_speedup_limit(saturated) == pytest.approx(1.0)
+    # The job uses 25 % of it, other programs 75 %: it could get 25 + 37.5.
+    assert cpu_speedup_limit(saturated, job_cpu_pct=25.0) == pytest.approx(2.5)
+    # The job alone on the host: its bound is the idle CPU, as before.
+    assert cpu_speedup_limit(SharedHost("vm", cpu_pct=80.0, samples=10), job_cpu_pct=80.0) == pytest.approx(1.25)

@@ -135,7 +135,8 @@ def test_coordinator_bound(builder):
     finding = analyze(run.write()).primary
     assert finding.kind == "coordinator_bound"
     assert finding.evidence["idle_frac"]["worker:0"] == pytest.approx(8 / 12, abs=0.01)
-    assert finding.recommendation.predicted_speedup > 2
+    # The 8 ms between closures paid once per 10 steps: period 12 ms -> 4.8 ms.
+    assert finding.recommendation.predicted_speedup == pytest.approx(12 / 4.8, rel=0.01)
 
 
 def test_task_failure_with_recovery_time(builder):
@@ -252,3 +253,11 @@ def test_a_worker_idle_longer_than_its_peer_adds_nothing_to_coordinator_bound(bu
     coordinator = next(f for f in findings if f.kind == "coordinator_bound")
     assert coordinator.evidence["idle_frac"]["worker:1"] == pytest.approx(8 / 34, abs=0.01)
     assert next(f for f in findings if f.kind == "straggler").tasks == ("worker:1",)
+
+
+def test_a_worker_killed_before_its_first_step_still_counts_in_the_capacity_lost(builder):
+    # Two workers in the cluster; worker:1 fails at the start of a 2 s run and never steps:
+    # half the capacity is gone for the whole run, which would take 1 s with both.
+    run = builder().steps("worker:0", count=100, step_ms=19).fault("worker:1", "failure", 0)
+    finding = next(f for f in analyze(run.write()).findings if f.kind == "task_failure")
+    assert finding.recommendation.predicted_speedup == pytest.approx(2 / 1, rel=0.02)

@@ -1,12 +1,26 @@
 """``coordinator_bound``: ParameterServerStrategy workers idle, waiting for the coordinator.
 
-A worker's idle time between closures is not all the coordinator's: after a closure's
-last timestamp the worker still waits for its last parameter-server round trip (the
-variable updates in flight) before the result reaches the coordinator. That round trip —
-the slowest ps's fastest probe, at most the measured tail (``breakdown.closure_tail_ns``)
-— is taken out of the idle time, once per closure; a slow link then shows as
-``slow_link``, not as a coordinator that cannot keep up. And the coordinator serves
-every worker alike, so no worker's share is taken larger than the least idle worker's.
+Every closure costs a fixed round: the coordinator's dispatch thread starts it on the
+worker, and after its last timestamp the result travels back and is handled on the
+coordinator before that thread starts the next one. On a busy host each of those
+threads waits for a core, which makes the round longer, not less the coordinator's:
+``ps_ctl`` with one step per closure idled 77 % between closures at load 17-22 (a
+24-28 ms median from a closure's end to its result, 1.7-4.8 ms from the result to the
+next closure), and ten steps per closure measured 2.63x. Two parts of the idle time are
+not that round, and are left out:
+
+- after a closure's last timestamp the worker still waits for its variable updates on
+  the parameter servers: ``TAIL_PS_ROUND_TRIPS`` round trips to the slowest ps (its
+  fastest probe), at most the tail, once per closure (``ps_round_trip_ms_per_step``): a
+  slow link is ``slow_link``'s;
+- a wait far longer than the worker's usual one (``model.fit``'s epoch ends, a
+  checkpoint, an evaluation, ``coordinator.join()``) is a *pause*: more steps per
+  closure would not remove it, so pauses are counted apart (ps_fit's epoch ends: 360-645
+  ms every 40 closures against 13-14 ms otherwise).
+
+And the coordinator serves every worker alike, so no worker's share is taken larger than
+the least idle worker's (the rest is that worker's own loss: a CPU quota stops the
+worker, and its next closure waits to start: ``straggler``).
 """
 
 from __future__ import annotations
@@ -14,58 +28,107 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tfdiag.analysis.breakdown import closure_tail_ns
 from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.measurements import Measurements
 from tfdiag.analysis.whatif import predicted_speedup
 
 KIND = "coordinator_bound"
 
-# Share of a worker's step period spent idle between closures. Every closure costs the
-# coordinator Python dispatch and a round trip for its result; when workers idle for 40 %
-# of their time or more, that fixed cost rivals the work itself.
+# Share of a worker's step period (pauses left out) spent idle between closures. Every
+# closure costs the coordinator Python dispatch and a round for its result; when workers
+# idle 40 % of their time or more, that fixed cost rivals the work itself.
 WARNING_IDLE_FRACTION = 0.4
 CRITICAL_IDLE_FRACTION = 0.7
+# Round trips to the slowest ps a closure's tail holds: behind a delaying proxy the tail
+# was two of them in every run (the tutorial-style loop at 25 ms: 53-59 ms tails at 27-29
+# ms round trips, at 8 ms: 22-27 ms at 12-15 ms; ps_ctl at 25 ms: 52-58 ms at 28-32 ms).
+TAIL_PS_ROUND_TRIPS = 2
 # The change advised: run this many steps inside each scheduled function.
 STEPS_PER_CLOSURE = 10
+# An idle time between closures is a pause (not the per-closure cost) when it is this many
+# times the worker's median and at least PAUSE_MIN_NS: ps_fit's epoch ends idled 360-645
+# ms against a median of 13-14 ms (docs/findings.md, ``coordinator_bound``).
+PAUSE_FACTOR = 10.0
+PAUSE_MIN_NS = 50_000_000
 
 
-def idle_fraction(workers) -> np.ndarray:
-    """Per worker, the share of the step period not spent inside a step."""
-    return (1 - workers["mean_ns"] / workers["period_ns"]).clip(lower=0).to_numpy()
+def closure_gaps(steps: pd.DataFrame, closures: pd.DataFrame | None) -> pd.DataFrame:
+    """Per worker, its idle time between closures, per training step, pauses left out.
+
+    Pairs each step record with its closure (``(task, step) == (worker, closure_id)``) and,
+    for every closure but a worker's first, takes the time from the previous closure's
+    end to this one's start. Columns: ``task``, ``idle_ns`` (mean, pauses left out, per
+    training step), ``tail_ns`` (median from a closure's end to its result on the
+    coordinator), ``wait_ns`` (mean from the previous result to the start, pauses left
+    out, per training step), ``pauses``, ``pause_ns`` (their total), ``closures``. Empty
+    when no step pairs with a closure.
+
+    >>> import pandas as pd
+    >>> steps = pd.DataFrame({"task": ["worker:0"] * 3, "step": [0, 1, 2], "begin_ns": [0, 30, 60],
+    ...                       "end_ns": [10, 40, 70], "steps": [1, 1, 1]})
+    >>> closures = pd.DataFrame({"worker": ["worker:0"] * 3, "closure_id": [0, 1, 2], "result_ns": [22, 52, 82]})
+    >>> closure_gaps(steps, closures)[["task", "idle_ns", "tail_ns", "wait_ns"]].to_dict("records")
+    [{'task': 'worker:0', 'idle_ns': 20.0, 'tail_ns': 12.0, 'wait_ns': 8.0}]
+    """
+    columns = ["task", "idle_ns", "tail_ns", "wait_ns", "pauses", "pause_ns", "closures"]
+    if steps.empty or closures is None or closures.empty:
+        return pd.DataFrame(columns=columns)
+    paired = steps[["task", "step", "begin_ns", "end_ns", "steps"]].astype({"task": str}).merge(
+        closures[["worker", "closure_id", "result_ns"]].astype({"worker": str}),
+        left_on=["task", "step"], right_on=["worker", "closure_id"])
+    rows = []
+    for task, own in paired.astype({"begin_ns": float, "end_ns": float, "result_ns": float}).groupby("task"):
+        own = own.sort_values("begin_ns")
+        idle = (own["begin_ns"] - own["end_ns"].shift()).clip(lower=0.0).iloc[1:]
+        if idle.empty:
+            continue
+        wait = np.minimum((own["begin_ns"] - own["result_ns"].shift()).clip(lower=0.0).iloc[1:], idle)
+        pause = idle > np.maximum(PAUSE_FACTOR * float(idle.median()), PAUSE_MIN_NS)
+        per_step = max(float(own["steps"].mean()), 1.0)
+        rows.append({
+            "task": task, "idle_ns": float(idle[~pause].mean()) / per_step,
+            "tail_ns": float((own["result_ns"] - own["end_ns"]).clip(lower=0.0).median()),
+            "wait_ns": float(wait[~pause].mean()) / per_step,
+            "pauses": int(pause.sum()), "pause_ns": float(idle[pause].sum()), "closures": len(own),
+        })
+    return pd.DataFrame(rows, columns=columns)
 
 
-def ps_round_trip_in_gap_ns(measured: Measurements) -> pd.Series:
-    """Per worker (indexed like ``measured.workers``), the ps round trip each step waits for
-    between closures: the closure's tail, at most one round trip to the slowest ps (its
-    fastest probe from that worker, else from any source), divided by the steps per closure."""
-    workers = measured.workers
+def ps_round_trip_in_gap_ns(measured: Measurements, workers: pd.DataFrame, gaps: pd.DataFrame) -> pd.Series:
+    """Per worker (indexed like ``workers``), the ps round trips each step waits for between
+    closures: the closure's tail, at most ``TAIL_PS_ROUND_TRIPS`` round trips to the
+    slowest ps (its fastest probe from that worker, else from any source), divided by the
+    steps per closure."""
     links = measured.link_latency
     to_ps = links[links["dst"].astype(str).str.startswith("ps:")] if not links.empty else links
     if to_ps.empty:
         return pd.Series(0.0, index=workers.index)
     slowest_any = float(to_ps.groupby("dst")["rtt_min_ns"].median().max())
-    own = to_ps.groupby("src")["rtt_min_ns"].max()
-    round_trip = workers["task"].map(own).fillna(slowest_any)
-    tail = workers["task"].map(closure_tail_ns(measured.steps, measured.run.frame("closure"))).fillna(0.0)
+    round_trip = workers["task"].map(to_ps.groupby("src")["rtt_min_ns"].max()).fillna(slowest_any)
+    tail = workers["task"].map(gaps["tail_ns"]).fillna(0.0)
     steps_per_closure = workers["task"].map(measured.steps.groupby("task", observed=True)["steps"].mean()).fillna(1.0)
-    return np.minimum(tail, round_trip) / steps_per_closure.clip(lower=1.0)
+    return np.minimum(tail, TAIL_PS_ROUND_TRIPS * round_trip) / steps_per_closure.clip(lower=1.0)
 
 
 def detect(measured: Measurements) -> list[Finding]:
     workers = measured.workers
-    if workers.empty or measured.synchronous or measured.run.frame("closure").empty:
+    if workers.empty or measured.synchronous or measured.closures is None or measured.closures.empty:
         return []
-    in_gap = ps_round_trip_in_gap_ns(measured)
-    gap = (workers["period_ns"] - workers["mean_ns"] - in_gap).clip(lower=0.0)
+    gaps = closure_gaps(measured.steps, measured.closures).set_index("task")
+    if gaps.empty:
+        return []
+    workers = workers[workers["task"].isin(gaps.index)]
+    in_gap = ps_round_trip_in_gap_ns(measured, workers, gaps)
+    gap = (workers["task"].map(gaps["idle_ns"]) - in_gap).clip(lower=0.0)
     # The coordinator serves every worker alike: a worker idle longer than the least idle
     # one loses the difference on its own (a CPU quota, a busy host: ``straggler``).
     gap = gap.clip(upper=float(gap.min()))
-    idle = (gap / workers["period_ns"]).to_numpy()
+    # The share of a period without pauses: those stay whatever a closure runs.
+    idle = (gap / (workers["mean_ns"] + workers["task"].map(gaps["idle_ns"]))).to_numpy()
     typical = float(np.median(idle))
     if typical < WARNING_IDLE_FRACTION:
         return []
-    # With k steps per closure the dispatch gap is paid once per k steps.
+    # With k steps per closure the coordinator's wait is paid once per k steps.
     new_period_saving = gap * (1 - 1 / STEPS_PER_CLOSURE)
     speedup = predicted_speedup(workers, workers["mean_ns"] - new_period_saving, synchronous=False)
     return [
@@ -74,13 +137,18 @@ def detect(measured: Measurements) -> list[Finding]:
             severity=Severity.CRITICAL if typical >= CRITICAL_IDLE_FRACTION else Severity.WARNING,
             title=f"Workers idle {typical:.0%} of the time between closures",
             summary=(
-                f"Each closure runs {float(workers['mean_ns'].median()) / 1e6:.1f} ms but a worker starts one only every "
-                f"{float(workers['period_ns'].median()) / 1e6:.1f} ms: the coordinator cannot dispatch fast enough."
+                f"Each closure runs {float(workers['mean_ns'].median()) / 1e6:.1f} ms per step, and a worker waits "
+                f"{float(gap.median()) / 1e6:.1f} ms per step between closures: the coordinator cannot dispatch "
+                "and collect closures fast enough."
             ),
             tasks=tuple(workers["task"]),
             evidence={
                 "idle_frac": {row.task: round(float(idle[i]), 3) for i, row in enumerate(workers.itertuples())},
                 "ps_round_trip_ms_per_step": {row.task: round(float(in_gap[row.Index]) / 1e6, 2) for row in workers.itertuples()},
+                "closure_tail_ms": {task: round(float(row.tail_ns) / 1e6, 2) for task, row in gaps.iterrows()},
+                "after_result_ms_per_step": {task: round(float(row.wait_ns) / 1e6, 2) for task, row in gaps.iterrows()},
+                "pauses": {task: {"count": int(row.pauses), "total_s": round(float(row.pause_ns) / 1e9, 3)}
+                           for task, row in gaps.iterrows() if row.pauses},
                 "closure_ms_median": round(float(workers["mean_ns"].median()) / 1e6, 2),
                 "period_ms_median": round(float(workers["period_ns"].median()) / 1e6, 2),
                 "steps_per_closure": STEPS_PER_CLOSURE,  # the change's parameter

@@ -6,6 +6,20 @@ how a worker whose process is stopped or starved between closures (a container C
 quota, a busy host) shows: its closures take about as long, but it runs far fewer of
 them. Synchronous workers wait for each other, so their periods are equal and only the
 step time can single one out.
+
+Workers are compared fairly:
+
+- over the time they all ran (the *overlap*) when every worker has ``OVERLAP_RECORDS``
+  timed step records in it: a TF1 non-chief worker that waited 30 s for the chief to
+  initialise the model joins late, and its steps, all taken while the chief competed
+  for the CPU, must not be set against the chief's solo steps. A shorter overlap is
+  too few steps to compare, so the whole run is;
+- only with enough steps: a worker with fewer than ``MIN_RECORDS`` timed step records
+  (its first, with tracing and warm-up, never counts) is not judged, nor does it set
+  the bar for the others;
+- per example where workers' steps carry different numbers of examples (a skewed
+  shard makes one worker's batches 3x larger and its steps about 3x longer: that is
+  ``shard_imbalance``, not a slow worker).
 """
 
 from __future__ import annotations
@@ -27,50 +41,117 @@ KIND = "straggler"
 WARNING_SLOWDOWN = 1.25
 CRITICAL_SLOWDOWN = 2.0
 MIN_GAP_NS = 5_000_000
+# Timed step records (the warm-up record left out; a record may be a closure of several
+# steps) a worker needs to be judged, and each worker needs inside the overlap for the
+# overlap to be compared. ps_ctl at 200 steps writes 20 closures of 10 steps in all: its
+# 4-6 records per worker inside the overlap were 1.8x apart on a clean run.
+MIN_RECORDS = 5
+OVERLAP_RECORDS = 10
+# Examples per step differing by more than this ratio between workers: compare per example.
+EXAMPLES_PER_STEP_SPREAD = 1.1
 
 
 def typical_of_others(values: pd.Series) -> pd.Series:
     """For each worker, the median of the other workers' values.
 
     Leaving the worker itself out keeps one straggler of two from setting its own bar.
+
+    >>> typical_of_others(pd.Series([10.0, 12.0, 40.0])).tolist()
+    [26.0, 25.0, 11.0]
     """
     array = values.to_numpy(dtype=float)
     return pd.Series([float(np.median(np.delete(array, i))) for i in range(len(array))], index=values.index)
 
 
-def typical_step_ns(workers: pd.DataFrame) -> pd.Series:
-    """For each worker, the median of the other workers' median step times."""
-    return typical_of_others(workers["p50_ns"])
+def compared_workers(steps: pd.DataFrame) -> pd.DataFrame:
+    """Per worker, its timing over the window every worker was stepping (or, when a worker
+    has fewer than ``OVERLAP_RECORDS`` timed records in it, over the whole run), warm-up
+    records left out.
+
+    The window runs from the latest first timed step start to the earliest last step end.
+    Columns: ``task``, ``records``, ``steps`` (training steps), ``p50_ns``, ``mean_ns``,
+    ``period_ns`` (as ``breakdown.worker_table``), ``examples_per_step``, and
+    ``window_ns`` (0 when the whole run is compared). Works column by column, with masks:
+    a run may hold ten million step records.
+    """
+    columns = ["task", "records", "steps", "p50_ns", "mean_ns", "period_ns", "examples_per_step", "window_ns"]
+    timed = ~steps["warmup"]
+    if not timed.any():
+        return pd.DataFrame(columns=columns)
+    task, begin, end = steps["task"], steps["begin_ns"], steps["end_ns"]
+
+    def by_task(values: pd.Series, mask: pd.Series):
+        return values[mask].groupby(task[mask], observed=True)
+
+    start, stop = by_task(begin, timed).min().max(), by_task(end, timed).max().min()
+    inside = timed & (begin >= start) & (end <= stop)
+    counts = by_task(inside, timed).sum()
+    overlap = bool((counts >= OVERLAP_RECORDS).all())
+    chosen = inside if overlap else timed
+    # One column at a time, each grouping dropped before the next: a ten-million-row run
+    # must not hold several masked copies at once.
+    first, last, records = (by_task(begin, chosen).agg(name) for name in ("min", "max", "size"))
+    p50, mean = (by_task(steps["duration_ns"], chosen).agg(name).astype(float) for name in ("median", "mean"))
+    steps_sum = by_task(steps["steps"], chosen).sum().astype(float)
+    examples = by_task(steps["examples"], chosen).sum().astype(float)
+    table = pd.DataFrame({
+        "records": records,
+        "steps": steps_sum.astype(int),
+        "p50_ns": p50,
+        "mean_ns": mean,
+        # The mean gap between consecutive starts telescopes to (last - first) / (records - 1),
+        # over the training steps each record covers.
+        "period_ns": ((last - first).astype(float) / (records - 1) / (steps_sum / records)).where(records > 1),
+        "examples_per_step": examples / steps_sum.clip(lower=1.0),
+        "window_ns": float(stop - start) if overlap else 0.0,
+    }).rename_axis("task").reset_index()
+    table["task"] = table["task"].astype(str)
+    table["period_ns"] = table["period_ns"].fillna(table["mean_ns"])
+    return table[columns]
 
 
-def _slower(values: pd.Series, typical: pd.Series) -> pd.Series:
-    return (values / typical >= WARNING_SLOWDOWN) & (values - typical >= MIN_GAP_NS)
+def _slower(values: pd.Series, typical: pd.Series, scale: pd.Series) -> pd.Series:
+    """Slower by the ratio, and by at least ``MIN_GAP_NS`` on the worker's own step (``scale``:
+    its examples per step when ``values`` are per example, else 1)."""
+    return (values / typical >= WARNING_SLOWDOWN) & ((values - typical) * scale >= MIN_GAP_NS)
 
 
 def detect(measured: Measurements) -> list[Finding]:
-    workers = measured.workers
-    if len(workers) < 2:
+    if len(measured.workers) < 2:
         return []
-    typical = typical_step_ns(workers)
-    step_slowdown = workers["p50_ns"] / typical
-    typical_period = typical_of_others(workers["period_ns"])
-    period_slowdown = workers["period_ns"] / typical_period
-    by_step = _slower(workers["p50_ns"], typical)
-    by_period = _slower(workers["period_ns"], typical_period) & (not measured.synchronous)
-    slow = workers[by_step | by_period]
+    compared = compared_workers(measured.steps)
+    judged = compared[compared["records"] >= MIN_RECORDS].reset_index(drop=True)
+    if len(judged) < 2:
+        return []
+    eps = judged["examples_per_step"]
+    per_example = bool((eps > 0).all() and eps.max() / eps.min() > EXAMPLES_PER_STEP_SPREAD)
+    # Per example: each time divided by the worker's examples per step; the gap is then
+    # taken back on the worker's own step.
+    scale = eps if per_example else pd.Series(1.0, index=judged.index)
+    step, period = judged["p50_ns"] / scale, judged["period_ns"] / scale
+    typical, typical_period = typical_of_others(step), typical_of_others(period)
+    step_slowdown, period_slowdown = step / typical, period / typical_period
+    by_step = _slower(step, typical, scale)
+    by_period = _slower(period, typical_period, scale) & (not measured.synchronous)
+    slow = judged[by_step | by_period]
     if slow.empty:
         return []
     if by_period[slow.index].any():
-        # What if the stragglers started steps as often as the other workers?
-        speedup = speedup_at_periods(workers, workers["period_ns"].where(~by_period, typical_period))
+        # What if the stragglers started steps as often (per example) as the other workers?
+        speedup = speedup_at_periods(judged, judged["period_ns"].where(~by_period, typical_period * scale))
         slowdown = period_slowdown.where(by_period, step_slowdown)
     else:
         # What if the stragglers stepped like the typical worker?
-        speedup = predicted_speedup(workers, workers["mean_ns"].where(~by_step, typical), measured.synchronous)
+        new_mean = judged["mean_ns"].where(~by_step, typical_of_others(judged["mean_ns"] / scale) * scale)
+        speedup = predicted_speedup(judged, new_mean, measured.synchronous)
         slowdown = step_slowdown
+    return [_finding(measured, judged, slow, slowdown, typical * scale, typical_period * scale, speedup,
+                     starved=bool(by_period[slow.index].all() and not by_step[slow.index].any()), per_example=per_example)]
+
+
+def _finding(measured, judged, slow, slowdown, typical, typical_period, speedup, *, starved, per_example) -> Finding:
     tasks = tuple(slow["task"])
     worst = float(slowdown[slow.index].max())
-    severity = Severity.CRITICAL if worst >= CRITICAL_SLOWDOWN else Severity.WARNING
     names = ", ".join(tasks)
     if measured.synchronous:
         change = f"Fix or replace the host of {names}; every synchronous step waits for it."
@@ -79,40 +160,55 @@ def detect(measured: Measurements) -> list[Finding]:
             f"Fix or replace the host of {names} (check its CPU load, quota, throttling and neighbours); "
             "ParameterServerStrategy already gives it fewer closures, but the job loses what it does not run."
         )
-    total_steps = max(int(workers["steps"].sum()), 1)
-    if by_period[slow.index].all() and not by_step[slow.index].any():
+    # Shares of the whole run's steps (a starved worker runs fewer of them).
+    run_steps = dict(zip(measured.workers["task"], measured.workers["steps"].astype(int)))
+    total_steps = max(sum(run_steps.values()), 1)
+    unit = "per example" if per_example else "per step"
+    if starved:
         title = f"{names} {'starts' if len(tasks) == 1 else 'start'} steps {worst:.1f}x less often than the other workers"
         summary = (
-            f"{names} ran {', '.join(f'{int(row.steps) / total_steps:.0%}' for row in slow.itertuples())} of the steps, one every "
-            f"{float(slow['period_ns'].max()) / 1e6:.1f} ms against {float(typical_period[slow.index].min()) / 1e6:.1f} ms "
-            f"for the other workers, with about the same step time: it loses its time between steps."
+            f"{names} ran {', '.join(f'{run_steps[row.task] / total_steps:.0%}' for row in slow.itertuples())} of the "
+            f"steps, one every {float(slow['period_ns'].max()) / 1e6:.1f} ms against "
+            f"{float(typical_period[slow.index].min()) / 1e6:.1f} ms for the other workers, with about the same step "
+            "time: it loses its time between steps."
         )
     else:
-        title = f"{names} {'is' if len(tasks) == 1 else 'are'} {worst:.1f}x slower per step than the other workers"
+        title = f"{names} {'is' if len(tasks) == 1 else 'are'} {worst:.1f}x slower {unit} than the other workers"
         summary = (
             f"Median step time of {names} is {float(slow['p50_ns'].max()) / 1e6:.1f} ms against "
-            f"{float(typical[slow.index].min()) / 1e6:.1f} ms for the other workers."
+            f"{float(typical[slow.index].min()) / 1e6:.1f} ms for the other workers"
+            + (" at its number of examples per step" if per_example else "")
+            + (", over the time every worker ran." if judged["window_ns"].iloc[0] else ".")
         )
-    return [
-        Finding(
-            kind="straggler",
-            severity=severity,
-            title=title,
-            summary=summary,
-            tasks=tasks,
-            evidence={
-                "step_time_ms_p50": {row.task: round(float(row.p50_ns) / 1e6, 2) for row in workers.itertuples()},
-                "typical_step_ms": round(float(typical[slow.index].min()) / 1e6, 2),
-                "step_period_ms": {row.task: round(float(row.period_ns) / 1e6, 2) for row in workers.itertuples()},
-                "typical_period_ms": round(float(typical_period[slow.index].min()) / 1e6, 2),
-                "slowdown": {row.task: round(float(slowdown[row.Index]), 2) for row in slow.itertuples()},
-                "steps": {row.task: int(row.steps) for row in workers.itertuples()},
-                "step_share": {row.task: round(int(row.steps) / total_steps, 3) for row in workers.itertuples()},
-            },
-            recommendation=Recommendation(
-                action=f"Bring {names} up to the speed of the other workers.",
-                change=change,
-                predicted_speedup=speedup,
-            ),
-        )
-    ]
+    evidence = {
+        "step_time_ms_p50": {row.task: round(float(row.p50_ns) / 1e6, 2) for row in judged.itertuples()},
+        "typical_step_ms": round(float(typical[slow.index].min()) / 1e6, 2),
+        "step_period_ms": {row.task: round(float(row.period_ns) / 1e6, 2) for row in judged.itertuples()},
+        "typical_period_ms": round(float(typical_period[slow.index].min()) / 1e6, 2),
+        "slowdown": {row.task: round(float(slowdown[row.Index]), 2) for row in slow.itertuples()},
+        "compared": unit,
+        "examples_per_step": {row.task: round(float(row.examples_per_step), 1) for row in judged.itertuples()},
+        "overlap_s": round(float(judged["window_ns"].iloc[0]) / 1e9, 3) or None,  # None: the whole run
+        "steps": run_steps,
+        "step_share": {task: round(steps / total_steps, 3) for task, steps in run_steps.items()},
+        "compared_steps": {row.task: int(row.steps) for row in judged.itertuples()},
+    }
+    unjudged = sorted(set(measured.workers["task"]) - set(judged["task"]))
+    if unjudged:
+        evidence["not_judged"] = {task: f"fewer than {MIN_RECORDS} timed steps" for task in unjudged}
+    waits = {task: round(seconds, 1) for task, seconds in (measured.session_waits or {}).items() if task in set(measured.workers["task"])}
+    if waits:
+        evidence["chief_wait_s"] = waits
+    return Finding(
+        kind=KIND,
+        severity=Severity.CRITICAL if worst >= CRITICAL_SLOWDOWN else Severity.WARNING,
+        title=title,
+        summary=summary,
+        tasks=tasks,
+        evidence=evidence,
+        recommendation=Recommendation(
+            action=f"Bring {names} up to the speed of the other workers.",
+            change=change,
+            predicted_speedup=speedup,
+        ),
+    )

@@ -7,6 +7,7 @@ import math
 from tfdiag.analysis.faults import FAILURE_KINDS
 from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.measurements import Measurements
+from tfdiag.events import cluster_tasks
 
 KIND = "task_failure"
 
@@ -18,7 +19,11 @@ def detect(measured: Measurements) -> list[Finding]:
         return []
     steps, workers = measured.steps, measured.workers
     span_s = float(steps["end_ns"].max() - steps["begin_ns"].min()) / 1e9 if not steps.empty else 0.0
-    worker_count = max(len(workers), 1)
+    # Workers of the cluster, not only those that stepped: a worker killed before its first
+    # step record (ps_ctl's kill-worker=1@30) is one of them.
+    known = set(cluster_tasks((measured.run.manifest or {}).get("cluster") or {}, jobs=("worker",)))
+    known |= set(workers["task"]) | {task for task in failures["task"].astype(str) if task.startswith("worker:")}
+    worker_count = max(len(known), 1)
     # Time a failed task was gone, counted up to the end of the run when it never came back.
     end_ns = float(steps["end_ns"].max()) if not steps.empty else float(failures["time_ns"].max())
     downtime_s = [

@@ -1,0 +1,69 @@
+"""``coordinator_bound``: the idle time between closures, less the slow ps's round trips and pauses."""
+
+import pytest
+
+from tests.runs import MS, START_NS
+from tfdiag.analysis import analyze
+from tfdiag.analysis.breakdown import step_table
+from tfdiag.analysis.detectors.coordinator_bound import closure_gaps
+from tfdiag.analysis.load import load_run
+
+
+def _gaps(path):
+    loaded = load_run(path)
+    return closure_gaps(step_table(loaded.frame("step"), {}), loaded.frame("closure")).set_index("task")
+
+
+def _one_step_closures(builder, ps1_ms, tail_ms):
+    """4 ms closures 30 ms apart; each result ``tail_ms`` after its closure's end."""
+    run = builder()
+    for worker in ("worker:0", "worker:1"):
+        run.steps(worker, count=150, step_ms=4, idle_ms=30, closures=True)
+        run.rpc(worker, "ps:0", 0.4).rpc(worker, "ps:1", ps1_ms)
+    ends = {(r["task"], r["step"]): r["end_ns"] for kind, r in run.records if kind == "step"}
+    run.records = [(kind, dict(r, result_ns=ends[(r["worker"], r["closure_id"])] + int(tail_ms * MS))
+                    if kind == "closure" else r) for kind, r in run.records]
+    return run
+
+
+def test_a_long_tail_on_fast_links_is_the_coordinators(builder):
+    # ps_ctl with one step per closure on a busy host: 24-28 ms from a closure's end to its
+    # result, ps round trips of about 1 ms; ten steps per closure measured 2.6-3.1x.
+    finding = analyze(_one_step_closures(builder, ps1_ms=0.5, tail_ms=26).write()).primary
+    assert finding.kind == "coordinator_bound"
+    assert finding.evidence["closure_tail_ms"] == {"worker:0": 26.0, "worker:1": 26.0}
+    # 30 ms idle less two 0.5 ms round trips to the slowest ps, of a 34 ms period.
+    assert finding.evidence["idle_frac"]["worker:0"] == pytest.approx(29 / 34, abs=0.01)
+
+
+def test_two_round_trips_to_a_slow_ps_in_the_tail_are_not_the_coordinators(builder):
+    # Behind a 13 ms link the tail holds two round trips (the 8 ms proxy runs: 22-27 ms).
+    findings = analyze(_one_step_closures(builder, ps1_ms=13.0, tail_ms=26).write()).findings
+    assert "coordinator_bound" not in [f.kind for f in findings]
+    assert findings[0].kind == "slow_link"
+
+
+def test_epoch_end_pauses_are_not_the_per_closure_cost(builder):
+    # model.fit's epoch ends: every 40th closure starts 500 ms late (joins, callbacks, a new
+    # iterator); otherwise 4 ms apart. More steps per closure removes only the 4 ms.
+    run = builder()
+    epoch_ns = 40 * 24 * MS + 500 * MS
+    for worker in ("worker:0", "worker:1"):
+        for epoch in range(5):
+            run.steps(worker, count=40, step_ms=20, idle_ms=4, closures=True, first_step=40 * epoch,
+                      start_ns=START_NS + epoch * epoch_ns)
+    assert "coordinator_bound" not in [f.kind for f in analyze(run.write()).findings]
+    gaps = _gaps(run.path)
+    assert gaps.loc["worker:0", "pauses"] == 4
+    assert gaps.loc["worker:0", "idle_ns"] == pytest.approx(4 * MS, rel=1e-3)
+    assert gaps.loc["worker:0", "pause_ns"] == pytest.approx(4 * 504 * MS, rel=1e-3)
+
+
+def test_gaps_are_per_training_step_when_a_closure_runs_several(builder):
+    run = builder()
+    run.steps("worker:0", count=20, step_ms=40, idle_ms=11, closures=True)
+    run.records = [(kind, dict(r, steps=10) if kind == "step" else r) for kind, r in run.records]
+    # 11 ms between closures, 10 after each result, over the 10 steps of each closure.
+    gaps = _gaps(run.write())
+    assert gaps.loc["worker:0", "idle_ns"] == pytest.approx(1.1 * MS, rel=1e-3)
+    assert gaps.loc["worker:0", "wait_ns"] == pytest.approx(1.0 * MS, rel=1e-3)
