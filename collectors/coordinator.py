@@ -73,9 +73,24 @@ CLOSE_TIMEOUT_S = 30.0
 # How long the result thread waits for one worker's timings: a step record is worth
 # little next to a result thread free to record the other workers' closures.
 FETCH_TIMEOUT_S = 10.0
+# A closure's error is kept to this many characters, its head and its tail: TensorFlow puts
+# the op's own message after the "Detected at node" traces.
 MAX_ERROR_CHARS = 2000
 # Cumulative per-worker example counts (``shard`` records) are written this often.
 SHARD_EVERY_S = 1.0
+
+
+def _shortened(text: str) -> str:
+    """``text`` cut to ``MAX_ERROR_CHARS``, keeping its head and tail.
+
+    >>> short = _shortened("a" * 1500 + "b" * 1500)
+    >>> len(short), short[995:1004]
+    (1999, 'a [...] b')
+    """
+    if len(text) <= MAX_ERROR_CHARS:
+        return text
+    half = (MAX_ERROR_CHARS - len(" [...] ")) // 2
+    return text[:half] + " [...] " + text[-half:]
 
 
 def _watch_result(remote, view, pending: "_Pending") -> None:
@@ -370,7 +385,7 @@ class InstrumentedCoordinator:
                     dispatch_ns=item.dispatch_ns,
                     result_ns=result_ns,
                     ok=error is None,
-                    error="" if error is None else f"{type(error).__name__}: {error}"[:MAX_ERROR_CHARS],
+                    error="" if error is None else _shortened(f"{type(error).__name__}: {error}"),
                 )
                 self.closures_recorded += 1
                 if worker:

@@ -30,7 +30,6 @@ from typing import Callable, Iterator
 import plotly.io
 
 from tfdiag.analysis import LoadedRun, Report, RunLoader, analyze
-from tfdiag.analysis.live import live_finding_windows
 from tfdiag.errors import RunNotFoundError
 from tfdiag.report import formatting
 from tfdiag.report.figures import FIGURES, empty_figure
@@ -210,7 +209,7 @@ class RunState:
         if loaded is not self._loaded:  # RunLoader returns the same object when nothing changed
             self._loaded = loaded
             self.analyses += 1
-            self._set(with_live_findings(analyze(loaded), loaded))
+            self._set(analyze(loaded))
 
     def _fail(self, error: Exception) -> None:
         """Replaces the report by one that says why this run has none (logged once per distinct error)."""
@@ -239,16 +238,6 @@ class RunState:
             logger.error("tfdiag: cannot draw figure %r of run %r", name, self.name, exc_info=error)
             message = _named(f"cannot draw this chart: internal error {type(error).__name__}: {error}", self.path, self.name)
             return plotly.io.to_json(empty_figure(name, message), validate=False)
-
-
-def with_live_findings(report: Report, loaded: LoadedRun) -> Report:
-    """``report`` with the findings announced during the run (``live_finding`` records) in
-    ``timelines["live_findings"]`` for the ``findings_during_run`` chart, unless the analysis
-    put them there. The records are written by the manifest's writer, whose clock is the
-    reference clock, so their times need no alignment."""
-    if "live_findings" not in report.timelines:
-        report.timelines["live_findings"] = live_finding_windows(loaded.frame("live_finding"))
-    return report
 
 
 def unanalysed_report(path: Path, tasks: list[str], warnings: list[str]) -> Report:

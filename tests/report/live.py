@@ -1,14 +1,7 @@
-"""``live_finding`` records for the renderer tests, and the report that shows them.
-
-``with_live_findings`` sets ``report.timelines["live_findings"]`` from the run's records,
-as ``tfdiag.analysis.timelines.build_timelines`` is to do (docs/findings.md, "Live
-findings"); it changes nothing when the analysis already did it.
-"""
+"""``live_finding`` records for the renderer tests (``build_timelines`` turns them into
+``report.timelines["live_findings"]``)."""
 
 from __future__ import annotations
-
-from tfdiag.analysis import load_run
-from tfdiag.analysis.live import live_finding_windows
 
 from tests.runs import MS, START_NS, RunBuilder
 
@@ -24,9 +17,3 @@ def add_live_findings(run: RunBuilder, tasks: str = "worker:1") -> RunBuilder:
     run.records += [record("began", "straggler", tasks, 1000, "critical"), record("cleared", "straggler", tasks, 3000),
                     record("began", "input_bound", "", 4000, speedup=None)]
     return run
-
-
-def with_live_findings(report, run_dir):
-    if "live_findings" not in report.timelines:
-        report.timelines["live_findings"] = live_finding_windows(load_run(run_dir).frame("live_finding"))
-    return report

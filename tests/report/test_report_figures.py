@@ -17,7 +17,7 @@ from tfdiag.analysis import analyze
 from tfdiag.report import figures, render_html
 from tfdiag.report.figures import FIGURES
 
-from tests.report.live import add_live_findings, with_live_findings
+from tests.report.live import add_live_findings
 from tests.runs import RunBuilder
 
 HOSTILE = "w<b>x</b>"  # plotly renders names as HTML-ish text; this must show literally
@@ -44,7 +44,7 @@ def full_report(tmp_path_factory):
     add_system(run, "worker:1")
     add_live_findings(run)
     path = run.write()
-    return with_live_findings(analyze(path), path)
+    return analyze(path)
 
 
 @pytest.fixture(scope="module")
@@ -221,7 +221,7 @@ def test_findings_during_run_draws_each_from_its_onset_to_its_clear(full_report)
 
 def test_findings_during_run_escapes_names(tmp_path):
     run = add_live_findings(RunBuilder(tmp_path / "run").steps("worker:0"), tasks=HOSTILE)
-    data = as_json(figures.findings_during_run(with_live_findings(analyze(run.write()), tmp_path / "run")))
+    data = as_json(figures.findings_during_run(analyze(run.write())))
     assert data["data"][0]["y"] == ["straggler (w&lt;b&gt;x&lt;/b&gt;)"]
     assert "<b>" not in data["data"][0]["hovertemplate"]
 

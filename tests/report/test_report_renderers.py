@@ -14,7 +14,7 @@ from tfdiag.report import FORMATS, render, render_html, render_json, render_mark
 from tfdiag.report import formatting as fmt
 from tfdiag.report.json_format import jsonable
 
-from tests.report.live import add_live_findings, with_live_findings
+from tests.report.live import add_live_findings
 from tests.runs import RunBuilder
 
 
@@ -75,7 +75,7 @@ def test_text_report_of_a_clean_run_says_so(clean_report):
 
 def test_text_report_lists_the_findings_announced_during_the_run(tmp_path, clean_report):
     run = add_live_findings(RunBuilder(tmp_path / "run").steps("worker:0").steps("worker:1"))
-    text = render_text(with_live_findings(analyze(run.write()), tmp_path / "run"))
+    text = render_text(analyze(run.write()))
     section = text.split("Findings during the run (2, seconds since the first step)\n", 1)[1].splitlines()
     assert section[0] == "  1.0 s to 3.0 s: [CRITICAL] straggler (worker:1)"
     assert section[1] == "    tfdiag: worker:1 straggler since step 40: worker:1 is 3.0x slower per step"
