@@ -54,7 +54,7 @@ INJECTION_SPECS = {
     "shard-skew": "shard-skew=1:3",
     "hot-ps": "hot-ps=0",
     "slow-ps": "slow-ps=1:25",
-    "kill-worker": "kill-worker=1@30+restart",
+    "kill-worker": "kill-worker=1@{quarter}+restart",  # a quarter into the run: every worker has stepped
 }
 # Variants the sample jobs lack, each applicable where its base kind is: (name, base kind, spec).
 # ``cpu-starve`` is no --inject: ``faults.cpu_quota`` stops and continues worker 1's
@@ -105,8 +105,9 @@ class Cell:
 
     def config(self, logdir: Path, steps: int, inject=None, tune=()) -> JobConfig:
         spec = JOBS[self.job]
+        inject = self.inject if inject is None else inject
         return JobConfig(self.job, str(logdir), steps=steps, ps=PS if spec.ps else 0, workers=WORKERS,
-                         inject=self.inject if inject is None else inject, tune=tuple(tune))
+                         inject=tuple(i.format(quarter=steps // 4) for i in inject), tune=tuple(tune))
 
     @property
     def fix(self) -> tuple[tuple[str, ...], str]:
@@ -234,7 +235,7 @@ def markdown(rows: list[dict], header: str) -> str:
 
 def write_section(doc: Path, table: str) -> None:
     """Replaces the marked matrix section of ``doc`` (appends one when there is none)."""
-    text = doc.read_text()
+    text = doc.read_text() if doc.exists() else ""
     section = f"{BEGIN}\n{table}\n{END}"
     if BEGIN in text and END in text:
         text = text[: text.index(BEGIN)] + section + text[text.index(END) + len(END):]
