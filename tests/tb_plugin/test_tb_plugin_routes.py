@@ -383,12 +383,13 @@ def test_live_run_is_reanalysed_only_when_it_changes(tmp_path):
     get_json(client, PREFIX + "/figure?run=live&name=step_time")
     assert state.analyses == 1  # nothing new on disk: the cached Report is reused
 
-    # Both workers go on, worker:1 much slower: append to their files (a new writer appends).
-    write_steps(run, "worker:0", 20.0, steps=80, first_step=40, start_ns=10**19 // 5)
+    # Both workers go on for the same 7.2 s, worker:1 much slower: append to their files
+    # (a new writer appends).
+    write_steps(run, "worker:0", 20.0, steps=360, first_step=40, start_ns=10**19 // 5)
     write_steps(run, "worker:1", 90.0, steps=80, first_step=40, start_ns=10**19 // 5)
     second = get_json(client, PREFIX + "/report?run=live")
     assert state.analyses == 2
-    assert second["summary"]["steps"] == first["summary"]["steps"] + 160
+    assert second["summary"]["steps"] == first["summary"]["steps"] + 440
     assert second["summary"]["primary_bottleneck"] == "straggler"
 
 
