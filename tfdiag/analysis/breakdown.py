@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 
 from tfdiag.analysis.align import to_reference_clock
+from tfdiag.analysis.step_stats import histogram_quantile
 
 
 def step_table(steps: pd.DataFrame, offsets: dict[str, int]) -> pd.DataFrame:
@@ -53,18 +54,72 @@ def step_table(steps: pd.DataFrame, offsets: dict[str, int]) -> pd.DataFrame:
     )
 
 
-def worker_table(steps: pd.DataFrame) -> pd.DataFrame:
+def worker_table(steps: pd.DataFrame, counters: pd.DataFrame | None = None,
+                 offsets: dict[str, int] | None = None) -> pd.DataFrame:
     """Per-worker summary of a ``step_table``: one row per worker.
 
     Columns: ``task``, ``steps``, ``p50_ns``, ``p95_ns``, ``mean_ns`` (step duration),
     ``period_ns`` (mean time between training-step starts), ``input_wait_frac``, ``examples``,
     ``active_ns`` (first begin to last end). Timing leaves out each worker's warm-up step
     unless it is the worker's only one; ``steps`` and ``examples`` count every step.
+
+    With ``counters`` (``LoadedRun.step_counters``), a worker whose rows are a sample
+    (``step_stats``) gets its row from the exact counters instead, its percentiles from
+    the duration histogram (within ``step_stats.PERCENTILE_RELATIVE_ERROR``).
     """
+    table = _worker_table_of_rows(steps)
+    if counters is None or not counters["sampled"].any():
+        return table
+    exact = counter_worker_table(counters, offsets or {})
+    sampled = set(counters.loc[counters["sampled"], "task"])
+    rows = pd.concat([table[~table["task"].isin(sampled)], exact[exact["task"].isin(sampled)]])
+    return rows.sort_values("task").reset_index(drop=True)
+
+
+def counter_worker_table(counters: pd.DataFrame, offsets: dict[str, int]) -> pd.DataFrame:
+    """``worker_table`` from ``step_stats`` counters: exact counts, sums and times, and
+    percentiles from the duration histograms."""
+    rows = []
+    for task, groups in counters.groupby("task", sort=True):
+        shift = groups["clock_task"].map(lambda clock: offsets.get(clock, 0)).to_numpy()
+        first = groups["first_begin_ns"].to_numpy(dtype="int64") - shift
+        warm = first == first.min()  # the clocks' groups holding the task's warm-up rows
+        records, warm_rows = int(groups["rows"].sum()), int(groups["first_rows"][warm].sum())
+        histogram = np.sum(list(groups["histogram"]), axis=0)
+        duration, wait = float(groups["duration_sum"].sum()), float(groups["wait_sum"].sum())
+        timed_rows = records
+        if records > 1:  # the warm-up is left out of the timing unless it is the only record
+            histogram = histogram - np.sum(list(groups["first_histogram"][warm]), axis=0)
+            duration -= float(groups["first_duration_sum"][warm].sum())
+            wait -= float(groups["first_wait_sum"][warm].sum())
+            timed_rows -= warm_rows
+        after = records - warm_rows
+        starts = [second - offset if is_warm else begin for second, begin, offset, is_warm
+                  in zip(groups["second_begin_ns"], first, shift, warm) if not (is_warm and pd.isna(second))]
+        last_start = float((groups["last_begin_ns"].to_numpy(dtype="int64") - shift).max())
+        per_record = (int(groups["steps"].sum()) - int(groups["first_steps"][warm].sum())) / after if after else np.nan
+        period = (last_start - float(min(starts))) / (after - 1) / per_record if after > 1 and starts else np.nan
+        mean = duration / timed_rows if timed_rows else np.nan
+        rows.append({
+            "task": str(task),
+            "steps": int(groups["steps"].sum()),
+            "p50_ns": histogram_quantile(histogram, 0.5),
+            "p95_ns": histogram_quantile(histogram, 0.95),
+            "mean_ns": mean,
+            "period_ns": mean if np.isnan(period) else period,
+            "input_wait_frac": wait / max(duration, 1.0),
+            "examples": float(groups["examples"].sum()),
+            "active_ns": float((groups["last_end_ns"].to_numpy(dtype="int64") - shift).max()) - float(first.min()),
+        })
+    return pd.DataFrame(rows, columns=WORKER_COLUMNS)
+
+
+WORKER_COLUMNS = ["task", "steps", "p50_ns", "p95_ns", "mean_ns", "period_ns", "input_wait_frac", "examples", "active_ns"]
+
+
+def _worker_table_of_rows(steps: pd.DataFrame) -> pd.DataFrame:
     if steps.empty:
-        return pd.DataFrame(
-            columns=["task", "steps", "p50_ns", "p95_ns", "mean_ns", "period_ns", "input_wait_frac", "examples", "active_ns"]
-        )
+        return pd.DataFrame(columns=WORKER_COLUMNS)
     grouped = steps.groupby("task", sort=True, observed=True)
     counts = grouped["step"].transform("size")
     # Filter only the columns each statistic needs: a copy of ten million rows of every
@@ -97,8 +152,17 @@ def worker_table(steps: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def run_throughput(steps: pd.DataFrame) -> tuple[float | None, float | None]:
-    """(median step time in ms, examples per second over the whole run) of a ``step_table``."""
+def run_throughput(steps: pd.DataFrame, counters: pd.DataFrame | None = None,
+                   offsets: dict[str, int] | None = None) -> tuple[float | None, float | None]:
+    """(median step time in ms, examples per second over the whole run) of a ``step_table``;
+    from the exact ``step_stats`` counters (and their histograms) when some rows are a sample."""
+    if counters is not None and counters["sampled"].any():
+        shift = counters["clock_task"].map(lambda clock: (offsets or {}).get(clock, 0)).to_numpy()
+        span_ns = (int((counters["last_end_ns"].to_numpy(dtype="int64") - shift).max())
+                   - int((counters["first_begin_ns"].to_numpy(dtype="int64") - shift).min()))
+        step_ms = histogram_quantile(np.sum(list(counters["histogram"]), axis=0), 0.5) / 1e6
+        examples = float(counters["examples"].sum())
+        return step_ms, examples / (span_ns / 1e9) if span_ns > 0 else None
     if steps.empty:
         return None, None
     span_ns = int(steps["end_ns"].max()) - int(steps["begin_ns"].min())
