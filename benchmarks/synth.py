@@ -1,8 +1,10 @@
 """Writes a large synthetic run in the store's real format, for the scale benchmark.
 
-Every worker gets its own task file (as in a real run), with steps around ``--step-ms``;
-every worker probes every ps once a second of simulated time, and every task's system
-sampler reports once a second. Records are built as Arrow batches with numpy and framed
+Every worker gets its own task file (as in a real run), with steps around ``--step-ms``,
+and its system sampler reports once a second of simulated time. The chief's file holds
+the RPC probe as ``collectors/rpc_probe.py`` runs it: each worker → ps link probed once
+plain and once with a 1 MB payload when the probe functions are prepared, two more full
+passes, then one link a second, in turn. Records are built as Arrow batches with numpy and framed
 by ``tfdiag.store.framing.encode_frame``, the function ``TaskWriter`` frames its records
 with (same schema, metadata and bytes per frame), so 100 million records take minutes,
 not the hours ``TaskWriter.append`` would take one dict at a time. Workers are written by
@@ -38,6 +40,7 @@ from tfdiag.store.paths import LOG_SUFFIX, log_dir
 START_NS = 1_700_000_000_000_000_000
 SECOND = 1_000_000_000
 GAP_NS = 1_000_000  # between one step's end and the next one's begin
+PAYLOAD_BYTES = 1 << 20  # what the probe's payload passes move
 STATE_NAME = "synth.json"
 
 
@@ -49,9 +52,38 @@ def _batch(kind: str, task: str, columns: dict) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def write_worker(run: str, index: int, first_step: int, begin_ns: int, steps: int, step_ms: float, ps: int,
+def write_probes(run: str, workers: int, ps: int, probe: dict, until_ns: int, seed: int) -> None:
+    """Appends the chief's probes up to ``until_ns``, from where ``probe`` says the last write stopped."""
+    links = [(f"worker:{w}", f"ps:{p}") for w in range(workers) for p in range(ps)]
+    rng = np.random.default_rng([seed, probe["count"]])
+    sends, payloads, which = [], [], []
+    if probe["count"] == 0:  # prepare (plain and 1 MB) and two more full passes, 2 ms apart
+        for payload in (0, PAYLOAD_BYTES, 0, 0):
+            which += range(len(links))
+            payloads += [payload] * len(links)
+        sends = list(START_NS + 2_000_000 * np.arange(len(which)))
+        probe["time_ns"] = int(sends[-1]) + SECOND
+    while probe["time_ns"] < until_ns:  # then one link a second
+        which.append(probe["count"] % len(links))
+        payloads.append(0)
+        sends.append(probe["time_ns"])
+        probe["time_ns"] += SECOND
+        probe["count"] += 1
+    probe["count"] = max(probe["count"], 1)
+    if not sends:
+        return
+    sent, payload = np.asarray(sends, np.int64), np.asarray(payloads, np.int64)
+    rtt = rng.gamma(4.0, 100_000, len(sent)).astype(np.int64) + payload * 8  # 1 MB: ~8 ms more
+    batch = _batch("rpc", "chief:0", {
+        "src": [links[i][0] for i in which], "dst": [links[i][1] for i in which], "send_ns": sent,
+        "remote_ns": sent + rtt // 2, "recv_ns": sent + rtt, "payload_bytes": payload})
+    with open(log_dir(run) / ("chief-0" + LOG_SUFFIX), "ab") as file:
+        file.write(encode_frame(batch))
+
+
+def write_worker(run: str, index: int, first_step: int, begin_ns: int, steps: int, step_ms: float,
                  frame_rows: int, seed: int) -> tuple[int, int]:
-    """Appends ``steps`` steps of ``worker:index`` (and its probes and samples) to its task file.
+    """Appends ``steps`` steps of ``worker:index`` (and its system samples) to its task file.
 
     Returns (the next step number, the next step's begin time).
     """
@@ -61,7 +93,7 @@ def write_worker(run: str, index: int, first_step: int, begin_ns: int, steps: in
     waits = (durations * rng.uniform(0.0, 0.1, steps)).astype(np.int64)
     begins = begin_ns + np.concatenate(([0], np.cumsum(durations[:-1] + GAP_NS)))
     numbers = np.arange(first_step, first_step + steps, dtype=np.int64)
-    # A probe and a sample at the first step of each simulated second.
+    # A system sample at the first step of each simulated second.
     seconds = (begins - START_NS) // SECOND
     probed = np.flatnonzero(np.diff(seconds, prepend=(begin_ns - START_NS) // SECOND - 1))
     path = log_dir(run) / (task_file_stem(task) + LOG_SUFFIX)
@@ -76,11 +108,6 @@ def write_worker(run: str, index: int, first_step: int, begin_ns: int, steps: in
                 "examples": np.full(size, 64, np.int64), "clock_task": [task] * size}))]
             at = probed[(probed >= start) & (probed < stop)]
             if len(at):
-                sent = np.repeat(begins[at], ps)
-                rtt = rng.gamma(4.0, 100_000, len(sent)).astype(np.int64)
-                frames.append(encode_frame(_batch("rpc", task, {
-                    "src": [task] * len(sent), "dst": [f"ps:{i}" for i in range(ps)] * len(at), "send_ns": sent,
-                    "remote_ns": sent + rtt // 2, "recv_ns": sent + rtt, "payload_bytes": np.zeros(len(sent), np.int64)})))
                 frames.append(encode_frame(_batch("system", task, {
                     "host": [task.replace(":", "-")] * len(at), "task": [task] * len(at), "time_ns": begins[at],
                     "cpu_pct": rng.uniform(40, 90, len(at)), "mem_used_frac": np.full(len(at), 0.4),
@@ -110,12 +137,14 @@ def main(argv=None) -> int:
                        cluster={"chief": ["host-c:2222"], "worker": [f"host-{i}:2222" for i in range(args.workers)],
                                 "ps": [f"host-ps{i}:2222" for i in range(args.ps)]}, start_time_ns=START_NS)
         log_dir(args.run).mkdir(parents=True, exist_ok=True)
-        state = {"next": [[0, START_NS]] * args.workers, "ps": args.ps}
+        state = {"next": [[0, START_NS]] * args.workers, "ps": args.ps, "probe": {"count": 0, "time_ns": START_NS}}
     started = time.perf_counter()
     with ProcessPoolExecutor(args.jobs) as pool:
-        futures = [pool.submit(write_worker, args.run, index, first, begin, args.steps, args.step_ms, state["ps"],
+        futures = [pool.submit(write_worker, args.run, index, first, begin, args.steps, args.step_ms,
                                args.frame_rows, args.seed) for index, (first, begin) in enumerate(state["next"])]
         state["next"] = [list(future.result()) for future in futures]
+    write_probes(args.run, len(state["next"]), state["ps"], state["probe"], max(end for _, end in state["next"]),
+                 args.seed)
     state_path.write_text(json.dumps(state))
     print(f"wrote {len(state['next']) * args.steps} step records to {args.run} in {time.perf_counter() - started:.0f} s",
           file=sys.stderr)

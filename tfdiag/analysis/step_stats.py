@@ -33,9 +33,9 @@ import pyarrow.compute as pc
 from tfdiag.events import KINDS
 
 # Rows of the step-number sample per task before its stride doubles (it then holds half).
-SAMPLED_ROWS = 4096
+SAMPLED_ROWS = 1024
 # The most recent rows of each task kept in full.
-RECENT_ROWS = 1024
+RECENT_ROWS = 256
 # Bucket bounds grow by this factor; a percentile is read by rank inside its bucket, so it
 # lies between the bucket's bounds, as the exact value does: within 1 % of it.
 BUCKET_GROWTH = 1.01
@@ -197,10 +197,10 @@ class StepAccumulator:
         group.recent_rows += len(table)
         while group.recent_rows - len(group.recent[0]) >= self.recent_rows:
             group.recent_rows -= len(group.recent.popleft())
-        if len(group.recent) > 1 and group.recent_rows > 2 * self.recent_rows:  # one large batch: keep its end
-            last = group.recent.pop()
-            group.recent = deque([last.slice(max(len(last) - self.recent_rows, 0))])
-            group.recent_rows = len(group.recent[0])
+        if group.recent_rows > 2 * self.recent_rows:  # large batches: a copy of their end, not the whole frames
+            end = pa.concat_tables(list(group.recent)).slice(group.recent_rows - self.recent_rows)
+            group.recent = deque([end.take(np.arange(len(end)))])
+            group.recent_rows = len(end)
 
     @property
     def sampled(self) -> bool:
