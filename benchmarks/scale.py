@@ -40,7 +40,7 @@ PROBE = (
     "print(json.dumps({'tensorflow': 'tensorflow' in sys.modules, 'peak_mb': usage.ru_maxrss / 1024,"
     " 'cpu_s': usage.ru_utime + usage.ru_stime}), file=sys.stderr); sys.exit(code)"
 )
-CHECK_CAP = dict(sampled_rows=16, recent_rows=8)
+CHECK_CAP = dict(sampled_rows=8, recent_rows=4)
 
 
 def _load() -> str:

@@ -70,10 +70,11 @@ def worker_table(steps: pd.DataFrame, counters: pd.DataFrame | None = None,
     table = _worker_table_of_rows(steps)
     if counters is None or not counters["sampled"].any():
         return table
-    exact = counter_worker_table(counters, offsets or {})
-    sampled = set(counters.loc[counters["sampled"], "task"])
-    rows = pd.concat([table[~table["task"].isin(sampled)], exact[exact["task"].isin(sampled)]])
-    return rows.sort_values("task").reset_index(drop=True)
+    exact = counter_worker_table(counters, offsets or {}).set_index("task")
+    sampled = table["task"].isin(set(counters.loc[counters["sampled"], "task"]))
+    table = table.set_index("task")  # the kept rows hold every task, in the rows' order
+    table.loc[sampled.to_numpy()] = exact.loc[table.index[sampled.to_numpy()]]
+    return table.reset_index()
 
 
 def counter_worker_table(counters: pd.DataFrame, offsets: dict[str, int]) -> pd.DataFrame:
