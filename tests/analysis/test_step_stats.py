@@ -131,3 +131,18 @@ def test_records_of_several_tasks_in_one_batch_are_kept_apart():
     counters = accumulator.counters().set_index("task")
     assert counters.loc["worker:0", "rows"] == counters.loc["worker:1", "rows"] == 20
     assert counters.loc["worker:1", "duration_sum"] == 20 * 6
+
+
+def test_the_longest_gap_between_steps_is_exact_when_rows_are_sampled(builder):
+    """A pause (a checkpoint) between two steps that the sample leaves out is still measured."""
+    run = builder().steps("worker:0", count=300, step_ms=20, idle_ms=1)
+    run.steps("worker:1", count=150, step_ms=20, idle_ms=1)
+    paused_from = run.step_end_ns + 2_500 * 10**6
+    run.steps("worker:1", count=151, step_ms=20, idle_ms=1, first_step=150, start_ns=paused_from)
+    run.step_begins.pop("worker:1")
+    path = run.write(by_task=True, frame_records=25)
+    counters = RunLoader(path, StepAccumulator(**SMALL_CAP)).refresh().step_counters.set_index("task")
+    rows = RunLoader(path).refresh().frame("step")
+    exact = {task: group["end_ns"].sort_values().diff().iloc[2:].max() for task, group in rows.groupby("task", observed=True)}
+    assert counters.loc["worker:1", "longest_gap_ns"] == exact["worker:1"] > 2_500 * 10**6
+    assert counters.loc["worker:0", "longest_gap_ns"] == exact["worker:0"]

@@ -97,6 +97,8 @@ class _Group:
     first_rows: pa.Table | None = None  # the rows that began at first_begin (the warm-up)
     last_begin: int | None = None
     last_end: int | None = None
+    longest_gap: int = 0  # between consecutive step ends, the first record's excepted (stalled's rule)
+    previous_end: int | None = None  # the last end of the previous batch
     stride: int = 1
     sample: list[pa.Table] = field(default_factory=list)
     sample_rows: int = 0
@@ -179,6 +181,14 @@ class StepAccumulator:
             candidates = [value for value in (group.second_begin, int(later.min()) if len(later) else None)
                           if value is not None]
             group.second_begin = min(candidates) if candidates else None
+        ends = np.sort(end)
+        if group.previous_end is not None:
+            ends = np.concatenate(([group.previous_end], ends))
+        elif len(ends) > 1:  # the gap after a task's first (warm-up) record is not its rhythm
+            ends = ends[1:]
+        if len(ends) > 1:
+            group.longest_gap = max(group.longest_gap, int(np.diff(ends).max()))
+        group.previous_end = int(ends[-1])
         group.last_begin = max(int(begin.max()), group.last_begin if group.last_begin is not None else -1)
         group.last_end = max(int(end.max()), group.last_end if group.last_end is not None else -1)
 
@@ -230,7 +240,9 @@ class StepAccumulator:
 
         Columns: ``task``, ``clock_task``, ``rows``, ``steps``, ``examples``,
         ``duration_sum``, ``wait_sum``, ``first_begin_ns``, ``second_begin_ns``,
-        ``last_begin_ns``, ``last_end_ns`` (raw clock), ``sampled``, ``histogram``, and of the
+        ``last_begin_ns``, ``last_end_ns`` (raw clock), ``longest_gap_ns`` (between consecutive
+        step ends after the first record, as the stall check measures a task's rhythm; a
+        file's order, so exact when each file is in time order), ``sampled``, ``histogram``, and of the
         warm-up rows (those at ``first_begin_ns``): ``first_rows``, ``first_steps``,
         ``first_duration_sum``, ``first_wait_sum``, ``first_histogram``.
         """
@@ -243,13 +255,15 @@ class StepAccumulator:
                     "task": task, "clock_task": clock, "rows": group.rows, "steps": group.steps,
                     "examples": group.examples, "duration_sum": group.duration_sum, "wait_sum": group.wait_sum,
                     "first_begin_ns": group.first_begin, "second_begin_ns": group.second_begin,
-                    "last_begin_ns": group.last_begin, "last_end_ns": group.last_end, "sampled": group.sampled,
+                    "last_begin_ns": group.last_begin, "last_end_ns": group.last_end,
+                    "longest_gap_ns": group.longest_gap, "sampled": group.sampled,
                     "histogram": group.histogram.copy(), **first,
                 }
                 continue
             _merge(row, group, first)
         columns = ["task", "clock_task", "rows", "steps", "examples", "duration_sum", "wait_sum", "first_begin_ns",
-                   "second_begin_ns", "last_begin_ns", "last_end_ns", "sampled", "histogram", "first_rows",
+                   "second_begin_ns", "last_begin_ns", "last_end_ns", "longest_gap_ns", "sampled", "histogram",
+                   "first_rows",
                    "first_steps", "first_duration_sum", "first_wait_sum", "first_histogram"]
         return pd.DataFrame(list(merged.values()), columns=columns)
 
@@ -271,6 +285,7 @@ def _merge(row: dict, group: _Group, first: dict) -> None:
     row["sampled"] = row["sampled"] or group.sampled
     row["last_begin_ns"] = max(row["last_begin_ns"], group.last_begin)
     row["last_end_ns"] = max(row["last_end_ns"], group.last_end)
+    row["longest_gap_ns"] = max(row["longest_gap_ns"], group.longest_gap)
     begins = sorted({row["first_begin_ns"], group.first_begin} | {value for value in (row["second_begin_ns"], group.second_begin)
                                                                     if value is not None})
     if group.first_begin < row["first_begin_ns"]:
