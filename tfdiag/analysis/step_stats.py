@@ -30,8 +30,6 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tfdiag.events import KINDS
-
 # Rows of the step-number sample per task before its stride doubles (it then holds half).
 SAMPLED_ROWS = 1024
 # The most recent rows of each task kept in full.
@@ -212,11 +210,6 @@ class StepAccumulator:
             group.recent = deque([end.take(np.arange(len(end)))])
             group.recent_rows = len(end)
 
-    @property
-    def sampled(self) -> bool:
-        """Whether some task's rows are a sample (its counters then hold the exact figures)."""
-        return any(group.sampled for group in self._groups.values())
-
     def rows(self) -> pa.Table | None:
         """The rows kept, in the order each file logged them (one table of the kind's columns)."""
         tables, sources = [], []
@@ -309,6 +302,3 @@ def _values(column: pa.ChunkedArray, fill: int) -> np.ndarray:
         column = pc.fill_null(column, fill)
     return column.to_numpy()
 
-
-def empty_rows() -> pa.Table:
-    return KINDS["step"].arrow_schema().remove_metadata().empty_table()
