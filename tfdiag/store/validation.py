@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -130,7 +131,12 @@ def _outside(column: pa.Array, bound: int) -> bool:
     """Whether a value of ``column`` lies outside [0, bound] (nulls are in range)."""
     if column.null_count == 0:  # numpy reads the values in place: cheaper than a compute call
         values = column.to_numpy()
-        return bool(len(values)) and (int(values.min()) < 0 or int(values.max()) > bound)
+        if not len(values):
+            return False
+        # One pass: no bit at or above the bound's top bit set (a negative value sets the sign bit).
+        if int(np.bitwise_or.reduce(values.view(np.uint64))) >> ((bound + 1).bit_length() - 1) == 0:
+            return False
+        return int(values.min()) < 0 or int(values.max()) > bound
     if column.null_count == len(column):
         return False
     low, high = pc.min_max(column).values()
