@@ -78,41 +78,58 @@ def worker_table(steps: pd.DataFrame, counters: pd.DataFrame | None = None,
 
 
 def counter_worker_table(counters: pd.DataFrame, offsets: dict[str, int]) -> pd.DataFrame:
-    """``worker_table`` from ``step_stats`` counters: exact counts, sums and times, and
-    percentiles from the duration histograms."""
-    rows = []
-    for task, groups in counters.groupby("task", sort=True):
-        shift = groups["clock_task"].map(lambda clock: offsets.get(clock, 0)).to_numpy()
-        first = groups["first_begin_ns"].to_numpy(dtype="int64") - shift
-        warm = first == first.min()  # the clocks' groups holding the task's warm-up rows
-        records, warm_rows = int(groups["rows"].sum()), int(groups["first_rows"][warm].sum())
-        histogram = np.sum(list(groups["histogram"]), axis=0)
-        duration, wait = float(groups["duration_sum"].sum()), float(groups["wait_sum"].sum())
-        timed_rows = records
-        if records > 1:  # the warm-up is left out of the timing unless it is the only record
-            histogram = histogram - np.sum(list(groups["first_histogram"][warm]), axis=0)
-            duration -= float(groups["first_duration_sum"][warm].sum())
-            wait -= float(groups["first_wait_sum"][warm].sum())
-            timed_rows -= warm_rows
-        after = records - warm_rows
-        starts = [second - offset if is_warm else begin for second, begin, offset, is_warm
-                  in zip(groups["second_begin_ns"], first, shift, warm) if not (is_warm and pd.isna(second))]
-        last_start = float((groups["last_begin_ns"].to_numpy(dtype="int64") - shift).max())
-        per_record = (int(groups["steps"].sum()) - int(groups["first_steps"][warm].sum())) / after if after else np.nan
-        period = (last_start - float(min(starts))) / (after - 1) / per_record if after > 1 and starts else np.nan
-        mean = duration / timed_rows if timed_rows else np.nan
-        rows.append({
-            "task": str(task),
-            "steps": int(groups["steps"].sum()),
-            "p50_ns": histogram_quantile(histogram, 0.5),
-            "p95_ns": histogram_quantile(histogram, 0.95),
-            "mean_ns": mean,
-            "period_ns": mean if np.isnan(period) else period,
-            "input_wait_frac": wait / max(duration, 1.0),
-            "examples": float(groups["examples"].sum()),
-            "active_ns": float((groups["last_end_ns"].to_numpy(dtype="int64") - shift).max()) - float(first.min()),
-        })
-    return pd.DataFrame(rows, columns=WORKER_COLUMNS)
+    """``worker_table`` from ``step_stats`` counters (one row per task and clock): exact
+    counts, sums and times, and percentiles from the duration histograms."""
+    shift = counters["clock_task"].map(lambda clock: offsets.get(clock, 0)).to_numpy(dtype="float64")
+    first = counters["first_begin_ns"].to_numpy(dtype="float64") - shift
+    task = counters["task"]
+    warm = first == pd.Series(first).groupby(task.to_numpy()).transform("min").to_numpy()  # holds the warm-up
+    per_clock = pd.DataFrame({
+        "task": task,
+        "rows": counters["rows"], "steps": counters["steps"], "examples": counters["examples"],
+        "warm_rows": np.where(warm, counters["first_rows"], 0),
+        "warm_steps": np.where(warm, counters["first_steps"], 0),
+        "duration": counters["duration_sum"], "wait": counters["wait_sum"],
+        "warm_duration": np.where(warm, counters["first_duration_sum"], 0.0),
+        "warm_wait": np.where(warm, counters["first_wait_sum"], 0.0),
+        # the first start after the warm-up: the second begin where the warm-up is, else the first
+        "start": np.where(warm, counters["second_begin_ns"].astype("float64").to_numpy() - shift, first),
+        "last_start": counters["last_begin_ns"].to_numpy(dtype="float64") - shift,
+        "first": first,
+        "last_end": counters["last_end_ns"].to_numpy(dtype="float64") - shift,
+    })
+    grouped = per_clock.groupby("task", sort=False)
+    sums = grouped[["rows", "steps", "examples", "warm_rows", "warm_steps", "duration", "wait", "warm_duration",
+                    "warm_wait"]].sum()
+    times = grouped.agg(start=("start", "min"), last_start=("last_start", "max"), first=("first", "min"),
+                        last_end=("last_end", "max"))
+    codes = pd.Index(sums.index).get_indexer(task)
+    histograms = np.zeros((len(sums), len(counters["histogram"].iloc[0])), "int64")
+    np.add.at(histograms, codes, np.stack(list(counters["histogram"])))
+    warm_histograms = np.zeros_like(histograms)
+    np.add.at(warm_histograms, codes, np.stack(list(counters["first_histogram"])) * warm[:, None])
+    # The warm-up is left out of the timing unless it is the worker's only record.
+    several = (sums["rows"] > 1).to_numpy()
+    histograms -= np.where(several[:, None], warm_histograms, 0)
+    duration = sums["duration"] - sums["warm_duration"].where(several, 0.0)
+    wait = sums["wait"] - sums["warm_wait"].where(several, 0.0)
+    timed = sums["rows"] - sums["warm_rows"].where(several, 0)
+    after = sums["rows"] - sums["warm_rows"]
+    per_record = (sums["steps"] - sums["warm_steps"]) / after.where(after > 0)
+    period = (times["last_start"] - times["start"]) / (after - 1).where(after > 1) / per_record
+    mean = duration / timed.where(timed > 0)
+    table = pd.DataFrame({
+        "task": sums.index.astype(str),
+        "steps": sums["steps"].to_numpy(),
+        "p50_ns": [histogram_quantile(row, 0.5) for row in histograms],
+        "p95_ns": [histogram_quantile(row, 0.95) for row in histograms],
+        "mean_ns": mean.to_numpy(),
+        "period_ns": period.fillna(mean).to_numpy(),
+        "input_wait_frac": (wait / duration.clip(lower=1.0)).to_numpy(),
+        "examples": sums["examples"].to_numpy(dtype="float64"),
+        "active_ns": (times["last_end"] - times["first"]).to_numpy(),
+    })
+    return table[WORKER_COLUMNS]
 
 
 WORKER_COLUMNS = ["task", "steps", "p50_ns", "p95_ns", "mean_ns", "period_ns", "input_wait_frac", "examples", "active_ns"]
