@@ -60,7 +60,9 @@ def worker_table(steps: pd.DataFrame, counters: pd.DataFrame | None = None,
 
     Columns: ``task``, ``steps``, ``p50_ns``, ``p95_ns``, ``mean_ns`` (step duration),
     ``period_ns`` (mean time between training-step starts), ``input_wait_frac``, ``examples``,
-    ``active_ns`` (first begin to last end). Timing leaves out each worker's warm-up step
+    ``active_ns`` (first begin to last end), ``records`` (step records: ``steps / records``
+    is the training steps a record covers, exactly, where the kept rows are a sample).
+    Timing leaves out each worker's warm-up step
     unless it is the worker's only one; ``steps`` and ``examples`` count every step.
 
     With ``counters`` (``LoadedRun.step_counters``), a worker whose rows are a sample
@@ -128,11 +130,13 @@ def counter_worker_table(counters: pd.DataFrame, offsets: dict[str, int]) -> pd.
         "input_wait_frac": (wait / duration.clip(lower=1.0)).to_numpy(),
         "examples": sums["examples"].to_numpy(dtype="float64"),
         "active_ns": (times["last_end"] - times["first"]).to_numpy(),
+        "records": sums["rows"].to_numpy(),
     })
     return table[WORKER_COLUMNS]
 
 
-WORKER_COLUMNS = ["task", "steps", "p50_ns", "p95_ns", "mean_ns", "period_ns", "input_wait_frac", "examples", "active_ns"]
+WORKER_COLUMNS = ["task", "steps", "p50_ns", "p95_ns", "mean_ns", "period_ns", "input_wait_frac", "examples", "active_ns",
+                  "records"]
 
 
 def _worker_table_of_rows(steps: pd.DataFrame) -> pd.DataFrame:
@@ -155,6 +159,7 @@ def _worker_table_of_rows(steps: pd.DataFrame) -> pd.DataFrame:
     table = pd.DataFrame(
         {
             "steps": grouped["steps"].sum(),
+            "records": grouped["steps"].size(),
             "p50_ns": timing["duration_ns"].median(),
             "p95_ns": timing["duration_ns"].quantile(0.95),
             "mean_ns": timing["duration_ns"].mean(),
@@ -167,7 +172,7 @@ def _worker_table_of_rows(steps: pd.DataFrame) -> pd.DataFrame:
     table["task"] = table["task"].astype(str)
     # A worker with one or two steps has no period; its duration is the best stand-in.
     table["period_ns"] = table["period_ns"].fillna(table["mean_ns"])
-    return table
+    return table[WORKER_COLUMNS]
 
 
 def run_throughput(steps: pd.DataFrame, counters: pd.DataFrame | None = None,
