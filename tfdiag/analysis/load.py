@@ -5,8 +5,8 @@ task file since the previous call, so a live run (and the TensorBoard tab) never
 re-reads what it already has. Step records are folded into ``step_stats`` as each frame
 is read (exact counters, histograms and a bounded set of rows), so what the loader holds
 of them does not grow with the run's length; a refresh folds only the new ones and
-rebuilds only the frames of kinds that got records. A file that shrank or was replaced is read again from
-byte 0. Frames whose payload is byte-for-byte one already loaded (a copied task file, a
+rebuilds only the frames of kinds that got records. A file that shrank or was replaced
+is read again from byte 0. Frames whose payload is byte-for-byte one already loaded (a copied task file, a
 frame written twice) are counted once. Nothing that is in the run directory makes
 ``refresh`` raise: each problem is a counted skip or a warning naming the file (the
 only error is ``RunNotFoundError``, from the constructor, for a directory that is not a
