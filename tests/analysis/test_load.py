@@ -163,6 +163,7 @@ def test_a_file_that_shrank_is_read_again_from_the_start(tmp_path):
     run = loader.refresh()
 
     assert run.frame("step")["step"].tolist() == [7]
+    assert run.step_counters[["task", "rows", "examples"]].values.tolist() == [["worker:0", 1, 8.0]]  # folded anew
     assert any("worker-0.tfdiag: shrank or was replaced" in warning and "read again from byte 0" in warning
                for warning in run.warnings)
 

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 
 from tfdiag.analysis.align import to_reference_clock
+from tfdiag.analysis.step_stats import histogram_quantile
 
 
 def step_table(steps: pd.DataFrame, offsets: dict[str, int]) -> pd.DataFrame:
@@ -53,18 +54,94 @@ def step_table(steps: pd.DataFrame, offsets: dict[str, int]) -> pd.DataFrame:
     )
 
 
-def worker_table(steps: pd.DataFrame) -> pd.DataFrame:
+def worker_table(steps: pd.DataFrame, counters: pd.DataFrame | None = None,
+                 offsets: dict[str, int] | None = None) -> pd.DataFrame:
     """Per-worker summary of a ``step_table``: one row per worker.
 
     Columns: ``task``, ``steps``, ``p50_ns``, ``p95_ns``, ``mean_ns`` (step duration),
     ``period_ns`` (mean time between training-step starts), ``input_wait_frac``, ``examples``,
-    ``active_ns`` (first begin to last end). Timing leaves out each worker's warm-up step
+    ``active_ns`` (first begin to last end), ``records`` (step records: ``steps / records``
+    is the training steps a record covers, exactly, where the kept rows are a sample).
+    Timing leaves out each worker's warm-up step
     unless it is the worker's only one; ``steps`` and ``examples`` count every step.
+
+    With ``counters`` (``LoadedRun.step_counters``), a worker whose rows are a sample
+    (``step_stats``) gets its row from the exact counters instead, its percentiles from
+    the duration histogram (within ``step_stats.PERCENTILE_RELATIVE_ERROR``).
     """
+    table = _worker_table_of_rows(steps)
+    if counters is None or not counters["sampled"].any():
+        return table
+    exact = counter_worker_table(counters, offsets or {}).set_index("task")
+    sampled = table["task"].isin(set(counters.loc[counters["sampled"], "task"]))
+    table = table.set_index("task")  # the kept rows hold every task, in the rows' order
+    table.loc[sampled.to_numpy()] = exact.loc[table.index[sampled.to_numpy()]]
+    return table.reset_index()
+
+
+def counter_worker_table(counters: pd.DataFrame, offsets: dict[str, int]) -> pd.DataFrame:
+    """``worker_table`` from ``step_stats`` counters (one row per task and clock): exact
+    counts, sums and times, and percentiles from the duration histograms."""
+    shift = counters["clock_task"].map(lambda clock: offsets.get(clock, 0)).to_numpy(dtype="float64")
+    first = counters["first_begin_ns"].to_numpy(dtype="float64") - shift
+    task = counters["task"]
+    warm = first == pd.Series(first).groupby(task.to_numpy()).transform("min").to_numpy()  # holds the warm-up
+    per_clock = pd.DataFrame({
+        "task": task,
+        "rows": counters["rows"], "steps": counters["steps"], "examples": counters["examples"],
+        "warm_rows": np.where(warm, counters["first_rows"], 0),
+        "warm_steps": np.where(warm, counters["first_steps"], 0),
+        "duration": counters["duration_sum"], "wait": counters["wait_sum"],
+        "warm_duration": np.where(warm, counters["first_duration_sum"], 0.0),
+        "warm_wait": np.where(warm, counters["first_wait_sum"], 0.0),
+        # the first start after the warm-up: the second begin where the warm-up is, else the first
+        "start": np.where(warm, counters["second_begin_ns"].astype("float64").to_numpy() - shift, first),
+        "last_start": counters["last_begin_ns"].to_numpy(dtype="float64") - shift,
+        "first": first,
+        "last_end": counters["last_end_ns"].to_numpy(dtype="float64") - shift,
+    })
+    grouped = per_clock.groupby("task", sort=False)
+    sums = grouped[["rows", "steps", "examples", "warm_rows", "warm_steps", "duration", "wait", "warm_duration",
+                    "warm_wait"]].sum()
+    times = grouped.agg(start=("start", "min"), last_start=("last_start", "max"), first=("first", "min"),
+                        last_end=("last_end", "max"))
+    codes = pd.Index(sums.index).get_indexer(task)
+    histograms = np.zeros((len(sums), len(counters["histogram"].iloc[0])), "int64")
+    np.add.at(histograms, codes, np.stack(list(counters["histogram"])))
+    warm_histograms = np.zeros_like(histograms)
+    np.add.at(warm_histograms, codes, np.stack(list(counters["first_histogram"])) * warm[:, None])
+    # The warm-up is left out of the timing unless it is the worker's only record.
+    several = (sums["rows"] > 1).to_numpy()
+    histograms -= np.where(several[:, None], warm_histograms, 0)
+    duration = sums["duration"] - sums["warm_duration"].where(several, 0.0)
+    wait = sums["wait"] - sums["warm_wait"].where(several, 0.0)
+    timed = sums["rows"] - sums["warm_rows"].where(several, 0)
+    after = sums["rows"] - sums["warm_rows"]
+    per_record = (sums["steps"] - sums["warm_steps"]) / after.where(after > 0)
+    period = (times["last_start"] - times["start"]) / (after - 1).where(after > 1) / per_record
+    mean = duration / timed.where(timed > 0)
+    table = pd.DataFrame({
+        "task": sums.index.astype(str),
+        "steps": sums["steps"].to_numpy(),
+        "p50_ns": [histogram_quantile(row, 0.5) for row in histograms],
+        "p95_ns": [histogram_quantile(row, 0.95) for row in histograms],
+        "mean_ns": mean.to_numpy(),
+        "period_ns": period.fillna(mean).to_numpy(),
+        "input_wait_frac": (wait / duration.clip(lower=1.0)).to_numpy(),
+        "examples": sums["examples"].to_numpy(dtype="float64"),
+        "active_ns": (times["last_end"] - times["first"]).to_numpy(),
+        "records": sums["rows"].to_numpy(),
+    })
+    return table[WORKER_COLUMNS]
+
+
+WORKER_COLUMNS = ["task", "steps", "p50_ns", "p95_ns", "mean_ns", "period_ns", "input_wait_frac", "examples", "active_ns",
+                  "records"]
+
+
+def _worker_table_of_rows(steps: pd.DataFrame) -> pd.DataFrame:
     if steps.empty:
-        return pd.DataFrame(
-            columns=["task", "steps", "p50_ns", "p95_ns", "mean_ns", "period_ns", "input_wait_frac", "examples", "active_ns"]
-        )
+        return pd.DataFrame(columns=WORKER_COLUMNS)
     grouped = steps.groupby("task", sort=True, observed=True)
     counts = grouped["step"].transform("size")
     # Filter only the columns each statistic needs: a copy of ten million rows of every
@@ -82,6 +159,7 @@ def worker_table(steps: pd.DataFrame) -> pd.DataFrame:
     table = pd.DataFrame(
         {
             "steps": grouped["steps"].sum(),
+            "records": grouped["steps"].size(),
             "p50_ns": timing["duration_ns"].median(),
             "p95_ns": timing["duration_ns"].quantile(0.95),
             "mean_ns": timing["duration_ns"].mean(),
@@ -94,11 +172,20 @@ def worker_table(steps: pd.DataFrame) -> pd.DataFrame:
     table["task"] = table["task"].astype(str)
     # A worker with one or two steps has no period; its duration is the best stand-in.
     table["period_ns"] = table["period_ns"].fillna(table["mean_ns"])
-    return table
+    return table[WORKER_COLUMNS]
 
 
-def run_throughput(steps: pd.DataFrame) -> tuple[float | None, float | None]:
-    """(median step time in ms, examples per second over the whole run) of a ``step_table``."""
+def run_throughput(steps: pd.DataFrame, counters: pd.DataFrame | None = None,
+                   offsets: dict[str, int] | None = None) -> tuple[float | None, float | None]:
+    """(median step time in ms, examples per second over the whole run) of a ``step_table``;
+    from the exact ``step_stats`` counters (and their histograms) when some rows are a sample."""
+    if counters is not None and counters["sampled"].any():
+        shift = counters["clock_task"].map(lambda clock: (offsets or {}).get(clock, 0)).to_numpy()
+        span_ns = (int((counters["last_end_ns"].to_numpy(dtype="int64") - shift).max())
+                   - int((counters["first_begin_ns"].to_numpy(dtype="int64") - shift).min()))
+        step_ms = histogram_quantile(np.sum(list(counters["histogram"]), axis=0), 0.5) / 1e6
+        examples = float(counters["examples"].sum())
+        return step_ms, examples / (span_ns / 1e9) if span_ns > 0 else None
     if steps.empty:
         return None, None
     span_ns = int(steps["end_ns"].max()) - int(steps["begin_ns"].min())

@@ -2,8 +2,11 @@
 
 The loader is incremental: ``RunLoader.refresh()`` reads only the bytes appended to each
 task file since the previous call, so a live run (and the TensorBoard tab) never
-re-reads what it already has. A file that shrank or was replaced is read again from
-byte 0. Frames whose payload is byte-for-byte one already loaded (a copied task file, a
+re-reads what it already has. Step records are folded into ``step_stats`` as each frame
+is read (exact counters, histograms and a bounded set of rows), so what the loader holds
+of them does not grow with the run's length; a refresh folds only the new ones and
+rebuilds only the frames of kinds that got records. A file that shrank or was replaced
+is read again from byte 0. Frames whose payload is byte-for-byte one already loaded (a copied task file, a
 frame written twice) are counted once. Nothing that is in the run directory makes
 ``refresh`` raise: each problem is a counted skip or a warning naming the file (the
 only error is ``RunNotFoundError``, from the constructor, for a directory that is not a
@@ -12,15 +15,18 @@ run). Nothing here imports TensorFlow.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from tfdiag.analysis.step_stats import StepAccumulator
 from tfdiag.errors import RunNotFoundError
 from tfdiag.events import KINDS
 from tfdiag.store import MANIFEST_NAME, ManifestRead, SkippedRecords, load_manifest, log_dir, read_task_file, task_files
@@ -45,6 +51,9 @@ class LoadedRun:
     Each frame has the kind's columns (``tfdiag.events``) plus ``source``, the task whose
     file held the record. String columns are pandas categoricals. ``warnings`` are
     sentences naming the file (and byte offset) of every problem met while loading.
+    The ``step`` frame holds the rows ``step_stats`` kept (every row of a task under its
+    cap; past it a sample by step number, the recent rows and the warm-up) and
+    ``step_counters`` the exact per-task counters of every step record read.
     """
 
     path: Path
@@ -53,6 +62,7 @@ class LoadedRun:
     skipped: list[SkippedRecords] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
+    step_counters: pd.DataFrame | None = None  # step_stats.StepAccumulator.counters(): exact, whatever was kept
 
     def frame(self, kind: str) -> pd.DataFrame:
         """The records of ``kind``; an empty frame with the right columns if there are none."""
@@ -72,7 +82,8 @@ class _TaskFile:
     identity: tuple[int, int]  # (device, inode): a replaced file has a new one
     offset: int = 0
     task: str | None = None  # the task that wrote the first good frame
-    records: list[tuple[str, pa.RecordBatch, str]] = field(default_factory=list)  # (kind, batch, source)
+    records: list[tuple[str, pa.RecordBatch, str]] = field(default_factory=list)  # (kind, batch, source); not steps
+    sources: set[str] = field(default_factory=set)  # the tasks whose frames the file held
     digests: list[bytes] = field(default_factory=list)
     skipped: list[SkippedRecords] = field(default_factory=list)
     pending: list[SkippedRecords] = field(default_factory=list)  # tail / unread: retried at each refresh
@@ -87,8 +98,10 @@ class RunLoader:
         >>> run.frame("step").groupby("task").size()  # doctest: +SKIP
     """
 
-    def __init__(self, run_dir: str | os.PathLike):
+    def __init__(self, run_dir: str | os.PathLike, steps: StepAccumulator | None = None):
         self.path = Path(run_dir)
+        self._steps = steps or StepAccumulator()
+        self._changed_kinds: set[str] = set()
         if not log_dir(self.path).is_dir():
             raise RunNotFoundError(f"{self.path}: not a tfdiag run (no {log_dir(self.path)} directory)")
         self._files: dict[Path, _TaskFile] = {}
@@ -97,6 +110,7 @@ class RunLoader:
         self._manifest_key: tuple | None = None
         self._manifest = ManifestRead(None)
         self._frames: dict[str, pd.DataFrame] = {}
+        self._step_counters: pd.DataFrame | None = None
         self._run: LoadedRun | None = None
 
     @property
@@ -135,11 +149,25 @@ class RunLoader:
                 progress(done, total)
         manifest_changed = self._refresh_manifest()
         if changed:
-            self._frames = {kind: self._frame(kind) for kind in KINDS if any(self._batches(kind))}
+            self._rebuild_frames()
         run = self._build(list(stats), [item.sentence() for item in rejected])
         if self._run is None or changed or manifest_changed or run.warnings != self._run.warnings:
             self._run = run
         return self._run
+
+    def _rebuild_frames(self) -> None:
+        """Rebuilds the frames of the kinds that got records (or lost a file's) since the last refresh."""
+        for kind in self._changed_kinds - {"step"}:
+            self._frames.pop(kind, None)
+            if any(self._batches(kind)):
+                self._frames[kind] = self._frame(kind)
+        if "step" in self._changed_kinds:
+            rows = self._steps.rows()
+            self._frames.pop("step", None)
+            if rows is not None:
+                self._frames["step"] = _to_pandas(rows)
+            self._step_counters = self._steps.counters()
+        self._changed_kinds = set()
 
     def _offset(self, path: Path) -> int:
         state = self._files.get(path)
@@ -158,7 +186,13 @@ class RunLoader:
             state.digests.append(frame.digest)
             source = frame.task or _task_from_file_name(path)
             state.task = state.task or source
-            state.records.extend((frame.kind, batch, source) for batch in frame.batches)
+            state.sources.add(source)
+            if frame.kind == "step":  # folded now; only what step_stats keeps stays in memory
+                for batch in frame.batches:
+                    self._steps.add(str(path), source, _conform(batch, "step"))
+            else:
+                state.records.extend((frame.kind, batch, source) for batch in frame.batches)
+            self._changed_kinds.add(frame.kind)
         state.skipped.extend(result.skipped)
         pending = [item for item in (result.truncated_tail, result.unread) if item is not None]
         changed = bool(result.frames or result.skipped) or pending != state.pending
@@ -168,6 +202,8 @@ class RunLoader:
 
     def _forget(self, path: Path) -> None:
         state = self._files.pop(path)
+        self._steps.forget(str(path))
+        self._changed_kinds |= {kind for kind, _, _ in state.records} | {"step"}
         for digest in state.digests:
             if self._seen.get(digest, (None,))[0] == path:
                 del self._seen[digest]
@@ -194,34 +230,53 @@ class RunLoader:
         warnings += self._shared_writer_warnings()
         sources = sorted({self._files[path].task or _task_from_file_name(path) for path in files
                           if path in self._files})
-        return LoadedRun(self.path, self._manifest.manifest, dict(self._frames), skipped, warnings, sources)
+        return LoadedRun(self.path, self._manifest.manifest, dict(self._frames), skipped, warnings, sources,
+                         self._step_counters)
 
     def _shared_writer_warnings(self) -> list[str]:
         files_of_task = defaultdict(list)
         for path, state in sorted(self._files.items()):
-            for task in sorted({source for _, _, source in state.records}):
+            for task in sorted(state.sources):
                 files_of_task[task].append(path.name)
         return [f"{self.path}: frames written by {task} are in {len(names)} files ({', '.join(names)}): "
                 "a copied or renamed file?" for task, names in files_of_task.items() if len(names) > 1]
 
     def _frame(self, kind: str) -> pd.DataFrame:
-        schema = KINDS[kind].arrow_schema()
-        tables = []
-        for batch, source in self._batches(kind):
-            table = pa.Table.from_batches([batch])
-            # Columns a newer writer added are dropped; columns an older writer lacks become null.
-            columns = [
-                table.column(name) if name in table.column_names else pa.nulls(len(table), schema.field(name).type)
-                for name in schema.names
-            ]
-            table = pa.Table.from_arrays(columns, schema=schema.remove_metadata())
-            tables.append(table.append_column("source", pa.array([source] * len(table), pa.string())))
-        table = pa.concat_tables(tables)
-        string_columns = [name for name in table.column_names if pa.types.is_string(table.schema.field(name).type)]
-        for name in string_columns:
-            index = table.column_names.index(name)
-            table = table.set_column(index, name, table.column(name).dictionary_encode())
-        return table.to_pandas()
+        batches, sources = zip(*self._batches(kind))
+        table = pa.Table.from_batches([_conform(batch, kind) for batch in batches])
+        return _to_pandas(table.append_column("source", source_column(sources, [len(batch) for batch in batches])))
+
+
+def source_column(sources: list[str], lengths: list[int]) -> pa.DictionaryArray:
+    """A ``source`` column: ``sources[i]`` repeated ``lengths[i]`` times, dictionary-encoded."""
+    names, codes = np.unique(np.asarray(sources, dtype=object), return_inverse=True)
+    indices = pa.array(np.repeat(codes.astype("int32"), lengths))
+    return pa.DictionaryArray.from_arrays(indices, pa.array(list(names), pa.string()))
+
+
+@functools.cache
+def _plain_schema(kind: str) -> pa.Schema:
+    return KINDS[kind].arrow_schema().remove_metadata()
+
+
+def _conform(batch: pa.RecordBatch, kind: str) -> pa.RecordBatch:
+    """The batch with exactly its kind's columns: columns a newer writer added are dropped,
+    columns an older writer lacks become null."""
+    schema = _plain_schema(kind)
+    if batch.schema.names == schema.names:
+        return pa.RecordBatch.from_arrays(batch.columns, schema=schema)
+    columns = [batch.column(name) if name in batch.schema.names else pa.nulls(batch.num_rows, schema.field(name).type)
+               for name in schema.names]
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _to_pandas(table: pa.Table) -> pd.DataFrame:
+    """String columns become categoricals (a few tasks' names, not millions of Python strings)."""
+    table = table.combine_chunks()  # one dictionary per column, not one per frame
+    for index, column_field in enumerate(table.schema):
+        if pa.types.is_string(column_field.type):
+            table = table.set_column(index, column_field.name, table.column(index).dictionary_encode())
+    return table.unify_dictionaries().to_pandas()
 
 
 def _skip_warnings(skipped: list[SkippedRecords]) -> list[str]:

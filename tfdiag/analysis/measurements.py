@@ -54,7 +54,7 @@ def measure(run: LoadedRun) -> Measurements:
     links = link_table(run.frame("rpc"))
     offsets = clock_offsets(links, reference)
     steps = step_table(run.frame("step"), offsets)
-    workers = worker_table(steps)
+    workers = worker_table(steps, run.step_counters, offsets)
     shards = shard_table(run.frame("shard"))
     if shards.empty and not workers.empty and workers["examples"].sum() > 0:
         shards = shards_from_steps(workers)

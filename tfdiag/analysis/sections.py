@@ -31,12 +31,12 @@ def run_section(measured: Measurements) -> dict:
 
 
 def summary_section(measured: Measurements, findings: list[Finding]) -> dict:
-    step_ms, examples_per_s = run_throughput(measured.steps)
+    step_ms, examples_per_s = run_throughput(measured.steps, measured.run.step_counters, measured.offsets)
     return {
         "primary_bottleneck": findings[0].kind if findings else None,
         "step_time_ms": rounded(step_ms),
         "examples_per_s": rounded(examples_per_s, 2),
-        "steps": int(measured.steps["steps"].sum()) if not measured.steps.empty else 0,
+        "steps": int(measured.workers["steps"].sum()) if not measured.workers.empty else 0,
         "findings": len(findings),
         # The title of the stall when the run is hung now (``stalled`` finding, critical); else None.
         "stalled": next((f.title for f in findings if f.kind == "stalled" and f.severity.value == "critical"), None),

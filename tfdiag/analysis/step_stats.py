@@ -1,0 +1,304 @@
+"""Step records folded as they are read: exact counters, a duration histogram, bounded rows.
+
+A run's step records grow with its length; what the analysis keeps of them must not.
+``StepAccumulator.add`` folds each record batch the reader yields into, per (task file,
+task, clock), exact counters (records, training steps, examples, sums of durations and
+input waits, first and last times), a log-bucketed histogram of step durations (a
+mergeable sketch: percentiles within ``PERCENTILE_RELATIVE_ERROR``), and a bounded set
+of the rows themselves:
+
+- a sample chosen by step number: rows whose ``step`` is a multiple of a stride that
+  doubles whenever a task holds more than ``SAMPLED_ROWS`` of them. Every worker of a
+  synchronous job keeps the same step numbers, so steps still match across workers and
+  timelines keep their shape;
+- the most recent ``RECENT_ROWS`` rows in full (what a live view and the stall check read);
+- each task's first step (its warm-up, left out of its timing).
+
+A task that never passed the cap keeps every row, so the analysis of a short run is
+exactly what it was before. Memory is bounded by the number of tasks, not of steps, and
+a refresh folds only the new batches.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+# Rows of the step-number sample per task before its stride doubles (it then holds half).
+SAMPLED_ROWS = 1024
+# The most recent rows of each task kept in full.
+RECENT_ROWS = 256
+# Bucket bounds grow by this factor; a percentile is read by rank inside its bucket, so it
+# lies between the bucket's bounds, as the exact value does: within 1 % of it.
+BUCKET_GROWTH = 1.01
+PERCENTILE_RELATIVE_ERROR = BUCKET_GROWTH - 1
+# Durations up to 2**62 ns (the reader's bound on int64 values) fit the buckets.
+_BUCKETS = int(math.log(2.0**62) / math.log(BUCKET_GROWTH)) + 2
+_SEQUENCE = "__row"  # a row's position in its file's step records: tells sample and tail rows apart
+
+
+def bucket_of(durations: np.ndarray) -> np.ndarray:
+    """Histogram bucket of each duration (ns): 0 for 0 (and below); bucket ``b`` > 0 holds
+    [g**(b-1), g**b) with g = ``BUCKET_GROWTH``."""
+    values = np.maximum(durations.astype("float64"), 1.0)
+    buckets = 1 + np.floor(np.log(values) / math.log(BUCKET_GROWTH)).astype("int64")
+    return np.where(durations > 0, np.minimum(buckets, _BUCKETS - 1), 0)
+
+
+def _value_at_rank(counts: np.ndarray, cumulative: np.ndarray, rank: int) -> float:
+    """The ``rank``-th smallest value (0-based), spread evenly over its bucket's bounds."""
+    bucket = int(np.searchsorted(cumulative, rank + 1))
+    if bucket == 0:
+        return 0.0
+    low = BUCKET_GROWTH ** (bucket - 1)
+    before = int(cumulative[bucket - 1]) if bucket else 0
+    return low + low * (BUCKET_GROWTH - 1) * (rank - before + 0.5) / int(counts[bucket])
+
+
+def histogram_quantile(counts: np.ndarray, q: float) -> float:
+    """The ``q`` quantile of the values counted in ``counts``, interpolated between the two
+    nearest ranks as pandas does; each rank is read inside its bucket, so the result is
+    within ``PERCENTILE_RELATIVE_ERROR`` of the exact quantile.
+
+    >>> counts = np.bincount(bucket_of(np.array([100, 200, 300])), minlength=_BUCKETS)
+    >>> abs(histogram_quantile(counts, 0.5) - 200) / 200 <= PERCENTILE_RELATIVE_ERROR
+    True
+    """
+    total = int(counts.sum())
+    if total == 0:
+        return math.nan
+    cumulative = np.cumsum(counts)
+    position = q * (total - 1)
+    low, high = math.floor(position), math.ceil(position)
+    value_low, value_high = (_value_at_rank(counts, cumulative, rank) for rank in (low, high))
+    return value_low + (value_high - value_low) * (position - low)
+
+
+@dataclass
+class _Group:
+    """What is kept of the step records of one (file, task, clock)."""
+
+    rows: int = 0
+    steps: int = 0
+    examples: float = 0.0
+    duration_sum: float = 0.0
+    wait_sum: float = 0.0
+    histogram: np.ndarray = field(default_factory=lambda: np.zeros(_BUCKETS, "int64"))
+    first_begin: int | None = None  # raw clock
+    second_begin: int | None = None  # the earliest begin after first_begin
+    first_rows: pa.Table | None = None  # the rows that began at first_begin (the warm-up)
+    last_begin: int | None = None
+    last_end: int | None = None
+    longest_gap: int = 0  # between consecutive step ends, the first record's excepted (stalled's rule)
+    previous_end: int | None = None  # the last end of the previous batch
+    stride: int = 1
+    sample: list[pa.Table] = field(default_factory=list)
+    sample_rows: int = 0
+    recent: deque = field(default_factory=deque)
+    recent_rows: int = 0
+
+    @property
+    def sampled(self) -> bool:
+        return self.stride > 1
+
+
+class StepAccumulator:
+    """Folds step record batches as they are read; ``counters()``, ``rows()`` read the result.
+
+    Example:
+        >>> accumulator = StepAccumulator()
+        >>> accumulator.add("worker-0.tfdiag", "worker:0", batch)  # doctest: +SKIP
+        >>> accumulator.counters()[["task", "rows", "steps"]]  # doctest: +SKIP
+    """
+
+    def __init__(self, sampled_rows: int = SAMPLED_ROWS, recent_rows: int = RECENT_ROWS):
+        self.sampled_rows = sampled_rows
+        self.recent_rows = recent_rows
+        self._groups: dict[tuple[str, str, str, str], _Group] = {}  # (file, source, task, clock)
+
+    def add(self, file: str, source: str, batch: pa.RecordBatch) -> None:
+        """Folds one batch of ``step`` records (the kind's columns, in order) that ``file``
+        held in a frame of ``source`` (the writing task)."""
+        if batch.num_rows == 0:
+            return
+        table = pa.Table.from_batches([batch])
+        tasks, clocks = pc.unique(table["task"]), pc.unique(table["clock_task"])
+        if len(tasks) == 1 and len(clocks) == 1:  # a worker's file: one task on its own clock
+            self._add((file, source, tasks[0].as_py() or "", clocks[0].as_py() or ""), table)
+            return
+        keys = pc.binary_join_element_wise(table["task"].fill_null(""), table["clock_task"].fill_null(""), "\x00")
+        for key in pc.unique(keys).to_pylist():
+            task, clock = key.split("\x00")
+            self._add((file, source, task, clock), table.filter(pc.equal(keys, key)))
+
+    def forget(self, file: str) -> None:
+        """Drops what was folded from ``file`` (read again from byte 0)."""
+        for key in [key for key in self._groups if key[0] == file]:
+            del self._groups[key]
+
+    def _add(self, key: tuple[str, str, str, str], table: pa.Table) -> None:
+        group = self._groups.get(key)
+        if group is None:
+            group = self._groups[key] = _Group()
+        table = table.append_column(_SEQUENCE, pa.array(np.arange(group.rows, group.rows + len(table), dtype="int64")))
+        begin, end = _values(table["begin_ns"], 0), _values(table["end_ns"], 0)
+        covered = np.maximum(_values(table["steps"], 1), 1)
+        duration = (end - begin) // covered
+        wait = _values(table["input_wait_ns"], 0) // covered
+        group.rows += len(table)
+        group.steps += int(covered.sum())
+        group.examples += float(_values(table["examples"], 0).sum(dtype="float64"))
+        group.duration_sum += float(duration.sum(dtype="float64"))
+        group.wait_sum += float(wait.sum(dtype="float64"))
+        group.histogram += np.bincount(bucket_of(duration), minlength=_BUCKETS)
+        self._fold_times(group, table, begin, end)
+        self._fold_sample(group, table)
+        self._fold_recent(group, table)
+
+    @staticmethod
+    def _fold_times(group: _Group, table: pa.Table, begin: np.ndarray, end: np.ndarray) -> None:
+        first = int(begin.min())
+        if group.first_begin is not None and first > group.first_begin:  # the common case: a later batch
+            group.second_begin = first if group.second_begin is None else min(group.second_begin, first)
+        elif group.first_begin is None or first < group.first_begin:
+            later = begin[begin > first]
+            second = int(later.min()) if len(later) else None
+            candidates = [value for value in (group.first_begin, second) if value is not None]
+            group.second_begin = min(candidates) if candidates else None
+            group.first_begin = first
+            group.first_rows = table.filter(pc.equal(table["begin_ns"], first))
+        else:  # the batch holds more rows at the first begin
+            group.first_rows = pa.concat_tables([group.first_rows, table.filter(pc.equal(table["begin_ns"], first))])
+            later = begin[begin > first]
+            candidates = [value for value in (group.second_begin, int(later.min()) if len(later) else None)
+                          if value is not None]
+            group.second_begin = min(candidates) if candidates else None
+        ends = np.sort(end)
+        if group.previous_end is not None:
+            ends = np.concatenate(([group.previous_end], ends))
+        elif len(ends) > 1:  # the gap after a task's first (warm-up) record is not its rhythm
+            ends = ends[1:]
+        if len(ends) > 1:
+            group.longest_gap = max(group.longest_gap, int(np.diff(ends).max()))
+        group.previous_end = int(ends[-1])
+        group.last_begin = max(int(begin.max()), group.last_begin if group.last_begin is not None else -1)
+        group.last_end = max(int(end.max()), group.last_end if group.last_end is not None else -1)
+
+    def _fold_sample(self, group: _Group, table: pa.Table) -> None:
+        kept = table if group.stride == 1 else table.filter(_multiple_of(_values(table["step"], 0), group.stride))
+        group.sample.append(kept)
+        group.sample_rows += len(kept)
+        while group.sample_rows > self.sampled_rows:
+            group.stride *= 2
+            whole = pa.concat_tables(group.sample)
+            whole = whole.filter(_multiple_of(_values(whole["step"], 0), group.stride))
+            group.sample, group.sample_rows = [whole], len(whole)
+
+    def _fold_recent(self, group: _Group, table: pa.Table) -> None:
+        group.recent.append(table)
+        group.recent_rows += len(table)
+        while group.recent_rows - len(group.recent[0]) >= self.recent_rows:
+            group.recent_rows -= len(group.recent.popleft())
+        if group.recent_rows > 2 * self.recent_rows:  # large batches: a copy of their end, not the whole frames
+            end = pa.concat_tables(list(group.recent)).slice(group.recent_rows - self.recent_rows)
+            group.recent = deque([end.take(np.arange(len(end)))])
+            group.recent_rows = len(end)
+
+    def rows(self) -> pa.Table | None:
+        """The rows kept, in the order each file logged them (one table of the kind's columns)."""
+        tables, sources = [], []
+        for (_, source, _, _), group in self._groups.items():
+            parts = group.sample + ([] if not group.sampled else list(group.recent) + [group.first_rows])
+            table = pa.concat_tables(parts)
+            if group.sampled:  # a row can be in the sample, the recent rows and the warm-up: keep it once
+                _, first_of_each = np.unique(table[_SEQUENCE].to_numpy(), return_index=True)
+                table = table.take(first_of_each)
+            tables.append(table.drop_columns([_SEQUENCE]))
+            sources.append(source)
+        if not tables:
+            return None
+        table = pa.concat_tables(tables)
+        names, codes = np.unique(np.asarray(sources, dtype=object), return_inverse=True)
+        indices = pa.array(np.repeat(codes.astype("int32"), [len(part) for part in tables]))
+        return table.append_column("source", pa.DictionaryArray.from_arrays(indices, pa.array(list(names), pa.string())))
+
+    def counters(self) -> pd.DataFrame:
+        """One row per (task, clock): the exact counters, merged over files.
+
+        Columns: ``task``, ``clock_task``, ``rows``, ``steps``, ``examples``,
+        ``duration_sum``, ``wait_sum``, ``first_begin_ns``, ``second_begin_ns``,
+        ``last_begin_ns``, ``last_end_ns`` (raw clock), ``longest_gap_ns`` (between consecutive
+        step ends after the first record, as the stall check measures a task's rhythm; a
+        file's order, so exact when each file is in time order), ``sampled``, ``histogram``, and of the
+        warm-up rows (those at ``first_begin_ns``): ``first_rows``, ``first_steps``,
+        ``first_duration_sum``, ``first_wait_sum``, ``first_histogram``.
+        """
+        merged: dict[tuple[str, str], dict] = {}
+        for (_, _, task, clock), group in self._groups.items():
+            first = _warmup(group.first_rows)
+            row = merged.get((task, clock))
+            if row is None:
+                merged[(task, clock)] = {
+                    "task": task, "clock_task": clock, "rows": group.rows, "steps": group.steps,
+                    "examples": group.examples, "duration_sum": group.duration_sum, "wait_sum": group.wait_sum,
+                    "first_begin_ns": group.first_begin, "second_begin_ns": group.second_begin,
+                    "last_begin_ns": group.last_begin, "last_end_ns": group.last_end,
+                    "longest_gap_ns": group.longest_gap, "sampled": group.sampled,
+                    "histogram": group.histogram.copy(), **first,
+                }
+                continue
+            _merge(row, group, first)
+        columns = ["task", "clock_task", "rows", "steps", "examples", "duration_sum", "wait_sum", "first_begin_ns",
+                   "second_begin_ns", "last_begin_ns", "last_end_ns", "longest_gap_ns", "sampled", "histogram",
+                   "first_rows",
+                   "first_steps", "first_duration_sum", "first_wait_sum", "first_histogram"]
+        return pd.DataFrame(list(merged.values()), columns=columns)
+
+
+def _warmup(rows: pa.Table) -> dict:
+    covered = np.maximum(_values(rows["steps"], 1), 1)
+    duration = (_values(rows["end_ns"], 0) - _values(rows["begin_ns"], 0)) // covered
+    wait = _values(rows["input_wait_ns"], 0) // covered
+    return {"first_rows": len(rows), "first_steps": int(covered.sum()),
+            "first_duration_sum": float(duration.sum(dtype="float64")), "first_wait_sum": float(wait.sum(dtype="float64")),
+            "first_histogram": np.bincount(bucket_of(duration), minlength=_BUCKETS)}
+
+
+def _merge(row: dict, group: _Group, first: dict) -> None:
+    """Adds a second file's group of the same (task, clock) to ``row``."""
+    for name in ("rows", "steps", "examples", "duration_sum", "wait_sum"):
+        row[name] += getattr(group, name)
+    row["histogram"] = row["histogram"] + group.histogram
+    row["sampled"] = row["sampled"] or group.sampled
+    row["last_begin_ns"] = max(row["last_begin_ns"], group.last_begin)
+    row["last_end_ns"] = max(row["last_end_ns"], group.last_end)
+    row["longest_gap_ns"] = max(row["longest_gap_ns"], group.longest_gap)
+    begins = sorted({row["first_begin_ns"], group.first_begin} | {value for value in (row["second_begin_ns"], group.second_begin)
+                                                                    if value is not None})
+    if group.first_begin < row["first_begin_ns"]:
+        row.update(first)
+    elif group.first_begin == row["first_begin_ns"]:
+        for name in ("first_rows", "first_steps", "first_duration_sum", "first_wait_sum", "first_histogram"):
+            row[name] = row[name] + first[name]
+    row["first_begin_ns"] = begins[0]
+    row["second_begin_ns"] = begins[1] if len(begins) > 1 else None
+
+
+def _multiple_of(steps: np.ndarray, stride: int) -> np.ndarray:
+    return (steps & (stride - 1)) == 0  # strides are powers of two
+
+
+def _values(column: pa.ChunkedArray, fill: int) -> np.ndarray:
+    """An int64 column as numpy, nulls as ``fill``."""
+    if column.null_count == len(column):
+        return np.full(len(column), fill, "int64")
+    if column.null_count:
+        column = pc.fill_null(column, fill)
+    return column.to_numpy()
+
