@@ -8,6 +8,7 @@ latency detectors read one table whichever collector fed it.
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 # Fraction of a link's probes (the fastest ones) used for its clock-offset estimate: the
@@ -65,8 +66,11 @@ def link_table(rpc: pd.DataFrame) -> pd.DataFrame:
     table["offset_ns"] = fastest["offset"].median()
     table["offset_uncertainty_ns"] = fastest["rtt"].max() / 2
     bulk = probes[probes["payload"] > 0].groupby(keys, observed=True)[["rtt", "payload"]].median()
-    extra_s = (bulk["rtt"] - table["rtt_p50_ns"].reindex(bulk.index)) / 1e9
-    table["bandwidth_bps"] = (bulk["payload"] / extra_s.where(extra_s > 0)).reindex(table.index)
+    if bulk.empty:  # no payload probes: no bandwidth (and no reindex on an empty, differently typed index)
+        table["bandwidth_bps"] = np.nan
+    else:
+        extra_s = (bulk["rtt"] - table["rtt_p50_ns"].reindex(bulk.index)) / 1e9
+        table["bandwidth_bps"] = (bulk["payload"] / extra_s.where(extra_s > 0)).reindex(table.index)
     table = table.reset_index()
     table["src"] = table["src"].astype(str)
     table["dst"] = table["dst"].astype(str)

@@ -13,6 +13,7 @@ from tfdiag.analysis.faults import fault_table
 from tfdiag.analysis.links import link_latency_table, link_table
 from tfdiag.analysis.load import LoadedRun
 from tfdiag.analysis.placement import ps_load_table
+from tfdiag.analysis.restarts import restart_faults
 from tfdiag.analysis.shards import shard_table, shards_from_steps
 from tfdiag.analysis.whatif import is_synchronous
 from tfdiag.events import cluster_tasks
@@ -73,13 +74,22 @@ def measure(run: LoadedRun) -> Measurements:
         shards=shards,
         gpus=gpu_table(gpu),
         hosts=host_table(system),
-        faults=fault_table(run.frame("fault")),
+        faults=fault_table(_faults_with_restarts(run)),
         ps_load=ps_load_table(run.frame("placement"), run.frame("transfer")),
         shared_host=shared_worker_host(cluster, reference, system, gpu, steps),
         heartbeats=heartbeat_table(run.frame("heartbeat"), offsets),
         closures=_on_reference_clock(run.frame("closure"), ["dispatch_ns", "result_ns"], offsets, "source"),
         session_waits=session_waits(run.frame("session")),
     )
+
+
+def _faults_with_restarts(run: LoadedRun) -> pd.DataFrame:
+    """The run's fault records plus the TF1 restarts its session and heartbeat records show."""
+    faults = run.frame("fault")
+    restarts = restart_faults(run.frame("session"), run.frame("heartbeat"), run.frame("step"))
+    if restarts.empty:
+        return faults
+    return pd.concat([faults[restarts.columns] if not faults.empty else None, restarts], ignore_index=True)
 
 
 def session_waits(sessions: pd.DataFrame) -> dict[str, float]:

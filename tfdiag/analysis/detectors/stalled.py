@@ -16,6 +16,7 @@ import pandas as pd
 
 from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.measurements import Measurements
+from tfdiag.analysis.step_stats import RECENT_ROWS
 
 KIND = "stalled"
 
@@ -95,7 +96,9 @@ def _progress_state(measured: Measurements, beats: pd.DataFrame, subject: str, n
     counted = beats[(beats["subject"] == subject) & beats["progress"].notna()].sort_values("time_ns")
     final = counted["progress"].iloc[-1]
     progress_times = ends if len(ends) >= len(results) else results.sort_values()
-    intervals = progress_times.diff().iloc[2:].dropna()  # after the warm-up record
+    # After the warm-up record, and only the latest: a long run's older rows are a sample
+    # by step number (step_stats), whose gaps are stretched by its stride.
+    intervals = progress_times.diff().iloc[2:].dropna().iloc[-(RECENT_ROWS - 1):]
     if progress_times.empty:  # only the beats counted it: the first beat that saw the final count
         last_ns = float(counted.loc[counted["progress"] == final, "time_ns"].iloc[0])
     else:  # a collector counts a step or closure after writing its record: the records are as recent
