@@ -20,6 +20,10 @@ Workers are compared fairly:
 - per example where workers' steps carry different numbers of examples (a skewed
   shard makes one worker's batches 3x larger and its steps about 3x longer: that is
   ``shard_imbalance``, not a slow worker).
+
+A long run's step rows are a sample by step number (``step_stats``): there the rows
+cannot count records inside a window, so the whole run is compared, from the worker
+table's exact counters.
 """
 
 from __future__ import annotations
@@ -110,6 +114,25 @@ def compared_workers(steps: pd.DataFrame) -> pd.DataFrame:
     return table[columns]
 
 
+def exact_whole_run(workers: pd.DataFrame) -> pd.DataFrame:
+    """``compared_workers``' columns over the whole run from the worker table (exact counters)."""
+    return pd.DataFrame({
+        "task": workers["task"].astype(str),
+        "records": (workers["records"] - 1).clip(lower=0),  # the warm-up record is not timed
+        "steps": workers["steps"],
+        "p50_ns": workers["p50_ns"].astype(float),
+        "mean_ns": workers["mean_ns"].astype(float),
+        "period_ns": workers["period_ns"].astype(float),
+        "examples_per_step": workers["examples"] / workers["steps"].clip(lower=1),
+        "window_ns": 0.0,
+    })
+
+
+def _sampled(measured: Measurements) -> bool:
+    counters = measured.run.step_counters
+    return counters is not None and bool(counters["sampled"].any())
+
+
 def _slower(values: pd.Series, typical: pd.Series, scale: pd.Series) -> pd.Series:
     """Slower by the ratio, and by at least ``MIN_GAP_NS`` on the worker's own step (``scale``:
     its examples per step when ``values`` are per example, else 1)."""
@@ -119,7 +142,7 @@ def _slower(values: pd.Series, typical: pd.Series, scale: pd.Series) -> pd.Serie
 def detect(measured: Measurements) -> list[Finding]:
     if len(measured.workers) < 2:
         return []
-    compared = compared_workers(measured.steps)
+    compared = exact_whole_run(measured.workers) if _sampled(measured) else compared_workers(measured.steps)
     judged = compared[compared["records"] >= MIN_RECORDS].reset_index(drop=True)
     if len(judged) < 2:
         return []
