@@ -29,6 +29,8 @@ import threading
 import time
 from typing import Callable
 
+from tfdiag.collectors.budget import charged
+
 logger = logging.getLogger("tfdiag")
 
 # Rows per task per interval are few; 5 s keeps a hang visible within seconds of the
@@ -106,8 +108,9 @@ def _run() -> None:
                 _thread = None
                 return
             watched = list(_watched.values())
-        for entry in watched:
-            _beat(entry, closed=False)
+        with charged("heartbeat"):
+            for entry in watched:
+                _beat(entry, closed=False)
 
 
 def _beat(watched: _Watched, closed: bool) -> None:

@@ -50,7 +50,7 @@ import logging
 import threading
 import time
 
-from tfdiag.collectors.bounded import BoundedCalls
+from tfdiag.collectors.budget import MeteredCalls, charged
 from tfdiag.errors import InvalidOptionError
 from tfdiag.events import device_of
 
@@ -191,7 +191,8 @@ class _ProberBase:
         while not self._stop.is_set():
             pause_s = self.interval_s
             try:
-                self._probe_once()
+                with charged("probe"):
+                    self._probe_once()
             except Exception as error:  # noqa: BLE001 - a collector never breaks training
                 self._note_once("probe", f"tfdiag: RPC probe from {self.src} failed: {error!r}; retrying later")
                 pause_s = min(MAX_BACKOFF_S, 10 * self.interval_s)
@@ -276,7 +277,7 @@ class RpcProber(_ProberBase):
         self._backoff = {leg: _Backoff() for leg in self._legs}
         self._reached: set[str] = set()
         self._down: set[str] = set()
-        self._calls = BoundedCalls("tfdiag-probe")
+        self._calls = MeteredCalls("tfdiag-probe", "probe")
 
     def prepare(self, timeout_s: float = PROBE_TIMEOUT_S, budget_s: float = PREPARE_BUDGET_S) -> int:
         """Traces and runs every probe function once, now; returns how many links are ready.
