@@ -389,7 +389,7 @@ def measure_mwms_fit(pairs: int, steps: int, logdir: str, components: frozenset)
             "columns": {"workers' CPU ms per step (means)": mean_change(
                 [m["process"] / steps for m in results["plain"]["meter"]],
                 [m["process"] / steps for m in results["instrumented"]["meter"]], 1e3)},
-            "model": cost_model(results, steps, "step", components, "fit")}
+            "model": cost_model(results, steps, "step", components, "fit", processes=len(workers))}
 
 
 def merge_meters(meters: list[dict], hooks: list[float]) -> dict:
@@ -403,9 +403,12 @@ def merge_meters(meters: list[dict], hooks: list[float]) -> dict:
 
 
 # -- the cost model and the budget -----------------------------------------------------
-def cost_model(results: dict, units: int, unit: str, components: frozenset, jobs: str) -> dict:
+def cost_model(results: dict, units: int, unit: str, components: frozenset, jobs: str, processes: int = 1) -> dict:
     """Each component's measured CPU per ``unit`` (closure or step), share of a core and of
     the job's CPU in instrumented phases, against ``budget.COMPONENTS``; and the whole.
+
+    ``processes`` instrumented processes run the collectors (each its own threads: a
+    ``core_share`` is allowed once per process).
 
     The ledger components are read directly; on ps_ctl ``closure_timing`` is the calling
     thread's extra CPU (``schedule``'s wrapper), B − A of the means; what TensorFlow does
@@ -432,7 +435,8 @@ def cost_model(results: dict, units: int, unit: str, components: frozenset, jobs
     for name, seconds in measured.items():
         declared = budget.COMPONENTS.get(name)
         running = name in components or name == "unattributed"
-        limit = (declared.per_step_us * 1e-6 * units + declared.core_share * wall) if declared and running else None
+        limit = ((declared.per_step_us * 1e-6 * units + declared.core_share * wall * processes)
+                 if declared and running else None)
         allowed += limit or 0.0
         rows.append({"component": name, "running": running, "cpu_s": seconds, "limit_s": limit})
     live = budget.COMPONENTS["live"].core_share * wall
@@ -450,7 +454,7 @@ def model_table(model: dict) -> str:
         verdict = "–" if limit is None else ("ok" if seconds <= limit else "OVER")
         return [f"{seconds / units * 1e6:.1f}", f"{share_core:.3%}", f"{share_job:.3%}", budget_cell, verdict]
 
-    header = ["component", f"CPU µs per {unit}", "share of a core", "share of the job's CPU",
+    header = ["component", f"CPU µs per {unit}", "share of a core (its processes together)", "share of the job's CPU",
               f"budget per {unit} (share of job CPU)", "within"]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     for row in model["rows"]:
@@ -505,6 +509,8 @@ def main(argv=None) -> int:
     switches.add_argument("--only", nargs="+", metavar="COMPONENT", help="B phases run only these components")
     switches.add_argument("--without", nargs="+", metavar="COMPONENT", help="B phases run all but these")
     switches.add_argument("--calibrate", action="store_true", help="both phases of every pair plain (A/A)")
+    parser.add_argument("--fetch-every", type=float, default=None, metavar="S",
+                        help="ps_ctl: the result thread's cadence (collectors/coordinator.py FETCH_EVERY_S)")
     parser.add_argument("--logdir", default=None, help="where the run goes (default: a temp dir)")
     parser.add_argument("--mwms-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--config", help=argparse.SUPPRESS)  # an mwms_fit worker's JobConfig
@@ -512,6 +518,10 @@ def main(argv=None) -> int:
     if args.mwms_worker:
         mwms_worker(JobConfig.from_json(args.config))
         return 0
+    if args.fetch_every is not None:
+        from tfdiag.collectors import coordinator
+
+        coordinator.FETCH_EVERY_S = args.fetch_every
     components = frozenset() if args.calibrate else chosen_components(args.job, args.only, args.without)
     logdir = args.logdir or tempfile.mkdtemp(prefix="tfdiag-overhead-ab-")
     started, load = time.monotonic(), os.getloadavg()

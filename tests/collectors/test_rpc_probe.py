@@ -178,3 +178,28 @@ def test_prepare_stays_within_its_budget(monkeypatch):
         assert len(notes) == 2 and "ps:1, chief:0 -> ps:2 are off" in notes[1]
     finally:
         release.set()
+
+
+def test_rounds_slow_down_while_links_hold_still_and_speed_up_when_one_moves(monkeypatch):
+    monkeypatch.setattr(rpc_probe, "FULL_PASSES", 1)
+    writer = FakeWriter("chief:0")
+    prober = RpcProber(writer, "chief:0", ["worker:0", "ps:0"], interval_s=0.5, payload_every=0, legs_per_round=1)
+    rtt_s = {"worker:0": 0.001, "ps:0": 0.001}
+    monkeypatch.setattr(prober, "probe", lambda leg, payload=False: (1.0, 1.0, 1.0 + rtt_s[leg[1]]))
+
+    def pauses(rounds):
+        seen = []
+        for _ in range(rounds):
+            prober._probe_once()
+            seen.append(prober._pause_s())
+        return seen
+
+    # The first pass probes both links at the base interval; each steady pass (2 rounds) doubles it, up to 4x.
+    assert pauses(7) == [0.5, 0.5, 1.0, 1.0, 2.0, 2.0, 2.0]
+    rtt_s["ps:0"] = 0.026  # ps:0's link turns slow: back to the base interval at its next probe
+    assert pauses(2) == [2.0, 0.5]  # (worker:0's turn first)
+    assert pauses(2)[-1] == 0.5  # ps:0 still moves (its typical reading catches up over a few probes)
+    # Jitter within half the typical reading, or a millisecond, is not a change.
+    rtt_s["ps:0"] = 0.0265
+    steady = pauses(20)
+    assert steady[-1] == 2.0 and len(writer.records["rpc"]) == 32  # 2 in the first round, 1 a round after
