@@ -407,8 +407,8 @@ def cost_model(results: dict, units: int, unit: str, components: frozenset, jobs
     """Each component's measured CPU per ``unit`` (closure or step), share of a core and of
     the job's CPU in instrumented phases, against ``budget.COMPONENTS``; and the whole.
 
-    ``processes`` instrumented processes run the collectors (each its own threads: a
-    ``core_share`` is allowed once per process).
+    ``processes`` instrumented processes run the collectors, each with its own threads
+    and steps: a declared budget is allowed once per process.
 
     The ledger components are read directly; on ps_ctl ``closure_timing`` is the calling
     thread's extra CPU (``schedule``'s wrapper), B − A of the means; what TensorFlow does
@@ -435,7 +435,7 @@ def cost_model(results: dict, units: int, unit: str, components: frozenset, jobs
     for name, seconds in measured.items():
         declared = budget.COMPONENTS.get(name)
         running = name in components or name == "unattributed"
-        limit = ((declared.per_step_us * 1e-6 * units + declared.core_share * wall * processes)
+        limit = ((declared.per_step_us * 1e-6 * units + declared.core_share * wall) * processes
                  if declared and running else None)
         allowed += limit or 0.0
         rows.append({"component": name, "running": running, "cpu_s": seconds, "limit_s": limit})

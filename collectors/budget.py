@@ -59,7 +59,7 @@ class Budget:
 COMPONENTS: dict[str, Budget] = {
     "closure_timing": Budget(per_step_us=150, jobs=("ps",),
                              what="schedule()'s wrapper and the result stamp on the coordinator, in-graph timestamps"),
-    "results": Budget(per_step_us=150, jobs=("ps",),
+    "results": Budget(per_step_us=400, jobs=("ps",),
                       what="result thread: finished closures, the batched timing fetch, step/closure records"),
     "probe": Budget(core_share=0.002, jobs=("ps",), what="RPC probe rounds (coordinator side; the tasks' side A/B)"),
     "system": Budget(core_share=0.001, what="system sampler, one sample a second"),
