@@ -39,7 +39,9 @@ model and input with a ``DiagnosticsCallback`` whose components run only in B ph
 (its all-reduce probe every 100 recorded steps, as in a run). Each worker times its
 phases and counts its CPU.
 
-In both, the first pair traces and warms both paths and is left out.
+In both, the first pair traces and warms both paths and is left out (on ``ps_ctl``, the
+first pairs until the probe has prepared its functions and made its first full passes
+over the links, at most ``WARM_UP_PAIRS``: one-time work of a run's first seconds).
 
     python benchmarks/overhead_ab.py --job ps_ctl --pairs 240 --closures 40   # under tools/loopback-only
     python benchmarks/overhead_ab.py --job ps_ctl --pairs 40 --only probe
@@ -75,6 +77,8 @@ KINDS = ("plain", "instrumented")
 COMPONENTS = {"ps_ctl": ("closure_timing", "results", "probe", "system", "heartbeat", "writer"),
               "mwms_fit": ("hooks", "step_input", "system", "heartbeat", "writer")}
 BUDGET_JOBS = {"ps_ctl": "ps", "mwms_fit": "fit"}
+# ps_ctl warms up for at most this many pairs (until the probe's first full passes are done).
+WARM_UP_PAIRS = 10
 # How an mwms_fit worker's log line with its phase results starts.
 RESULT_PREFIX = "tfdiag-ab: "
 
@@ -229,6 +233,7 @@ def measure_ps_ctl(pairs: int, closures: int, logdir: str, components: frozenset
         import tensorflow as tf
 
         from tfdiag.collectors import instrument_coordinator
+        from tfdiag.collectors.rpc_probe import FULL_PASSES
         from tfdiag.sample_jobs import ps_ctl
         from tfdiag.sample_jobs.task import wait_for_cluster
 
@@ -253,7 +258,12 @@ def measure_ps_ctl(pairs: int, closures: int, logdir: str, components: frozenset
         def recorded():
             return instrumented.closures_recorded
 
-        run_ps_phases(plain, schedulers, switch, recorded, 1, closures, examples, task_pids)  # warm-up
+        # Warm-up: until the probe has prepared its functions and made its first full passes
+        # over the links (one-time work of the first seconds of a run), at most WARM_UP_PAIRS.
+        for _ in range(WARM_UP_PAIRS):
+            run_ps_phases(plain, schedulers, switch, recorded, 1, closures, examples, task_pids)
+            if "probe" not in components or prober.passes >= FULL_PASSES:
+                break
         probes_before = prober.records
         results = run_ps_phases(plain, schedulers, switch, recorded, pairs, closures, examples, task_pids)
         probe_records = prober.records - probes_before
@@ -426,7 +436,9 @@ def cost_model(results: dict, units: int, unit: str, components: frozenset, jobs
                 for name in budget.COMPONENTS if name in components or name == "hooks" and jobs == "fit"}
     if jobs == "ps":
         measured["closure_timing"] = mean(b, lambda m: m["thread"]) - mean(a, lambda m: m["thread"])
-    whole = mean(b, lambda m: m["process"]) - mean(a, lambda m: m["process"])
+    differences = [mb["process"] - ma["process"] for ma, mb in zip(a["meter"], b["meter"])]
+    whole = statistics.fmean(differences)
+    whole_half = Z95 * statistics.stdev(differences) / math.sqrt(len(differences)) if len(differences) > 1 else math.nan
     if jobs == "fit":
         measured["step_input"] = whole - sum(measured.values()) if "step_input" in components else 0.0
     else:
@@ -441,7 +453,7 @@ def cost_model(results: dict, units: int, unit: str, components: frozenset, jobs
         rows.append({"component": name, "running": running, "cpu_s": seconds, "limit_s": limit})
     live = budget.COMPONENTS["live"].core_share * wall
     return {"unit": unit, "units": units, "wall": wall, "job_cpu": job_cpu, "rows": rows, "whole": whole,
-            "allowed": allowed, "live": live}
+            "whole_half": whole_half, "allowed": allowed, "live": live}
 
 
 def model_table(model: dict) -> str:
@@ -460,7 +472,9 @@ def model_table(model: dict) -> str:
     for row in model["rows"]:
         name = row["component"] + ("" if row["running"] else " (off)")
         lines.append("| " + " | ".join([name, *cells(row["cpu_s"], row["limit_s"])]) + " |")
-    lines.append("| " + " | ".join(["**whole** (process CPU, B − A)", *cells(model["whole"], model["allowed"])]) + " |")
+    whole = cells(model["whole"], model["allowed"])
+    whole[0] += f" ± {model['whole_half'] / units * 1e6:.0f}"  # the 95 % interval of the pairs' differences
+    lines.append("| " + " | ".join(["**whole** (process CPU, B − A, ± 95 %)", *whole]) + " |")
     lines.append(f"| live findings (reserved, not running) | – | {budget.COMPONENTS['live'].core_share:.3%} | "
                  f"{model['live'] / job_cpu:.3%} | {model['live'] / units * 1e6:.0f} µs | – |")
     return "\n".join(lines)
