@@ -12,7 +12,8 @@ final row with ``closed`` true: the clean-close marker.
 
 Cost: a few rows per task per 5 s (one per subject: 1 + workers on the coordinator),
 about 60 bytes each, written by the writer's own background flush; nothing on the
-training thread beyond the counter store. A process that is killed or frozen (SIGSTOP)
+training thread beyond the counter store. The thread charges its beats to ``heartbeat``
+in the cost ledger (``budget``): under 1 µs per closure of ps_ctl, 0.001 % of a core. A process that is killed or frozen (SIGSTOP)
 writes nothing more; the analysis (``stalled`` in ``docs/findings.md``) then reads its
 state from the other tasks' rows.
 

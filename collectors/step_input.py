@@ -19,10 +19,11 @@ that falls between its ``on_train_batch_begin`` and ``on_train_batch_end``:
 ``input_wait = stamp - begin`` is this worker's own wait for its element; the rest of
 the step is compute plus the wait in the collective for slower workers.
 
-Cost (``benchmarks/overhead_ab.py``, ``step_input``; ``collectors/budget.py``): the earlier
-stamp, a ``tf.py_function`` per replica per step, took about 80 µs of CPU per step (a
-host callback and the GIL); the enqueue is not measurable against a 0.5 ms step, and a
-drain of a second's stamps costs a few hundred µs.
+Cost (``benchmarks/stamp_cost.py``; budget ``step_input`` in ``collectors/budget.py``): the
+earlier stamp, a ``tf.py_function`` per replica per step (a host callback into Python,
+under the GIL), took 270 µs of CPU a step of ``mwms_fit``'s model on a loaded machine;
+the enqueue was within the noise of the same blocks, and a drain of 200 stamps took
+about 0.5 ms (docs/benchmarks.md, "Collector overhead").
 
 Why not the alternatives: bracketing ``GetNext`` with ``tf.timestamp()`` needs the train
 function rebuilt (its body is private and differs between the Kerases); sampled profiler
