@@ -471,8 +471,9 @@ def model_table(model: dict) -> str:
     header = ["component", f"CPU µs per {unit}", "share of a core (its processes together)", "share of the job's CPU",
               f"budget per {unit} (share of job CPU)", "within"]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    notes = {"unattributed": " (TensorFlow's threads on the coordinator)", "step_input": " (the whole less the rest)"}
     for row in model["rows"]:
-        name = row["component"] + ("" if row["running"] else " (off)")
+        name = row["component"] + (notes.get(row["component"], "") if row["running"] else " (off)")
         lines.append("| " + " | ".join([name, *cells(row["cpu_s"], row["limit_s"])]) + " |")
     whole = cells(model["whole"], model["allowed"])
     whole[0] += f" ± {model['whole_half'] / units * 1e6:.0f}"  # the 95 % interval of the pairs' differences
