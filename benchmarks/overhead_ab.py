@@ -262,7 +262,7 @@ def measure_ps_ctl(pairs: int, closures: int, logdir: str, components: frozenset
         # over the links (one-time work of the first seconds of a run), at most WARM_UP_PAIRS.
         for _ in range(WARM_UP_PAIRS):
             run_ps_phases(plain, schedulers, switch, recorded, 1, closures, examples, task_pids)
-            if not instrumented._probes_started:  # noqa: SLF001 - B phases without results record no closure,
+            if "probe" in components and not instrumented._probes_started:  # noqa: SLF001 - B phases without results record no closure,
                 instrumented._start_probes()  # noqa: SLF001 - whose first record starts the probe in a run
             if "probe" not in components or prober.passes >= FULL_PASSES:
                 break
