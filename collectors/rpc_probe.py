@@ -67,11 +67,12 @@ DEFAULT_LEGS_PER_ROUND = 1
 # round trips per link (what the slow-link detector needs to judge one).
 FULL_PASSES = 3
 # After the first passes the pause between rounds grows while the links read as before:
-# each pass over the links in which no round trip moved from its link's typical reading
-# by more than STABLE_TOLERANCE of it (and STABLE_FLOOR_S) doubles the pause, up to
-# MAX_SLOWDOWN times ``interval_s``; a reading that moved brings it back at once. On a
-# steady cluster of 8 links each link is then probed every 32 s, at a quarter of the
-# cost; a link that turns slow is probed at the full rate again from its next probe.
+# each pass over the links in which no link moved doubles the pause, up to MAX_SLOWDOWN
+# times ``interval_s``; a link moved when two of its round trips in a row fall outside
+# its typical reading ± STABLE_TOLERANCE of it (at least STABLE_FLOOR_S; one alone is
+# jitter), and that brings the pause back at once. On a steady cluster of 8 links each
+# link is then probed every 32 s, at a quarter of the cost; a link that turns slow is
+# probed at the full rate again from its second slow probe.
 MAX_SLOWDOWN = 4
 STABLE_TOLERANCE = 0.5
 STABLE_FLOOR_S = 0.001
@@ -145,15 +146,25 @@ class _Cadence:
         self.interval_s = interval_s
         self.slowdown = 1
         self._typical: dict = {}  # leg -> typical round trip (s), a moving average
+        self._outlying: set = set()  # legs whose last reading was out of their band
         self._moved = False
 
     def observe(self, leg, rtt_s: float) -> None:
-        """A round trip without payload of ``leg``; one that moved resets the pause."""
+        """A round trip without payload of ``leg``. Two in a row out of its typical band mean
+        the link changed: the pause goes back to ``interval_s`` (one alone is jitter)."""
         typical = self._typical.get(leg)
-        if typical is not None and abs(rtt_s - typical) > max(STABLE_TOLERANCE * typical, STABLE_FLOOR_S):
+        if typical is None:
+            self._typical[leg] = rtt_s
+        elif abs(rtt_s - typical) <= max(STABLE_TOLERANCE * typical, STABLE_FLOOR_S):
+            self._typical[leg] = 0.75 * typical + 0.25 * rtt_s
+            self._outlying.discard(leg)
+        elif leg in self._outlying:
+            self._typical[leg] = rtt_s
+            self._outlying.discard(leg)
             self._moved = True
             self.slowdown = 1
-        self._typical[leg] = rtt_s if typical is None else 0.75 * typical + 0.25 * rtt_s
+        else:
+            self._outlying.add(leg)
 
     def pass_done(self) -> None:
         """A pass over every link ended: slow down if none of its readings moved."""
