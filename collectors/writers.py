@@ -4,7 +4,8 @@ Two writers on one task file would each append frames through their own file han
 sharing one (reference-counted) keeps every frame whole and in order. Each open writer
 also carries its task's ``heartbeat`` rows (``heartbeat``): the first when it opens, one
 every ``heartbeat.HEARTBEAT_EVERY_S`` (a few rows per task per 5 s), and the clean-close
-marker when its last collector releases it.
+marker when its last collector releases it. The flush threads' CPU time is charged to
+``writer`` in the cost ledger (``budget``).
 """
 
 from __future__ import annotations
@@ -13,10 +14,21 @@ import os
 import threading
 
 from tfdiag.collectors import heartbeat
+from tfdiag.collectors.budget import LEDGER
 from tfdiag.store import TaskWriter
 
 _lock = threading.Lock()
 _writers: dict[tuple[str, str], list] = {}  # key -> [writer, references]
+_closed_flush_cpu_ns = 0  # the flush threads' CPU of the writers closed so far
+
+
+def flush_cpu_ns() -> int:
+    """CPU ns the flush threads of this process's writers have taken, closed ones included."""
+    with _lock:
+        return _closed_flush_cpu_ns + sum(entry[0].flush_cpu_ns for entry in _writers.values())
+
+
+LEDGER.add_source("writer", flush_cpu_ns)
 
 
 def _key(logdir, task: str) -> tuple[str, str]:
@@ -39,6 +51,7 @@ def acquire(logdir, task: str) -> TaskWriter:
 
 def release(writer: TaskWriter) -> None:
     """Drops one reference; the last one writes the clean-close heartbeat and closes (flushes) the writer."""
+    global _closed_flush_cpu_ns
     with _lock:
         for key, entry in list(_writers.items()):
             if entry[0] is writer:
@@ -50,3 +63,5 @@ def release(writer: TaskWriter) -> None:
                 break
     heartbeat.stop(writer, closed=True)
     writer.close()
+    with _lock:
+        _closed_flush_cpu_ns += writer.flush_cpu_ns

@@ -211,7 +211,7 @@ def test_xla_compiled_model_trains_without_stamps(tmp_path, monkeypatch):
 
     monkeypatch.delenv("TF_CONFIG", raising=False)
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
-    model.compile("sgd", "mse", jit_compile=True)  # a py_function cannot be XLA-compiled: no stamp
+    model.compile("sgd", "mse", jit_compile=True)  # the stamp's queue ops cannot be XLA-compiled: no stamp
     x, y = data()
     history = model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[DiagnosticsCallback(tmp_path)])
     assert len(history.history["loss"]) == 1

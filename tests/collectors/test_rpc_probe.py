@@ -225,3 +225,29 @@ def test_a_probe_neither_takes_nor_cancels_the_cancellation_of_closures_dispatch
         # After prepare(), a probe never traces (nor registers on the cluster) a new function.
         "unprepared": "LookupError",
     }
+
+
+def test_rounds_slow_down_while_links_hold_still_and_speed_up_when_one_moves(monkeypatch):
+    monkeypatch.setattr(rpc_probe, "FULL_PASSES", 1)
+    writer = FakeWriter("chief:0")
+    prober = RpcProber(writer, "chief:0", ["worker:0", "ps:0"], interval_s=0.5, payload_every=0, legs_per_round=1)
+    rtt_s = {"worker:0": 0.001, "ps:0": 0.001}
+    monkeypatch.setattr(prober, "probe", lambda leg, payload=False: (1.0, 1.0, 1.0 + rtt_s[leg[1]]))
+
+    def pauses(rounds):
+        seen = []
+        for _ in range(rounds):
+            prober._probe_once()
+            seen.append(prober._pause_s())
+        return seen
+
+    # The first pass probes both links at the base interval; each steady pass (2 rounds) doubles it, up to 4x.
+    assert pauses(7) == [0.5, 0.5, 1.0, 1.0, 2.0, 2.0, 2.0]
+    rtt_s["ps:0"] = 0.026  # ps:0's link turns slow: one slow reading may be jitter, two in a row are a change
+    assert pauses(4) == [2.0, 2.0, 2.0, 0.5]  # (worker:0's turn, ps:0's first, worker:0's, ps:0's second)
+    rtt_s["worker:0"] = 0.0035  # a single outlier of worker:0 is jitter ...
+    assert pauses(2) == [0.5, 0.5]
+    rtt_s["worker:0"] = 0.001  # ... and so is any reading within half the typical one, or a millisecond
+    rtt_s["ps:0"] = 0.030
+    steady = pauses(20)
+    assert steady[-1] == 2.0 and len(writer.records["rpc"]) == 34  # 2 in the first round, 1 a round after

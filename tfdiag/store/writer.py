@@ -79,6 +79,7 @@ class TaskWriter:
         self._next_try = 0.0
         self._given_up = False
         self._bad_kinds: set[str] = set()
+        self.flush_cpu_ns = 0  # CPU time of the flush thread so far (the collectors' cost budget reads it)
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"tfdiag-writer-{task}", daemon=True)
         self._thread.start()
@@ -150,6 +151,7 @@ class TaskWriter:
     def _run(self) -> None:
         while not self._closed.wait(self._flush_interval_s):
             self.flush()
+            self.flush_cpu_ns = time.thread_time_ns()  # this thread's CPU: only flushes
 
     def _encode(self, pending: dict[str, list[dict]]) -> tuple[bytes, int]:
         """One frame per kind, and how many records they hold; a kind whose records do not

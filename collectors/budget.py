@@ -1,0 +1,137 @@
+"""The collectors' cost budget: what each part may cost, and a ledger of what it did cost.
+
+Every collector component declares its expected CPU cost in :data:`COMPONENTS`, in the
+unit that fits how it spends it: work on the training path or per closure scales with
+the steps (``per_step_us``: CPU µs per step of ``model.fit`` or per closure of a
+``ClusterCoordinator``), a background thread on a cadence does not (``core_share``: a
+fraction of one core, whatever the step rate). ``benchmarks/overhead_ab.py`` measures
+each component, reports it against its declaration, and exits non-zero when the whole
+exceeds the budget. A new collector adds its entry here (and charges the ledger, below);
+``live`` is reserved for the live findings thread, which runs the detectors in the chief
+every few seconds.
+
+The ledger: collector threads charge the CPU time of their own work to their component
+(``time.thread_time_ns()`` before and after, about 1 µs a charge, background threads
+only), so the accounting needs no quiet machine: it counts CPU, not throughput. What
+it cannot see is the work TensorFlow does for a collector on its own threads and on the
+remote tasks (a probe's round trip, the in-graph timing ops); the A/B phases of
+``overhead_ab.py`` measure that, component by component (``--only``/``--without``).
+
+Example:
+    >>> with charged("system"):
+    ...     pass  # one sample
+    >>> LEDGER.snapshot()["system"] >= 0
+    True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import threading
+import time
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+from tfdiag.collectors.bounded import BoundedCalls
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    """One component's declared CPU cost.
+
+    Attributes:
+        per_step_us: CPU µs per step (``model.fit``) or per closure (coordinator).
+        core_share: fraction of one core its background work takes, at default settings.
+        jobs: where it runs: ``"ps"`` (instrumented coordinator), ``"fit"`` (the callback),
+            or both.
+        what: what the cost is, in a few words.
+    """
+
+    per_step_us: float = 0.0
+    core_share: float = 0.0
+    jobs: tuple[str, ...] = ("ps", "fit")
+    what: str = ""
+
+
+# Measured by benchmarks/overhead_ab.py (docs/benchmarks.md "Collector overhead") and
+# rounded up; each entry is a ceiling the component is held to, not its average.
+COMPONENTS: dict[str, Budget] = {
+    "closure_timing": Budget(per_step_us=150, jobs=("ps",),
+                             what="schedule()'s wrapper and the result stamp on the coordinator, in-graph timestamps"),
+    "results": Budget(per_step_us=400, jobs=("ps",),
+                      what="result thread: finished closures, the batched timing fetch, step/closure records"),
+    "probe": Budget(core_share=0.002, jobs=("ps",), what="RPC probe rounds (coordinator side; the tasks' side A/B)"),
+    "system": Budget(core_share=0.001, what="system sampler, one sample a second"),
+    "heartbeat": Budget(core_share=0.0002, what="heartbeat rows every 5 s"),
+    "writer": Budget(core_share=0.001, what="flush thread: Arrow frames twice a second"),
+    "hooks": Budget(per_step_us=60, jobs=("fit",), what="callback batch hooks, all-reduce probe every 100 steps"),
+    "step_input": Budget(per_step_us=20, jobs=("fit",), what="in-graph input-arrival stamp, read in batches"),
+    "live": Budget(core_share=0.002, what="reserved: live findings (detectors every few seconds in the chief)"),
+}
+
+
+class Ledger:
+    """CPU nanoseconds charged per component, since the process started.
+
+    ``sources`` adds counts kept elsewhere (the writers' flush threads, in ``tfdiag.store``,
+    which may not import the collectors).
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._ns: dict[str, int] = {}
+        self._sources: dict[str, Callable[[], int]] = {}
+
+    def charge(self, component: str, ns: int) -> None:
+        with self._lock:
+            self._ns[component] = self._ns.get(component, 0) + ns
+
+    def add_source(self, component: str, read_ns: Callable[[], int]) -> None:
+        """``read_ns()`` (cumulative CPU ns) is added to ``component`` in every snapshot."""
+        with self._lock:
+            self._sources[component] = read_ns
+
+    def snapshot(self) -> dict[str, int]:
+        """CPU ns so far per component, every declared one included."""
+        with self._lock:
+            counts = {name: self._ns.get(name, 0) for name in COMPONENTS} | self._ns
+            sources = dict(self._sources)
+        for component, read_ns in sources.items():
+            counts[component] = counts.get(component, 0) + read_ns()
+        return counts
+
+
+LEDGER = Ledger()
+
+
+@contextmanager
+def charged(component: str) -> Iterator[None]:
+    """Charges the CPU time this thread spends in the block to ``component``."""
+    start = time.thread_time_ns()
+    try:
+        yield
+    finally:
+        LEDGER.charge(component, time.thread_time_ns() - start)
+
+
+def metered(component: str, fn: Callable) -> Callable:
+    """``fn``, charging the CPU time of each call (on the thread that runs it) to ``component``."""
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        with charged(component):
+            return fn(*args, **kwargs)
+
+    return call
+
+
+class MeteredCalls(BoundedCalls):
+    """``BoundedCalls`` whose calls charge their thread's CPU to ``component``."""
+
+    def __init__(self, name: str, component: str):
+        super().__init__(name)
+        self.component = component
+
+    def call(self, key, fn, timeout_s: float):
+        return super().call(key, metered(self.component, fn), timeout_s)
