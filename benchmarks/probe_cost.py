@@ -127,8 +127,8 @@ def main(argv=None) -> int:
               f"| {total_s / DEFAULT_INTERVAL_S / cores:.2%} "
               f"| {r['first_wall_ms']:.0f}, {r['first_coordinator_ms']:.0f}, {r['first_tasks_ms']:.0f} |")
     if steady_rows:
-        print(f"\n| cadence | probe records per s | coordinator's probe CPU, share of a core | tasks' CPU, share of a core "
-              f"| slowdown at the end |")
+        print("\n| cadence | probe records per s | coordinator's probe CPU, share of a core | tasks' CPU, share of a core "
+              "| slowdown at the end |")
         print("| --- | --- | --- | --- | --- |")
         for r in steady_rows:
             print(f"| {r['cadence']} | {r['records_per_s']:.2f} | {r['coordinator_share']:.3%} | {r['tasks_share']:.3%} "

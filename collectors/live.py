@@ -30,12 +30,16 @@ import os
 import threading
 import time
 
+from tfdiag.collectors import budget
+
 logger = logging.getLogger("tfdiag")
 
 # Seconds between evaluations when live findings are on and no interval is given: with two
 # evaluations to announce and a 20-s window, a worker that became 2x slower is announced
-# within about 20 s of its onset (docs/benchmarks.md, "Live findings").
-DEFAULT_INTERVAL_S = 5.0
+# within about 20-30 s of its onset, for about 1 % of one core on the 2-core machine under
+# load (twice that at 5 s; docs/benchmarks.md, "Live findings"), charged to "live" in
+# collectors/budget.py.
+DEFAULT_INTERVAL_S = 10.0
 # Read when the caller passes no interval: seconds between evaluations ("on": the
 # default interval); unset, 0 or "off": off. Off by default: an evaluation costs tens of
 # ms of CPU, growing with the records per second of the job's width, and the analysis
@@ -139,7 +143,8 @@ class LiveThread:
         while not self._done.wait(self.interval_s) and not self.writer.closed:
             begin = time.thread_time_ns()
             try:
-                transitions = live.evaluate()
+                with budget.charged("live"):
+                    transitions = live.evaluate()
                 for transition in transitions:
                     logger.warning("%s", transition.message)
                     self.writer.append("live_finding", **transition.record(self.writer.task))
