@@ -74,7 +74,7 @@ MAX_OVERHEAD = 0.01
 Z95 = statistics.NormalDist().inv_cdf(0.975)
 KINDS = ("plain", "instrumented")
 # The components each job can switch, in the order of the table.
-COMPONENTS = {"ps_ctl": ("closure_timing", "results", "probe", "system", "heartbeat", "writer"),
+COMPONENTS = {"ps_ctl": ("closure_timing", "results", "probe", "system", "heartbeat", "writer", "live"),
               "mwms_fit": ("hooks", "step_input", "system", "heartbeat", "writer")}
 BUDGET_JOBS = {"ps_ctl": "ps", "mwms_fit": "fit"}
 # ps_ctl warms up for at most this many pairs (until the probe's first full passes are done).
@@ -117,7 +117,8 @@ class PhaseSwitch:
 
     Gated components skip their work while off and keep their threads and cadence: the
     RPC probe skips its rounds, the system sampler its samples, the heartbeat thread its
-    beats (the closing beat always goes), a gated writer drops records at ``append``.
+    beats (the closing beat always goes), live findings their evaluations, a gated writer
+    drops records at ``append``.
     """
 
     def __init__(self, components: frozenset):
@@ -130,9 +131,11 @@ class PhaseSwitch:
     def on(self, name: str) -> bool:
         return name in self.running
 
-    def gate(self, prober=None, sampler=None, writer=None) -> "PhaseSwitch":
+    def gate(self, prober=None, sampler=None, writer=None, live=None) -> "PhaseSwitch":
         from tfdiag.collectors import heartbeat
 
+        if live is not None:
+            live.paused = lambda: not self.on("live")
         if prober is not None:
             paused = prober.paused
             prober.paused = lambda: not self.on("probe") or paused()
@@ -232,7 +235,7 @@ def measure_ps_ctl(pairs: int, closures: int, logdir: str, components: frozenset
         os.environ["TF_CONFIG"] = json.dumps({"cluster": cluster.cluster, "task": {"type": "chief", "index": 0}})
         import tensorflow as tf
 
-        from tfdiag.collectors import instrument_coordinator
+        from tfdiag.collectors import instrument_coordinator, live
         from tfdiag.collectors.rpc_probe import FULL_PASSES
         from tfdiag.sample_jobs import ps_ctl
         from tfdiag.sample_jobs.task import wait_for_cluster
@@ -240,10 +243,13 @@ def measure_ps_ctl(pairs: int, closures: int, logdir: str, components: frozenset
         _, strategy = ps_ctl.make_strategy(tf, config)
         wait_for_cluster(cluster.cluster, "chief:0")
         plain = tf.distribute.coordinator.ClusterCoordinator(strategy)
-        instrumented = instrument_coordinator(plain, logdir)
+        # Live findings (off by default in a job) run at their default cadence when measured.
+        instrumented = instrument_coordinator(plain, logdir,
+                                              live_interval_s=live.DEFAULT_INTERVAL_S if "live" in components else 0)
         prober = instrumented.collectors.get("rpc")
+        live_thread = next((t for t in instrumented._background if isinstance(t, live.LiveThread)), None)  # noqa: SLF001
         switch = PhaseSwitch(components).gate(prober, instrumented.collectors.get("system"),
-                                              instrumented._writer)  # noqa: SLF001
+                                              instrumented._writer, live_thread)  # noqa: SLF001
         with strategy.scope():
             model = ps_ctl.MLP(tf, strategy, config.hidden)
         instrumented.record_placement(model.variables)
@@ -478,8 +484,9 @@ def model_table(model: dict) -> str:
     whole = cells(model["whole"], model["allowed"])
     whole[0] += f" ± {model['whole_half'] / units * 1e6:.0f}"  # the 95 % interval of the pairs' differences
     lines.append("| " + " | ".join(["**whole** (process CPU, B − A, ± 95 %)", *whole]) + " |")
-    lines.append(f"| live findings (reserved, not running) | – | {budget.COMPONENTS['live'].core_share:.3%} | "
-                 f"{model['live'] / job_cpu:.3%} | {model['live'] / units * 1e6:.0f} µs | – |")
+    if not any(row["component"] == "live" and row["running"] for row in model["rows"]):
+        lines.append(f"| live findings (reserved, not running) | – | {budget.COMPONENTS['live'].core_share:.3%} | "
+                     f"{model['live'] / job_cpu:.3%} | {model['live'] / units * 1e6:.0f} µs | – |")
     return "\n".join(lines)
 
 

@@ -96,6 +96,7 @@ class LiveThread:
         self.cpu_ns = 0  # thread CPU time of those evaluations
         self.setup_cpu_ns = 0  # thread CPU time of the first import of the analysis
         self.transitions = 0
+        self.paused = lambda: False  # evaluations are skipped while true (benchmarks/overhead_ab.py's phases)
         self._started_ns = 0
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tfdiag-live-findings", daemon=True)
@@ -141,6 +142,8 @@ class LiveThread:
             return
         self.setup_cpu_ns = time.thread_time_ns() - begin
         while not self._done.wait(self.interval_s) and not self.writer.closed:
+            if self.paused():
+                continue
             begin = time.thread_time_ns()
             try:
                 with budget.charged("live"):
