@@ -31,7 +31,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from faults import cpu_quota  # benchmarks/ is sys.path[0] when run as a script
-from tfdiag.collectors.live import ENV_VAR
+from tfdiag.collectors.live import DEFAULT_INTERVAL_S, ENV_VAR
 from tfdiag.events import task_name
 from tfdiag.sample_jobs.jobs import JobConfig
 from tfdiag.sample_jobs.launcher import LocalCluster
@@ -116,7 +116,7 @@ def table(rows: list[dict], args) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--interval", type=float, default=5.0, help="seconds between live evaluations")
+    parser.add_argument("--interval", type=float, default=DEFAULT_INTERVAL_S, help="seconds between live evaluations")
     parser.add_argument("--clean", type=float, default=30.0, help="seconds of steps before the quota")
     parser.add_argument("--starved", type=float, default=50.0, help="seconds under the quota")
     parser.add_argument("--on-ms", type=float, default=20.0)
