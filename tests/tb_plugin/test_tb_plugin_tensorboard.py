@@ -304,7 +304,7 @@ def test_tab_on_a_sample_job_run(tmp_path):
 
     logdir = tmp_path / "logs"
     # The job takes about 8 s on 2 cores; the timeout only bounds a hung cluster.
-    result = run_sample("ps_ctl", ps=1, workers=2, steps=40, logdir=logdir / "ps_ctl", inject=["slow-worker=1:40"],
+    result = run_sample("ps_ctl", ps=1, workers=2, steps=200, logdir=logdir / "ps_ctl", inject=["slow-worker=1:40"],
                         timeout_s=90)
     if not result.ok:
         tails = {task: path.read_text(errors="replace")[-600:] for task, path in result.task_logs.items() if path.exists()}

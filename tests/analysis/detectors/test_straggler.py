@@ -62,3 +62,12 @@ def test_a_worker_with_only_its_first_steps_is_not_judged(builder):
     run.steps("worker:0", count=200, step_ms=20)
     run.steps("worker:1", count=3, step_ms=400, start_ns=START_NS + 3000 * MS)
     assert "straggler" not in _kinds(analyze(run.write()))
+
+
+def test_a_worker_with_few_long_closures_over_the_whole_run_is_judged(builder):
+    # Asynchronous: worker:1 ran 4 closures of 1 s over the 4 s worker:0 took for 200 steps.
+    run = builder(strategy=None)
+    run.steps("worker:0", count=200, step_ms=20)
+    run.steps("worker:1", count=4, step_ms=1000)
+    finding = next(f for f in analyze(run.write()).findings if f.kind == "straggler")
+    assert finding.tasks == ("worker:1",)

@@ -16,7 +16,9 @@ Workers are compared fairly:
   too few steps to compare, so the whole run is;
 - only with enough steps: a worker with fewer than ``MIN_RECORDS`` timed step records
   (its first, with tracing and warm-up, never counts) is not judged, nor does it set
-  the bar for the others;
+  the bar for the others — unless its records span at least ``MIN_SPAN_SHARE`` of the
+  longest worker's: a worker so slow that it ran a few long closures over the whole run
+  is the straggler itself, where one that joined at the end is not judged;
 - per example where workers' steps carry different numbers of examples (a skewed
   shard makes one worker's batches 3x larger and its steps about 3x longer: that is
   ``shard_imbalance``, not a slow worker).
@@ -51,6 +53,10 @@ MIN_GAP_NS = 5_000_000
 # 4-6 records per worker inside the overlap were 1.8x apart on a clean run.
 MIN_RECORDS = 5
 OVERLAP_RECORDS = 10
+# ... or at least 2 timed records spanning this share of the longest worker's span (a
+# 200-step ps_ctl run with a worker sleeping 40 ms a step: 3-5 closures of the slow worker
+# over the whole run; a TF1 worker that joined for the last quarter of the run: a quarter).
+MIN_SPAN_SHARE = 0.5
 # Examples per step differing by more than this ratio between workers: compare per example.
 EXAMPLES_PER_STEP_SPREAD = 1.1
 
@@ -74,11 +80,12 @@ def compared_workers(steps: pd.DataFrame) -> pd.DataFrame:
 
     The window runs from the latest first timed step start to the earliest last step end.
     Columns: ``task``, ``records``, ``steps`` (training steps), ``p50_ns``, ``mean_ns``,
-    ``period_ns`` (as ``breakdown.worker_table``), ``examples_per_step``, and
-    ``window_ns`` (0 when the whole run is compared). Works column by column, with masks:
+    ``period_ns`` (as ``breakdown.worker_table``), ``examples_per_step``,
+    ``window_ns`` (0 when the whole run is compared) and ``span_ns`` (first timed step
+    start to last end). Works column by column, with masks:
     a run may hold ten million step records.
     """
-    columns = ["task", "records", "steps", "p50_ns", "mean_ns", "period_ns", "examples_per_step", "window_ns"]
+    columns = ["task", "records", "steps", "p50_ns", "mean_ns", "period_ns", "examples_per_step", "window_ns", "span_ns"]
     timed = ~steps["warmup"]
     if not timed.any():
         return pd.DataFrame(columns=columns)
@@ -108,6 +115,7 @@ def compared_workers(steps: pd.DataFrame) -> pd.DataFrame:
         "period_ns": ((last - first).astype(float) / (records - 1) / (steps_sum / records)).where(records > 1),
         "examples_per_step": examples / steps_sum.clip(lower=1.0),
         "window_ns": float(stop - start) if overlap else 0.0,
+        "span_ns": (by_task(end, chosen).max() - first).astype(float),
     }).rename_axis("task").reset_index()
     table["task"] = table["task"].astype(str)
     table["period_ns"] = table["period_ns"].fillna(table["mean_ns"])
@@ -125,6 +133,7 @@ def exact_whole_run(workers: pd.DataFrame) -> pd.DataFrame:
         "period_ns": workers["period_ns"].astype(float),
         "examples_per_step": workers["examples"] / workers["steps"].clip(lower=1),
         "window_ns": 0.0,
+        "span_ns": workers["active_ns"].astype(float),
     })
 
 
@@ -143,7 +152,8 @@ def detect(measured: Measurements) -> list[Finding]:
     if len(measured.workers) < 2:
         return []
     compared = exact_whole_run(measured.workers) if _sampled(measured) else compared_workers(measured.steps)
-    judged = compared[compared["records"] >= MIN_RECORDS].reset_index(drop=True)
+    spans_most = (compared["records"] >= 2) & (compared["span_ns"] >= MIN_SPAN_SHARE * compared["span_ns"].max())
+    judged = compared[(compared["records"] >= MIN_RECORDS) | spans_most].reset_index(drop=True)
     if len(judged) < 2:
         return []
     eps = judged["examples_per_step"]
@@ -218,7 +228,8 @@ def _finding(measured, judged, slow, slowdown, typical, typical_period, speedup,
     }
     unjudged = sorted(set(measured.workers["task"]) - set(judged["task"]))
     if unjudged:
-        evidence["not_judged"] = {task: f"fewer than {MIN_RECORDS} timed steps" for task in unjudged}
+        evidence["not_judged"] = {task: f"fewer than {MIN_RECORDS} timed steps over part of the run"
+                                  for task in unjudged}
     waits = {task: round(seconds, 1) for task, seconds in (measured.session_waits or {}).items() if task in set(measured.workers["task"])}
     if waits:
         evidence["chief_wait_s"] = waits
