@@ -14,6 +14,13 @@ of the rows themselves:
 - the most recent ``RECENT_ROWS`` rows in full (what a live view and the stall check read);
 - each task's first step (its warm-up, left out of its timing).
 
+And a timeline of *segments*: at most ``SEGMENTS`` runs of consecutive records per task,
+each with its exact counters (records, steps, examples, duration sum, first and last
+times) and its first record's duration; a segment's length doubles with the task's
+records. ``window_counters`` reads a task's timing over any time window from them (the
+straggler's overlap of every worker's steps): counts and sums exact for the segments
+inside the window, a segment across its edge counted by the share of its time inside.
+
 A task that never passed the cap keeps every row, so the analysis of a short run is
 exactly what it was before. Memory is bounded by the number of tasks, not of steps, and
 a refresh folds only the new batches.
@@ -34,6 +41,9 @@ import pyarrow.compute as pc
 SAMPLED_ROWS = 1024
 # The most recent rows of each task kept in full.
 RECENT_ROWS = 256
+# Segments of consecutive records kept per task (their length doubles when there are more):
+# a window's edges are placed within 1/SEGMENTS of a task's records, at 64 bytes a segment.
+SEGMENTS = 512
 # Bucket bounds grow by this factor; a percentile is read by rank inside its bucket, so it
 # lies between the bucket's bounds, as the exact value does: within 1 % of it.
 BUCKET_GROWTH = 1.01
@@ -102,6 +112,12 @@ class _Group:
     sample_rows: int = 0
     recent: deque = field(default_factory=deque)
     recent_rows: int = 0
+    segment_length: int = 1
+    # Per segment: first begin, last begin, last end, the duration (per step) of its sampled
+    # record and that record's priority (``_priority``) ...
+    segment_times: np.ndarray = field(default_factory=lambda: np.zeros((0, 5), "int64"))
+    # ... and records, steps, examples, duration sum.
+    segment_sums: np.ndarray = field(default_factory=lambda: np.zeros((0, 4), "float64"))
 
     @property
     def sampled(self) -> bool:
@@ -117,9 +133,10 @@ class StepAccumulator:
         >>> accumulator.counters()[["task", "rows", "steps"]]  # doctest: +SKIP
     """
 
-    def __init__(self, sampled_rows: int = SAMPLED_ROWS, recent_rows: int = RECENT_ROWS):
+    def __init__(self, sampled_rows: int = SAMPLED_ROWS, recent_rows: int = RECENT_ROWS, segments: int = SEGMENTS):
         self.sampled_rows = sampled_rows
         self.recent_rows = recent_rows
+        self.segments = segments
         self._groups: dict[tuple[str, str, str, str], _Group] = {}  # (file, source, task, clock)
 
     def add(self, file: str, source: str, batch: pa.RecordBatch) -> None:
@@ -151,9 +168,12 @@ class StepAccumulator:
         covered = np.maximum(_values(table["steps"], 1), 1)
         duration = (end - begin) // covered
         wait = _values(table["input_wait_ns"], 0) // covered
+        examples = _values(table["examples"], 0)
+        self._fold_segments(group, begin, end, np.column_stack([np.ones(len(table)), covered, examples, duration]),
+                            duration)
         group.rows += len(table)
         group.steps += int(covered.sum())
-        group.examples += float(_values(table["examples"], 0).sum(dtype="float64"))
+        group.examples += float(examples.sum(dtype="float64"))
         group.duration_sum += float(duration.sum(dtype="float64"))
         group.wait_sum += float(wait.sum(dtype="float64"))
         group.histogram += np.bincount(bucket_of(duration), minlength=_BUCKETS)
@@ -189,6 +209,31 @@ class StepAccumulator:
         group.previous_end = int(ends[-1])
         group.last_begin = max(int(begin.max()), group.last_begin if group.last_begin is not None else -1)
         group.last_end = max(int(end.max()), group.last_end if group.last_end is not None else -1)
+
+    def _fold_segments(self, group: _Group, begin: np.ndarray, end: np.ndarray, sums: np.ndarray,
+                       duration: np.ndarray) -> None:
+        """Adds a batch's records (``sums``: a row of records, steps, examples, duration each)
+        to the task's segments: record ``i`` of the task belongs to segment ``i // segment_length``."""
+        index = np.arange(group.rows, group.rows + len(begin))
+        segment = index // group.segment_length
+        starts = np.flatnonzero(np.r_[True, segment[1:] != segment[:-1]])
+        priority = _priority(index)
+        chosen = np.lexsort((priority, segment))[starts]  # each segment's record of least priority
+        times = np.column_stack([np.minimum.reduceat(begin, starts), np.maximum.reduceat(begin, starts),
+                                 np.maximum.reduceat(end, starts), duration[chosen], priority[chosen]])
+        added = np.add.reduceat(sums.astype("float64"), starts, axis=0)
+        if len(group.segment_times) and segment[0] == len(group.segment_times) - 1:  # continues the last one
+            group.segment_times[-1] = _joined_times(group.segment_times[-1], times[0])
+            group.segment_sums[-1] += added[0]
+            times, added = times[1:], added[1:]
+        group.segment_times = np.concatenate([group.segment_times, times])
+        group.segment_sums = np.concatenate([group.segment_sums, added])
+        while len(group.segment_times) > self.segments:  # pairs of segments become one
+            group.segment_length *= 2
+            pairs = np.arange(0, len(group.segment_times), 2)
+            last = np.minimum(pairs + 1, len(group.segment_times) - 1)
+            group.segment_times = _joined_times(group.segment_times[pairs], group.segment_times[last])
+            group.segment_sums = np.add.reduceat(group.segment_sums, pairs, axis=0)
 
     def _fold_sample(self, group: _Group, table: pa.Table) -> None:
         kept = table if group.stride == 1 else table.filter(_multiple_of(_values(table["step"], 0), group.stride))
@@ -250,13 +295,14 @@ class StepAccumulator:
                     "first_begin_ns": group.first_begin, "second_begin_ns": group.second_begin,
                     "last_begin_ns": group.last_begin, "last_end_ns": group.last_end,
                     "longest_gap_ns": group.longest_gap, "sampled": group.sampled,
-                    "histogram": group.histogram.copy(), **first,
+                    "histogram": group.histogram.copy(),
+                    "segments": (group.segment_times, group.segment_sums), **first,
                 }
                 continue
             _merge(row, group, first)
         columns = ["task", "clock_task", "rows", "steps", "examples", "duration_sum", "wait_sum", "first_begin_ns",
                    "second_begin_ns", "last_begin_ns", "last_end_ns", "longest_gap_ns", "sampled", "histogram",
-                   "first_rows",
+                   "segments", "first_rows",
                    "first_steps", "first_duration_sum", "first_wait_sum", "first_histogram"]
         return pd.DataFrame(list(merged.values()), columns=columns)
 
@@ -275,6 +321,8 @@ def _merge(row: dict, group: _Group, first: dict) -> None:
     for name in ("rows", "steps", "examples", "duration_sum", "wait_sum"):
         row[name] += getattr(group, name)
     row["histogram"] = row["histogram"] + group.histogram
+    row["segments"] = tuple(np.concatenate([mine, theirs]) for mine, theirs in
+                            zip(row["segments"], (group.segment_times, group.segment_sums)))
     row["sampled"] = row["sampled"] or group.sampled
     row["last_begin_ns"] = max(row["last_begin_ns"], group.last_begin)
     row["last_end_ns"] = max(row["last_end_ns"], group.last_end)
@@ -290,6 +338,23 @@ def _merge(row: dict, group: _Group, first: dict) -> None:
     row["second_begin_ns"] = begins[1] if len(begins) > 1 else None
 
 
+def _priority(index: np.ndarray) -> np.ndarray:
+    """A hash of each record's index: a segment's sampled record is its record of least
+    priority, a record chosen evenly whatever rhythm the step times have (the first record
+    of each segment would alias with a periodic pattern), and merging two segments keeps
+    the sample of the one with the lesser."""
+    with np.errstate(over="ignore"):
+        return ((index.astype("uint64") * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(33)).astype("int64")
+
+
+def _joined_times(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """Segment times of two segments made one (rows of ``_Group.segment_times``)."""
+    sample = np.where(first[..., 4] <= second[..., 4], first[..., 3], second[..., 3])
+    return np.stack([np.minimum(first[..., 0], second[..., 0]), np.maximum(first[..., 1], second[..., 1]),
+                     np.maximum(first[..., 2], second[..., 2]), sample,
+                     np.minimum(first[..., 4], second[..., 4])], axis=-1)
+
+
 def _multiple_of(steps: np.ndarray, stride: int) -> np.ndarray:
     return (steps & (stride - 1)) == 0  # strides are powers of two
 
@@ -302,3 +367,55 @@ def _values(column: pa.ChunkedArray, fill: int) -> np.ndarray:
         column = pc.fill_null(column, fill)
     return column.to_numpy()
 
+
+
+WINDOW_COLUMNS = ["task", "records", "steps", "p50_ns", "mean_ns", "period_ns", "examples", "first_begin_ns",
+                  "last_end_ns"]
+
+
+def window_counters(counters: pd.DataFrame, offsets: dict[str, int], start_ns: float, stop_ns: float) -> pd.DataFrame:
+    """Per task, its step records from ``start_ns`` to ``stop_ns`` (reference clock) read from
+    the segments of ``counters`` (``StepAccumulator.counters``).
+
+    A segment inside the window counts whole; one across an edge by the share of its time
+    (first begin to last end) inside, so counts and sums are exact but for the two edge
+    segments. The median is the weighted median of the segments' sampled records (one
+    record in every segment length); the period is the mean time between record starts
+    over the training steps a record covers, as ``breakdown.worker_table`` has it.
+    Columns: ``WINDOW_COLUMNS`` (``records``, ``steps``, ``examples`` may be fractional).
+
+    >>> accumulator = StepAccumulator(segments=4)
+    >>> accumulator.add("w.tfdiag", "worker:0", batch)  # doctest: +SKIP
+    >>> window_counters(accumulator.counters(), {}, 0, 10**9)  # doctest: +SKIP
+    """
+    rows = []
+    for task, group in counters.groupby("task", sort=True):
+        shift = np.concatenate([np.full(len(times), offsets.get(clock, 0)) for clock, (times, _)
+                                in zip(group["clock_task"], group["segments"])])
+        times = np.concatenate([times for times, _ in group["segments"]]).astype("float64")
+        sums = np.concatenate([sums for _, sums in group["segments"]])
+        first, last_begin, last_end = (times[:, column] - shift for column in range(3))
+        length = last_end - first
+        inside = np.clip(np.minimum(last_end, stop_ns) - np.maximum(first, start_ns), 0.0, None)
+        share = np.where(length > 0, inside / np.where(length > 0, length, 1.0),
+                         ((first >= start_ns) & (last_end <= stop_ns)).astype("float64"))
+        share = np.minimum(share, 1.0)
+        records, steps, examples, duration = (sums[:, column] @ share for column in range(4))
+        taken = share > 0
+        if records <= 0:
+            rows.append([task, 0.0, 0.0, np.nan, np.nan, np.nan, 0.0, np.nan, np.nan])
+            continue
+        window_first = max(float(first[taken].min()), start_ns)
+        window_last_begin = min(float(last_begin[taken].max()), stop_ns)
+        per_record = steps / records
+        period = (window_last_begin - window_first) / (records - 1) / per_record if records > 1 else np.nan
+        median = _weighted_median(times[taken, 3], sums[taken, 0] * share[taken])
+        rows.append([task, records, steps, median, duration / records, period, examples, window_first,
+                     min(float(last_end[taken].max()), stop_ns)])
+    return pd.DataFrame(rows, columns=WINDOW_COLUMNS)
+
+
+def _weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
+    order = np.argsort(values, kind="stable")
+    cumulative = np.cumsum(weights[order])
+    return float(values[order][np.searchsorted(cumulative, cumulative[-1] / 2)])

@@ -4,6 +4,8 @@ import pytest
 
 from tests.runs import MS, START_NS
 from tfdiag.analysis import analyze
+from tfdiag.analysis.load import RunLoader
+from tfdiag.analysis.step_stats import StepAccumulator, window_counters
 
 
 def _kinds(report):
@@ -71,3 +73,75 @@ def test_a_worker_with_few_long_closures_over_the_whole_run_is_judged(builder):
     run.steps("worker:1", count=4, step_ms=1000)
     finding = next(f for f in analyze(run.write()).findings if f.kind == "straggler")
     assert finding.tasks == ("worker:1",)
+
+
+# Long runs keep a sample of their rows (step_stats): a cap of a few rows and a few
+# segments forces that path on these small runs.
+SAMPLED = dict(sampled_rows=16, recent_rows=8, segments=8)
+
+
+def _late_joiner(builder, joiner_ms):
+    """worker:0 steps alone at 12 ms, then both step while they share the CPU (worker:0 at
+    20 ms, worker:1 at ``joiner_ms``)."""
+    run = builder(strategy=None)
+    run.steps("worker:0", count=400, step_ms=12, idle_ms=0.5, jitter_ms=0.25)
+    joined = run.step_end_ns + MS
+    run.steps("worker:0", count=120, step_ms=20, idle_ms=0.5, first_step=400, start_ns=joined, jitter_ms=0.25)
+    run.steps("worker:1", count=120 * 20 // joiner_ms, step_ms=joiner_ms, idle_ms=0.5, start_ns=joined, jitter_ms=0.25)
+    return run.write(by_task=True, frame_records=50)
+
+
+def _early_leaver(builder, leaver_ms):
+    """Both step while they share the CPU (worker:0 at 20 ms, worker:1 at ``leaver_ms``),
+    then worker:1 is done and worker:0 steps alone at 12 ms."""
+    run = builder(strategy=None)
+    run.steps("worker:1", count=120 * 20 // leaver_ms, step_ms=leaver_ms, idle_ms=0.5, jitter_ms=0.25)
+    run.steps("worker:0", count=120, step_ms=20, idle_ms=0.5, jitter_ms=0.25)
+    run.steps("worker:0", count=400, step_ms=12, idle_ms=0.5, first_step=120, start_ns=run.step_end_ns + MS,
+              jitter_ms=0.25)
+    return run.write(by_task=True, frame_records=50)
+
+
+def _both_paths(path):
+    """(unsampled, sampled) analyses of one run; the second must really be sampled."""
+    exact = RunLoader(path).refresh()
+    sampled = RunLoader(path, StepAccumulator(**SAMPLED)).refresh()
+    assert not exact.step_counters["sampled"].any() and sampled.step_counters["sampled"].all()
+    return analyze(exact), analyze(sampled)
+
+
+@pytest.mark.parametrize("make", [_late_joiner, _early_leaver])
+def test_a_sampled_run_is_compared_over_the_overlap_as_the_unsampled_one(builder, make):
+    # Both workers step at 20 ms while both run: no straggler, however long worker:0 ran alone.
+    for report in _both_paths(make(builder, 20)):
+        assert "straggler" not in _kinds(report)
+    # worker:1 at 30 ms while both ran: the straggler, the same on both paths.
+    exact, sampled = (next(f for f in report.findings if f.kind == "straggler")
+                      for report in _both_paths(make(builder, 30)))
+    assert exact.tasks == sampled.tasks == ("worker:1",)
+    assert exact.severity == sampled.severity
+    assert sampled.evidence["overlap_s"] == pytest.approx(exact.evidence["overlap_s"], rel=0.02)
+    for name in ("step_time_ms_p50", "step_period_ms", "slowdown"):
+        for task, value in exact.evidence[name].items():
+            assert sampled.evidence[name][task] == pytest.approx(value, rel=0.05), (name, task)
+    assert sampled.recommendation.predicted_speedup == pytest.approx(exact.recommendation.predicted_speedup,
+                                                                     rel=0.02)
+
+
+def test_window_counters_are_exact_for_the_segments_inside_the_window(builder):
+    run = builder(strategy=None).steps("worker:0", count=500, step_ms=10, idle_ms=0, jitter_ms=1)
+    path = run.write(by_task=True, frame_records=37)
+    counters = RunLoader(path, StepAccumulator(**SAMPLED)).refresh().step_counters
+    rows = RunLoader(path).refresh().frame("step")
+    # Records 100 to 299 by time; with 500 records in 8 segments of 64, the window's edges
+    # fall inside two segments, each counted by the share of its time inside.
+    start, stop = int(rows["begin_ns"].iloc[100]), int(rows["end_ns"].iloc[299])
+    window = window_counters(counters, {}, start, stop).iloc[0]
+    assert window["records"] == pytest.approx(200, abs=1)
+    assert window["steps"] == pytest.approx(200, abs=1)
+    exact = rows.iloc[100:300]
+    assert window["mean_ns"] == pytest.approx(float((exact["end_ns"] - exact["begin_ns"]).mean()), rel=0.01)
+    assert window["period_ns"] == pytest.approx(float(exact["begin_ns"].diff().mean()), rel=0.01)
+    # The whole run: every segment inside, counts and sums exact.
+    whole = window_counters(counters, {}, 0, 2**62).iloc[0]
+    assert (whole["records"], whole["steps"], whole["examples"]) == (500, 500, 500 * 32)

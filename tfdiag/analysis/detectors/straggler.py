@@ -23,9 +23,10 @@ Workers are compared fairly:
   shard makes one worker's batches 3x larger and its steps about 3x longer: that is
   ``shard_imbalance``, not a slow worker).
 
-A long run's step rows are a sample by step number (``step_stats``): there the rows
-cannot count records inside a window, so the whole run is compared, from the worker
-table's exact counters.
+A long run's step rows are a sample by step number (``step_stats``): a worker past the
+cap is read from its exact counters, over the overlap from its segments (counts and sums
+exact but for the two segments at the window's edges, one in ``step_stats.SEGMENTS`` of
+its records each), so a sampled run is judged as the same run unsampled.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import pandas as pd
 
 from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.measurements import Measurements
+from tfdiag.analysis.step_stats import WINDOW_COLUMNS, window_counters
 from tfdiag.analysis.whatif import predicted_speedup, speedup_at_periods
 
 KIND = "straggler"
@@ -73,38 +75,75 @@ def typical_of_others(values: pd.Series) -> pd.Series:
     return pd.Series([float(np.median(np.delete(array, i))) for i in range(len(array))], index=values.index)
 
 
-def compared_workers(steps: pd.DataFrame) -> pd.DataFrame:
+def compared_workers(steps: pd.DataFrame, workers: pd.DataFrame | None = None, counters: pd.DataFrame | None = None,
+                     offsets: dict[str, int] | None = None) -> pd.DataFrame:
     """Per worker, its timing over the window every worker was stepping (or, when a worker
     has fewer than ``OVERLAP_RECORDS`` timed records in it, over the whole run), warm-up
     records left out.
 
     The window runs from the latest first timed step start to the earliest last step end.
+    A worker whose kept rows are a sample (``counters["sampled"]``, a long run) is read
+    from its exact counters instead: over the window from its segments
+    (``step_stats.window_counters``), over the whole run from its ``workers`` row.
     Columns: ``task``, ``records``, ``steps`` (training steps), ``p50_ns``, ``mean_ns``,
     ``period_ns`` (as ``breakdown.worker_table``), ``examples_per_step``,
     ``window_ns`` (0 when the whole run is compared) and ``span_ns`` (first timed step
     start to last end). Works column by column, with masks:
     a run may hold ten million step records.
     """
-    columns = ["task", "records", "steps", "p50_ns", "mean_ns", "period_ns", "examples_per_step", "window_ns", "span_ns"]
-    timed = ~steps["warmup"]
-    if not timed.any():
-        return pd.DataFrame(columns=columns)
+    sampled = set() if counters is None else set(counters.loc[counters["sampled"], "task"].astype(str))
+    timed = ~steps["warmup"] & ~steps["task"].astype(str).isin(sampled)
     task, begin, end = steps["task"], steps["begin_ns"], steps["end_ns"]
 
     def by_task(values: pd.Series, mask: pd.Series):
         return values[mask].groupby(task[mask], observed=True)
 
-    start, stop = by_task(begin, timed).min().max(), by_task(end, timed).max().min()
+    firsts, lasts = by_task(begin, timed).min().astype(float), by_task(end, timed).max().astype(float)
+    if sampled:
+        exact = _timed_extent(counters[counters["task"].astype(str).isin(sampled)], offsets or {})
+        firsts, lasts = pd.concat([firsts, exact["first"]]), pd.concat([lasts, exact["last_end"]])
+    if firsts.empty:
+        return pd.DataFrame(columns=COMPARED_COLUMNS)
+    start, stop = float(firsts.max()), float(lasts.min())
     inside = timed & (begin >= start) & (end <= stop)
-    counts = by_task(inside, timed).sum()
+    window = (window_counters(counters[counters["task"].astype(str).isin(sampled)], offsets or {}, start, stop)
+              if sampled else pd.DataFrame(columns=WINDOW_COLUMNS))
+    counts = pd.concat([by_task(inside, timed).sum().astype(float), window.set_index("task")["records"]])
     overlap = bool((counts >= OVERLAP_RECORDS).all())
-    chosen = inside if overlap else timed
+    rows = _of_rows(steps, inside if overlap else timed, float(stop - start) if overlap else 0.0)
+    if not sampled:
+        return rows
+    if overlap:
+        of_counters = pd.DataFrame({
+            "task": window["task"], "records": window["records"], "steps": window["steps"],
+            "p50_ns": window["p50_ns"], "mean_ns": window["mean_ns"],
+            "period_ns": window["period_ns"].fillna(window["mean_ns"]),
+            "examples_per_step": window["examples"] / window["steps"].clip(lower=1.0),
+            "window_ns": float(stop - start), "span_ns": window["last_end_ns"] - window["first_begin_ns"]})
+    else:
+        of_counters = exact_whole_run(workers[workers["task"].astype(str).isin(sampled)])
+    return pd.concat([rows, of_counters[COMPARED_COLUMNS]], ignore_index=True).sort_values("task", ignore_index=True)
+
+
+COMPARED_COLUMNS = ["task", "records", "steps", "p50_ns", "mean_ns", "period_ns", "examples_per_step", "window_ns",
+                    "span_ns"]
+
+
+def _of_rows(steps: pd.DataFrame, chosen: pd.Series, window_ns: float) -> pd.DataFrame:
+    """``compared_workers``' columns from the rows ``chosen`` (a mask of ``steps``)."""
+    if not chosen.any():
+        return pd.DataFrame(columns=COMPARED_COLUMNS)
+    task, begin = steps["task"], steps["begin_ns"]
+
+    def by_task(values: pd.Series):
+        return values[chosen].groupby(task[chosen], observed=True)
+
     # One column at a time, each grouping dropped before the next: a ten-million-row run
     # must not hold several masked copies at once.
-    first, last, records = (by_task(begin, chosen).agg(name) for name in ("min", "max", "size"))
-    p50, mean = (by_task(steps["duration_ns"], chosen).agg(name).astype(float) for name in ("median", "mean"))
-    steps_sum = by_task(steps["steps"], chosen).sum().astype(float)
-    examples = by_task(steps["examples"], chosen).sum().astype(float)
+    first, last, records = (by_task(begin).agg(name) for name in ("min", "max", "size"))
+    p50, mean = (by_task(steps["duration_ns"]).agg(name).astype(float) for name in ("median", "mean"))
+    steps_sum = by_task(steps["steps"]).sum().astype(float)
+    examples = by_task(steps["examples"]).sum().astype(float)
     table = pd.DataFrame({
         "records": records,
         "steps": steps_sum.astype(int),
@@ -114,12 +153,26 @@ def compared_workers(steps: pd.DataFrame) -> pd.DataFrame:
         # over the training steps each record covers.
         "period_ns": ((last - first).astype(float) / (records - 1) / (steps_sum / records)).where(records > 1),
         "examples_per_step": examples / steps_sum.clip(lower=1.0),
-        "window_ns": float(stop - start) if overlap else 0.0,
-        "span_ns": (by_task(end, chosen).max() - first).astype(float),
+        "window_ns": window_ns,
+        "span_ns": (by_task(steps["end_ns"]).max() - first).astype(float),
     }).rename_axis("task").reset_index()
+    table = table[table["records"] > 0]  # a categorical's unused tasks
     table["task"] = table["task"].astype(str)
     table["period_ns"] = table["period_ns"].fillna(table["mean_ns"])
-    return table[columns]
+    return table[COMPARED_COLUMNS].reset_index(drop=True)
+
+
+def _timed_extent(counters: pd.DataFrame, offsets: dict[str, int]) -> pd.DataFrame:
+    """Per task (index), on the reference clock: ``first``, its first step start after the
+    warm-up, and ``last_end``, from the exact counters."""
+    shift = counters["clock_task"].map(lambda clock: offsets.get(clock, 0)).to_numpy(dtype="float64")
+    first = counters["first_begin_ns"].to_numpy(dtype="float64") - shift
+    task = counters["task"].astype(str).to_numpy()
+    warm = first == pd.Series(first).groupby(task).transform("min").to_numpy()
+    second = counters["second_begin_ns"].astype("float64").to_numpy() - shift
+    return pd.DataFrame({"first": np.where(warm, second, first),
+                         "last_end": counters["last_end_ns"].to_numpy(dtype="float64") - shift},
+                        index=task).groupby(level=0).agg(first=("first", "min"), last_end=("last_end", "max"))
 
 
 def exact_whole_run(workers: pd.DataFrame) -> pd.DataFrame:
@@ -137,11 +190,6 @@ def exact_whole_run(workers: pd.DataFrame) -> pd.DataFrame:
     })
 
 
-def _sampled(measured: Measurements) -> bool:
-    counters = measured.run.step_counters
-    return counters is not None and bool(counters["sampled"].any())
-
-
 def _slower(values: pd.Series, typical: pd.Series, scale: pd.Series) -> pd.Series:
     """Slower by the ratio, and by at least ``MIN_GAP_NS`` on the worker's own step (``scale``:
     its examples per step when ``values`` are per example, else 1)."""
@@ -151,7 +199,7 @@ def _slower(values: pd.Series, typical: pd.Series, scale: pd.Series) -> pd.Serie
 def detect(measured: Measurements) -> list[Finding]:
     if len(measured.workers) < 2:
         return []
-    compared = exact_whole_run(measured.workers) if _sampled(measured) else compared_workers(measured.steps)
+    compared = compared_workers(measured.steps, measured.workers, measured.run.step_counters, measured.offsets)
     spans_most = (compared["records"] >= 2) & (compared["span_ns"] >= MIN_SPAN_SHARE * compared["span_ns"].max())
     judged = compared[(compared["records"] >= MIN_RECORDS) | spans_most].reset_index(drop=True)
     if len(judged) < 2:
