@@ -16,9 +16,10 @@ Workers are compared fairly:
   too few steps to compare, so the whole run is;
 - only with enough steps: a worker with fewer than ``MIN_RECORDS`` timed step records
   (its first, with tracing and warm-up, never counts) is not judged, nor does it set
-  the bar for the others — unless its records span at least ``MIN_SPAN_SHARE`` of the
-  longest worker's: a worker so slow that it ran a few long closures over the whole run
-  is the straggler itself, where one that joined at the end is not judged;
+  the bar for the others — unless it has 2 and was present (first record, warm-up
+  included, to last) for at least ``MIN_SPAN_SHARE`` of the longest worker's time: a
+  worker so slow that it ran a few long closures over the whole run is the straggler
+  itself, where one that joined at the end is not judged;
 - per example where workers' steps carry different numbers of examples (a skewed
   shard makes one worker's batches 3x larger and its steps about 3x longer: that is
   ``shard_imbalance``, not a slow worker).
@@ -55,9 +56,13 @@ MIN_GAP_NS = 5_000_000
 # 4-6 records per worker inside the overlap were 1.8x apart on a clean run.
 MIN_RECORDS = 5
 OVERLAP_RECORDS = 10
-# ... or at least 2 timed records spanning this share of the longest worker's span (a
-# 200-step ps_ctl run with a worker sleeping 40 ms a step: 3-5 closures of the slow worker
-# over the whole run; a TF1 worker that joined for the last quarter of the run: a quarter).
+# ... or at least 2 timed records and present (its first record, warm-up included, to its
+# last end) for this share of the longest worker's time: a 200-step ps_ctl run with a worker
+# sleeping 40 ms a step: 3-5 closures of the slow worker over the whole run; a TF1 worker
+# that joined for the last quarter of the run: a quarter. The warm-up counts: the
+# tutorial-style loop at 10 steps per closure with worker 1 under a CPU quota (20 ms in 50)
+# ran 4 closures after a 430 ms warm-up, its timed records over 41 % of the other's, present
+# for 60 % of its time.
 MIN_SPAN_SHARE = 0.5
 # Examples per step differing by more than this ratio between workers: compare per example.
 EXAMPLES_PER_STEP_SPREAD = 1.1
@@ -87,8 +92,7 @@ def compared_workers(steps: pd.DataFrame, workers: pd.DataFrame | None = None, c
     (``step_stats.window_counters``), over the whole run from its ``workers`` row.
     Columns: ``task``, ``records``, ``steps`` (training steps), ``p50_ns``, ``mean_ns``,
     ``period_ns`` (as ``breakdown.worker_table``), ``examples_per_step``,
-    ``window_ns`` (0 when the whole run is compared) and ``span_ns`` (first timed step
-    start to last end). Works column by column, with masks:
+    ``window_ns`` (0 when the whole run is compared). Works column by column, with masks:
     a run may hold ten million step records.
     """
     sampled = set() if counters is None else set(counters.loc[counters["sampled"], "task"].astype(str))
@@ -119,14 +123,13 @@ def compared_workers(steps: pd.DataFrame, workers: pd.DataFrame | None = None, c
             "p50_ns": window["p50_ns"], "mean_ns": window["mean_ns"],
             "period_ns": window["period_ns"].fillna(window["mean_ns"]),
             "examples_per_step": window["examples"] / window["steps"].clip(lower=1.0),
-            "window_ns": float(stop - start), "span_ns": window["last_end_ns"] - window["first_begin_ns"]})
+            "window_ns": float(stop - start)})
     else:
         of_counters = exact_whole_run(workers[workers["task"].astype(str).isin(sampled)])
     return pd.concat([rows, of_counters[COMPARED_COLUMNS]], ignore_index=True).sort_values("task", ignore_index=True)
 
 
-COMPARED_COLUMNS = ["task", "records", "steps", "p50_ns", "mean_ns", "period_ns", "examples_per_step", "window_ns",
-                    "span_ns"]
+COMPARED_COLUMNS = ["task", "records", "steps", "p50_ns", "mean_ns", "period_ns", "examples_per_step", "window_ns"]
 
 
 def _of_rows(steps: pd.DataFrame, chosen: pd.Series, window_ns: float) -> pd.DataFrame:
@@ -154,7 +157,6 @@ def _of_rows(steps: pd.DataFrame, chosen: pd.Series, window_ns: float) -> pd.Dat
         "period_ns": ((last - first).astype(float) / (records - 1) / (steps_sum / records)).where(records > 1),
         "examples_per_step": examples / steps_sum.clip(lower=1.0),
         "window_ns": window_ns,
-        "span_ns": (by_task(steps["end_ns"]).max() - first).astype(float),
     }).rename_axis("task").reset_index()
     table = table[table["records"] > 0]  # a categorical's unused tasks
     table["task"] = table["task"].astype(str)
@@ -186,7 +188,6 @@ def exact_whole_run(workers: pd.DataFrame) -> pd.DataFrame:
         "period_ns": workers["period_ns"].astype(float),
         "examples_per_step": workers["examples"] / workers["steps"].clip(lower=1),
         "window_ns": 0.0,
-        "span_ns": workers["active_ns"].astype(float),
     })
 
 
@@ -200,7 +201,10 @@ def detect(measured: Measurements) -> list[Finding]:
     if len(measured.workers) < 2:
         return []
     compared = compared_workers(measured.steps, measured.workers, measured.run.step_counters, measured.offsets)
-    spans_most = (compared["records"] >= 2) & (compared["span_ns"] >= MIN_SPAN_SHARE * compared["span_ns"].max())
+    # Present from its first record (warm-up included) to its last: a worker that ran few
+    # records over most of the run is slow; one that joined late ran few because it was absent.
+    present = compared["task"].map(dict(zip(measured.workers["task"].astype(str), measured.workers["active_ns"])))
+    spans_most = (compared["records"] >= 2) & (present >= MIN_SPAN_SHARE * float(measured.workers["active_ns"].max()))
     judged = compared[(compared["records"] >= MIN_RECORDS) | spans_most].reset_index(drop=True)
     if len(judged) < 2:
         return []
