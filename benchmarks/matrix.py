@@ -79,8 +79,10 @@ EXPECTED = {
 HIDDEN = {
     ("mwms_fit", "input-delay"): (
         "the job does not wait for its input: tf-keras `model.fit` under MultiWorkerMirroredStrategy "
-        "prefetches each worker's next element while the step runs, and 20 ms per step is less than the "
-        "step; MEASURED"),
+        "prefetches each worker's next element while the step runs, and 20 ms is less than the step. "
+        "Measured (two interleaved pairs of `tfdiag sample mwms_fit --steps 200`, with and without "
+        "`--inject input-delay=20`, load average 17-27): input wait 2.6-6.3 % of the step with the delay, "
+        "2.2-4.5 % without; median step 57 and 27 ms with it, 59 and 69 ms without; no finding in any run"),
 }
 
 

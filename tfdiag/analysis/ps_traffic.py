@@ -2,7 +2,7 @@
 
 Bytes per ps come from the variable placement, or, where none was captured (a TF1
 session), from the traced ``RecvTensor`` transfers; ``traced_link_cost`` measures how
-long a traced step waited on one ps's transfers.
+long a traced step waited on one ps's transfers, ``traced_ps_wait`` that wait per ps.
 """
 
 from __future__ import annotations
@@ -139,6 +139,20 @@ def traced_link_cost(measured: Measurements, ps: str, faster_by_ns: float) -> pd
     per_worker = per_step.groupby("worker").agg(traced_steps=("wait_ns", "size"), wait_ns=("wait_ns", "mean"),
                                                saving_ns=("saving_ns", "mean"))
     return per_worker.reset_index()[columns]
+
+
+def traced_ps_wait(measured: Measurements, ps_tasks: list[str]) -> dict[str, float]:
+    """Per ps, how long a traced worker step waited on its transfers (ns; the mean over the
+    workers of ``traced_link_cost``'s ``wait_ns``): what the ps costs a step, whatever makes
+    it slow — the bytes it serves, its own work before it answers, its link. Only the ps
+    tasks with traced transfers; empty without any.
+    """
+    waits = {}
+    for ps in ps_tasks:
+        cost = traced_link_cost(measured, ps, 0.0)
+        if not cost.empty:
+            waits[ps] = float(cost["wait_ns"].mean())
+    return waits
 
 
 def _transfers_in_steps(measured: Measurements, transfer: pd.DataFrame) -> pd.DataFrame:

@@ -261,3 +261,23 @@ def test_a_worker_killed_before_its_first_step_still_counts_in_the_capacity_lost
     run = builder().steps("worker:0", count=100, step_ms=19).fault("worker:1", "failure", 0)
     finding = next(f for f in analyze(run.write()).findings if f.kind == "task_failure")
     assert finding.recommendation.predicted_speedup == pytest.approx(2 / 1, rel=0.02)
+
+
+def test_ps_hotspot_predicts_from_what_each_ps_costs_a_traced_step(builder):
+    # TF1: 4 MB on ps:0. Its small tensors come back at once (the link is fine), but its
+    # large reads and gradient pushes take 12 ms each of a 40 ms step; ps:1's take 0.3 ms.
+    run = _tf1_session(builder, ps1_ms=0.3)
+    run.placement("hot/kernel", "ps:0", 4 << 20).placement("dense/kernel", "ps:1", 256 << 10)
+    for worker in ("worker:0", "worker:1"):
+        run.transfer("ps:0", worker, 12.0, size=60_000, tensors=1, at_ms=1)
+        run.transfer(worker, "ps:0", 12.0, size=60_000, tensors=1, at_ms=21)
+    report = analyze(run.write())
+    assert "slow_link" not in [f.kind for f in report.findings]
+    finding = next(f for f in report.findings if f.kind == "ps_hotspot")
+    assert finding.tasks == ("ps:0",)
+    waits = finding.evidence["traced_wait_ms_per_step"]
+    # ps:0: 0.3 ms of small reads, then 12 ms, twice a step; ps:1: 0.3 ms twice.
+    assert waits["ps:0"] == pytest.approx(24.6, abs=0.1) and waits["ps:1"] == pytest.approx(0.6, abs=0.1)
+    # Spread evenly, each ps waits (24.6 + 0.6) / 2 = 12.6 ms: 12 ms saved of a 41 ms period.
+    unlimited = finding.evidence.get("host_cpu_limit", {}).get("unlimited_speedup")
+    assert (unlimited or finding.recommendation.predicted_speedup) == pytest.approx(41 / (41 - 12), rel=0.05)

@@ -2,6 +2,9 @@
 
 Bytes per ps come from the variable placement, or, where none was captured (a TF1
 session), from the bytes each ps moved in traced steps (``ps_traffic.traced_ps_load``).
+The gain of spreading the bytes is predicted from what each ps costs a traced step where
+the run traced transfers with every ps (a TF1 session: ``ps_traffic.traced_ps_wait``),
+else from the ps traffic model (bytes, round trips and bandwidth from the RPC probe).
 """
 
 from __future__ import annotations
@@ -9,7 +12,7 @@ from __future__ import annotations
 from tfdiag.analysis.detectors.evidence import per_task
 from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.measurements import Measurements
-from tfdiag.analysis.ps_traffic import ps_traffic, traced_ps_load
+from tfdiag.analysis.ps_traffic import ps_traffic, traced_ps_load, traced_ps_wait
 from tfdiag.analysis.whatif import predicted_speedup
 
 KIND = "ps_hotspot"
@@ -35,10 +38,9 @@ def detect(measured: Measurements) -> list[Finding]:
     ratio = float(hot["bytes_share"].max() / fair_share)
     partitions = len(load)
     speedup = None
-    traffic = ps_traffic(measured, load)
-    if traffic is not None and not measured.workers.empty:
-        balanced = {ps: float(load["bytes"].sum()) / partitions for ps in traffic.bytes_per_ps}
-        saving = max(traffic.communication_ns() - traffic.communication_ns(bytes_per_ps=balanced), 0.0)
+    waits = traced_ps_wait(measured, list(load["task"]))
+    saving = _saving(measured, load, waits)
+    if saving is not None and not measured.workers.empty:
         saving = min(saving, float(measured.workers["mean_ns"].min()))
         speedup = predicted_speedup(measured.workers, measured.workers["mean_ns"] - saving, measured.synchronous)
     tasks = tuple(hot["task"])
@@ -63,6 +65,8 @@ def detect(measured: Measurements) -> list[Finding]:
                 "largest_variable": {row.task: row.largest for row in hot.itertuples()},
                 "fair_share": round(fair_share, 3),
                 "bytes_source": "transfer" if traced else "placement",
+                **({"traced_wait_ms_per_step": {ps: round(ns / 1e6, 2) for ps, ns in waits.items()}}
+                   if len(waits) == len(load) else {}),
             },
             recommendation=Recommendation(
                 action=f"Partition large variables over all {partitions} parameter servers.",
@@ -75,3 +79,20 @@ def detect(measured: Measurements) -> list[Finding]:
             ),
         )
     ]
+
+
+def _saving(measured: Measurements, load, waits: dict[str, float]) -> float | None:
+    """Per-step time saved with the bytes spread evenly over every ps (ns), or None.
+
+    From traced transfers where every ps has some: the ps tasks serve a step in parallel,
+    so it waits for the slowest, and each ps's wait grows with the bytes it serves (a
+    RecvTensor's time includes the ps's work before it answers, which grows with them too):
+    spread evenly, every ps would cost the mean wait. Else from the traffic model.
+    """
+    if len(waits) == len(load):
+        return max(max(waits.values()) - sum(waits.values()) / len(waits), 0.0)
+    traffic = ps_traffic(measured, load)
+    if traffic is None:
+        return None
+    balanced = {ps: float(load["bytes"].sum()) / len(load) for ps in traffic.bytes_per_ps}
+    return max(traffic.communication_ns() - traffic.communication_ns(bytes_per_ps=balanced), 0.0)
