@@ -238,7 +238,8 @@ def markdown(rows: list[dict], header: str) -> str:
                          "| error | without CPU bound (error) |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in rows:
-        lines.append(f"| {row['job']} | {row['spec'] or 'clean'}{' (outside)' if row['name'] == 'cpu-starve' else ''} "
+        spec = row["spec"].replace("{quarter}", "(steps/4)") or "clean"
+        lines.append(f"| {row['job']} | {spec}{' (outside)' if row['name'] == 'cpu-starve' else ''} "
                      f"| {row['expected']} | {row['found']} | {'yes' if row['ok'] else 'NO'} | {row['fix']} "
                      f"| {_number(row['predicted'], '.2f')} | {_number(row['measured'], '.2f')} "
                      f"| {_number(row['error'], '.0%')} | {_number(row.get('unbounded'), '.2f')} "

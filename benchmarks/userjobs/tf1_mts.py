@@ -46,14 +46,15 @@ def batches(batch: int, seed: int, parse_s: float = 0.0):
         yield ids.astype(np.int64), dense, label
 
 
-def build_model(v1, num_ps: int):
-    """Placeholders, loss, train op and global step, placed by ``replica_device_setter``."""
+def build_model(v1, partitions: int):
+    """Placeholders, loss, train op and global step, placed by ``replica_device_setter``;
+    the embedding table in ``partitions`` shards (1: whole on one ps, a hot ps)."""
     ids = v1.placeholder(tf.int64, [None, IDS_PER_EXAMPLE], name="ids")
     dense = v1.placeholder(tf.float32, [None, DENSE_FEATURES], name="dense")
     label = v1.placeholder(tf.float32, [None, 1], name="label")
     global_step = v1.train.get_or_create_global_step()
     table = v1.get_variable("wide/embeddings", [VOCABULARY, EMBEDDING],
-                            partitioner=v1.fixed_size_partitioner(num_ps),
+                            partitioner=v1.fixed_size_partitioner(partitions),
                             initializer=v1.truncated_normal_initializer(stddev=0.05))
     wide = tf.reduce_mean(tf.nn.embedding_lookup(table, ids), axis=1)
     tower = tf.concat([wide, dense], axis=1)
@@ -76,6 +77,8 @@ def main() -> None:
     parser.add_argument("--parse-ms", type=float, default=0.0, help="extra time to make each batch (ms)")
     parser.add_argument("--slow-parse-worker", type=int, default=None,
                         help="only this worker's batches take --parse-ms more (default: every worker's)")
+    parser.add_argument("--embedding-partitions", type=int, default=None,
+                        help="shards of the embedding table (default: one per ps; 1 puts it whole on one ps)")
     args, _ = parser.parse_known_args()  # a launcher may append options of its own
 
     tf_config = json.loads(os.environ["TF_CONFIG"])
@@ -89,7 +92,7 @@ def main() -> None:
         return
 
     with v1.device(v1.train.replica_device_setter(worker_device=f"/job:worker/task:{index}", cluster=cluster)):
-        (ids, dense, label), loss, train_op, global_step = build_model(v1, cluster.num_tasks("ps"))
+        (ids, dense, label), loss, train_op, global_step = build_model(v1, args.embedding_partitions or cluster.num_tasks("ps"))
     hooks = [v1.train.StopAtStepHook(last_step=args.steps),
              DiagnosticsHook(args.logdir, examples_per_step=args.batch)]
     session_config = v1.ConfigProto(device_filters=["/job:ps", f"/job:worker/task:{index}"])
