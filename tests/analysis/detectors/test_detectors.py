@@ -281,3 +281,14 @@ def test_ps_hotspot_predicts_from_what_each_ps_costs_a_traced_step(builder):
     # Spread evenly, each ps waits (24.6 + 0.6) / 2 = 12.6 ms: 12 ms saved of a 41 ms period.
     unlimited = finding.evidence.get("host_cpu_limit", {}).get("unlimited_speedup")
     assert (unlimited or finding.recommendation.predicted_speedup) == pytest.approx(41 / (41 - 12), rel=0.05)
+
+
+def test_a_hot_ps_that_costs_a_step_less_than_the_others_predicts_no_gain(builder):
+    # An embedding table whole on ps:1, read a few rows at a time: ps:1 holds the bytes, but
+    # the step waits longer on ps:0 (a TF1 wide-and-deep job, benchmarks/userjobs/tf1_mts.py).
+    run = _tf1_session(builder, ps1_ms=0.3, ps0_ms=1.5)
+    run.placement("wide/embeddings", "ps:1", 12 << 20).placement("deep/kernel", "ps:0", 600 << 10)
+    finding = next(f for f in analyze(run.write()).findings if f.kind == "ps_hotspot")
+    assert finding.tasks == ("ps:1",)
+    assert finding.evidence["traced_wait_ms_per_step"]["ps:0"] > finding.evidence["traced_wait_ms_per_step"]["ps:1"]
+    assert finding.recommendation.predicted_speedup == pytest.approx(1.0)

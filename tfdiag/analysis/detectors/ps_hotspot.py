@@ -39,7 +39,7 @@ def detect(measured: Measurements) -> list[Finding]:
     partitions = len(load)
     speedup = None
     waits = traced_ps_wait(measured, list(load["task"]))
-    saving = _saving(measured, load, waits)
+    saving = _saving(measured, load, waits, tuple(hot["task"]))
     if saving is not None and not measured.workers.empty:
         saving = min(saving, float(measured.workers["mean_ns"].min()))
         speedup = predicted_speedup(measured.workers, measured.workers["mean_ns"] - saving, measured.synchronous)
@@ -81,16 +81,17 @@ def detect(measured: Measurements) -> list[Finding]:
     ]
 
 
-def _saving(measured: Measurements, load, waits: dict[str, float]) -> float | None:
+def _saving(measured: Measurements, load, waits: dict[str, float], hot: tuple[str, ...]) -> float | None:
     """Per-step time saved with the bytes spread evenly over every ps (ns), or None.
 
-    From traced transfers where every ps has some: the ps tasks serve a step in parallel,
-    so it waits for the slowest, and each ps's wait grows with the bytes it serves (a
-    RecvTensor's time includes the ps's work before it answers, which grows with them too):
-    spread evenly, every ps would cost the mean wait. Else from the traffic model.
+    From traced transfers where every ps has some: each ps's wait grows with the bytes it
+    serves (a RecvTensor's time includes the ps's work before it answers, which grows with
+    them too), so spread evenly every ps would cost the mean wait: the hot ps saves what
+    it costs above the mean. A hot ps that costs a step less than the mean (its variables
+    are read a few rows at a time) saves nothing. Else from the traffic model.
     """
     if len(waits) == len(load):
-        return max(max(waits.values()) - sum(waits.values()) / len(waits), 0.0)
+        return max(max(waits[task] for task in hot) - sum(waits.values()) / len(waits), 0.0)
     traffic = ps_traffic(measured, load)
     if traffic is None:
         return None
