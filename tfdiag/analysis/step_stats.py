@@ -218,9 +218,11 @@ class StepAccumulator:
         segment = index // group.segment_length
         starts = np.flatnonzero(np.r_[True, segment[1:] != segment[:-1]])
         priority = _priority(index)
-        chosen = np.lexsort((priority, segment))[starts]  # each segment's record of least priority
+        # Each segment's record of least priority: the least of (priority, position) per segment.
+        key = np.minimum.reduceat((priority << 32) | np.arange(len(index)), starts)
+        chosen, priority = key & 0xFFFFFFFF, key >> 32
         times = np.column_stack([np.minimum.reduceat(begin, starts), np.maximum.reduceat(begin, starts),
-                                 np.maximum.reduceat(end, starts), duration[chosen], priority[chosen]])
+                                 np.maximum.reduceat(end, starts), duration[chosen], priority])
         added = np.add.reduceat(sums.astype("float64"), starts, axis=0)
         if len(group.segment_times) and segment[0] == len(group.segment_times) - 1:  # continues the last one
             group.segment_times[-1] = _joined_times(group.segment_times[-1], times[0])
