@@ -8,7 +8,8 @@ and task against the planted cause, then runs the job again with the recommended
 (the ``--tune`` of ``sample_jobs/advice.py``, or the fault removed where the advice is to
 repair a host or a link) and compares the measured speed-up with the predicted one
 (error = |predicted − measured| / measured). A clean cell is right when no finding is at
-warning level or above.
+warning level or above, and so is a cell whose job absorbs what was planted (``HIDDEN``,
+with the measurement that shows it; no fix is run for it).
 
     python benchmarks/matrix.py --steps 200 --workdir /tmp/matrix
     python benchmarks/matrix.py --rescore --workdir /tmp/matrix   # analyse kept runs again

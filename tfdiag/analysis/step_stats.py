@@ -16,8 +16,8 @@ of the rows themselves:
 
 And a timeline of *segments*: at most ``SEGMENTS`` runs of consecutive records per task,
 each with its exact counters (records, steps, examples, duration sum, first and last
-times) and its first record's duration; a segment's length doubles with the task's
-records. ``window_counters`` reads a task's timing over any time window from them (the
+times) and the duration of one of its records, chosen by a hash of the record's index; a
+segment's length doubles with the task's records. ``window_counters`` reads a task's timing over any time window from them (the
 straggler's overlap of every worker's steps): counts and sums exact for the segments
 inside the window, a segment across its edge counted by the share of its time inside.
 
@@ -42,7 +42,8 @@ SAMPLED_ROWS = 1024
 # The most recent rows of each task kept in full.
 RECENT_ROWS = 256
 # Segments of consecutive records kept per task (their length doubles when there are more):
-# a window's edges are placed within 1/SEGMENTS of a task's records, at 64 bytes a segment.
+# a window's edges are placed within 1/SEGMENTS of a task's records, at 72 bytes a segment
+# (37 KB a task).
 SEGMENTS = 512
 # Bucket bounds grow by this factor; a percentile is read by rank inside its bucket, so it
 # lies between the bucket's bounds, as the exact value does: within 1 % of it.

@@ -75,7 +75,6 @@ def test_a_worker_with_few_long_closures_over_the_whole_run_is_judged(builder):
     assert finding.tasks == ("worker:1",)
 
 
-
 def test_a_worker_present_most_of_the_run_with_few_closures_after_a_long_warm_up_is_judged(builder):
     # A starved worker (a CPU quota) takes 800 ms to warm up, then runs 4 closures of 150 ms:
     # its timed records cover under half of worker:0's time, but it was there for most of it.
@@ -85,6 +84,7 @@ def test_a_worker_present_most_of_the_run_with_few_closures_after_a_long_warm_up
     run.steps("worker:1", count=4, step_ms=150, idle_ms=50, first_step=1, start_ns=START_NS + 850 * MS)
     finding = next(f for f in analyze(run.write()).findings if f.kind == "straggler")
     assert finding.tasks == ("worker:1",)
+
 
 # Long runs keep a sample of their rows (step_stats): a cap of a few rows and a few
 # segments forces that path on these small runs.
