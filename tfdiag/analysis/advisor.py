@@ -62,19 +62,6 @@ def cpu_speedup_limit(host: SharedHost | None, job_cpu_pct: float | None = None)
     return (job + (100.0 - cpu) + (cpu - job) / 2) / job
 
 
-def job_cpu_pct(measured: Measurements) -> float | None:
-    """The job's mean CPU share of the shared host while the workers stepped, when the
-    system samples carry it (``job_cpu_pct``), else None."""
-    system, host = measured.run.frame("system"), measured.shared_host
-    if host is None or "job_cpu_pct" not in system or measured.steps.empty:
-        return None
-    timed = measured.steps[~measured.steps["warmup"]] if not measured.steps["warmup"].all() else measured.steps
-    window = system[(system["host"].astype(str) == host.host)
-                    & system["time_ns"].between(timed["begin_ns"].min(), timed["end_ns"].max())]
-    values = window["job_cpu_pct"].dropna()
-    return float(values.mean()) if len(values) else None
-
-
 def advise(findings: list[Finding], measured: Measurements) -> list[Finding]:
     """Findings with predictions held to the host's CPU, largest predicted speed-up first.
 
@@ -84,7 +71,7 @@ def advise(findings: list[Finding], measured: Measurements) -> list[Finding]:
     severe finding.
     """
     host = None if _workers_wait(measured) else measured.shared_host
-    job = job_cpu_pct(measured) if host is not None else None
+    job = host.job_cpu_pct if host is not None else None
     limit = cpu_speedup_limit(host, job)
     ranked = sorted(findings, key=lambda f: (_blocks_progress(f), min(f.predicted_speedup, limit),
                                              f.predicted_speedup, f.severity.rank), reverse=True)
