@@ -100,13 +100,12 @@ def test_a_critical_finding_without_prediction_ranks_before_every_prediction(bui
 
 
 def test_the_jobs_own_cpu_share_loosens_the_bound_on_a_host_others_keep_busy():
-    saturated = SharedHost("vm", cpu_pct=100.0, samples=10)
     # The whole host read alone allows nothing on a saturated host.
-    assert cpu_speedup_limit(saturated) == pytest.approx(1.0)
+    assert cpu_speedup_limit(SharedHost("vm", cpu_pct=100.0, samples=10)) == pytest.approx(1.0)
     # The job uses 25 % of it, other programs 75 %: it could get 25 + 37.5.
-    assert cpu_speedup_limit(saturated, job_cpu_pct=25.0) == pytest.approx(2.5)
+    assert cpu_speedup_limit(SharedHost("vm", cpu_pct=100.0, samples=10, job_cpu_pct=25.0)) == pytest.approx(2.5)
     # The job alone on the host: its bound is the idle CPU, as before.
-    assert cpu_speedup_limit(SharedHost("vm", cpu_pct=80.0, samples=10), job_cpu_pct=80.0) == pytest.approx(1.25)
+    assert cpu_speedup_limit(SharedHost("vm", cpu_pct=80.0, samples=10, job_cpu_pct=80.0)) == pytest.approx(1.25)
 
 
 def _job_cpu(run, task, pid, proc_cpu_pct, job_cpu_pct):
@@ -119,7 +118,7 @@ def _job_cpu(run, task, pid, proc_cpu_pct, job_cpu_pct):
 
 def test_old_logs_without_the_jobs_cpu_are_held_to_the_whole_host(builder):
     host = measure(load_run(_straggler_run(builder).system("vm", "chief:0", cpu_pct=100.0, count=40).write())).shared_host
-    assert host.job_cpu_pct is None and cpu_speedup_limit(host, host.job_cpu_pct) == pytest.approx(1.0)
+    assert host.job_cpu_pct is None and cpu_speedup_limit(host) == pytest.approx(1.0)
 
 
 def test_all_tasks_on_one_busy_host_the_coordinator_counts_its_servers(builder):
