@@ -81,20 +81,30 @@ def job_cpu_on_host(window: pd.DataFrame) -> float | None:
 
     Each sampler reports its own process (``proc_cpu_pct``, tagged with its ``pid``) and
     the job's processes it found by their cluster ports (``job_cpu_pct``). Both count a
-    part of the job, never a foreign process: the larger of the best sampler's job figure
-    and the sum over distinct processes of their own figures is taken (a
-    ParameterServerStrategy coordinator sees its servers; workers without a cluster spec
-    count only themselves, and add up).
+    part of the job, never a foreign process: the larger of the best sampler's mean job
+    figure and the processes' own figures added up is taken (a ParameterServerStrategy
+    coordinator sees its servers; workers without a cluster spec count only themselves).
+    Processes add up over time, not by their means: each process's samples are summed
+    (divided among the tasks it samples for, so tasks of one process count once) over
+    the samples one task took in the window, so a restarted task's two processes, one
+    after the other, count as one.
 
-    >>> window = pd.DataFrame({"task": ["worker:0", "worker:1"], "pid": [7, 8],
-    ...                        "proc_cpu_pct": [20.0, 30.0], "job_cpu_pct": [20.0, 30.0]})
-    >>> job_cpu_on_host(window)
+    >>> window = pd.DataFrame({"task": ["worker:0", "worker:1", "worker:1"], "pid": [7, 8, 9],
+    ...                        "proc_cpu_pct": [20.0, 30.0, 30.0], "job_cpu_pct": [20.0, 30.0, 30.0]})
+    >>> job_cpu_on_host(window.iloc[:2])
+    50.0
+    >>> job_cpu_on_host(pd.concat([window.iloc[:1]] * 2 + [window.iloc[1:]]))  # worker:1 restarted
     50.0
     """
     if "job_cpu_pct" not in window or window["job_cpu_pct"].isna().all():
         return None
     per_sampler = window.groupby("task", observed=True)["job_cpu_pct"].mean().max()
-    own = window.dropna(subset=["pid", "proc_cpu_pct"]).groupby("pid")["proc_cpu_pct"].mean().sum()
+    own_rows = window.dropna(subset=["pid", "proc_cpu_pct"])
+    own = 0.0
+    if not own_rows.empty:
+        by_pid = own_rows.groupby("pid")
+        sample_sum = (by_pid["proc_cpu_pct"].sum() / by_pid["task"].nunique()).sum()
+        own = sample_sum / own_rows.groupby("task", observed=True).size().max()
     return float(max(per_sampler, own))
 
 
