@@ -6,6 +6,18 @@ record for the host and one ``gpu`` record per GPU. CPU load is computed from
 ``psutil.cpu_percent()``, whose state is a module global shared with anything else in
 the process (and whose first call returns a meaningless 0.0).
 
+Besides the host's CPU, each sample carries the job's own: ``proc_cpu_pct``, this
+process, and ``job_cpu_pct``, the job's processes on this host — this one and every
+process listening on a port of the cluster spec whose address is this host (a
+ParameterServerStrategy coordinator's workers and ps run no tfdiag code, so they are
+found by their ports). Both are shares of the whole host, like ``cpu_pct``, so the
+analysis can tell the job's CPU from other programs' (``docs/findings.md``, "The
+advisor"). The ports are mapped to processes with ``psutil.net_connections`` (about
+10 ms of CPU) at the first sample, and again at most every ``RESCAN_S`` while a local
+cluster port has no process or a counted process has ended (a restarted task); each
+sample then reads one ``cpu_times`` per process (about 25 µs of CPU each). A process of
+another user that the sampler may not inspect is left out.
+
 GPUs come from NVML (``pynvml``, package ``nvidia-ml-py``): utilization, memory, power
 and SM clock per device. No library, no driver or no GPU is recorded once as a
 ``note`` and the sampler carries on with the host. A field NVML cannot read on a
@@ -20,17 +32,113 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import socket
 import sys
 import threading
 import time
 
+from tfdiag.collectors import identity
 from tfdiag.collectors.budget import charged
 from tfdiag.errors import InvalidOptionError
 
 logger = logging.getLogger("tfdiag")
 
 DEFAULT_INTERVAL_S = 1.0
+# Seconds between two searches for the cluster's processes while one is missing or has
+# ended: a restarted task is counted again within this, at ~10 ms of CPU a search.
+RESCAN_S = 30.0
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def local_cluster_ports(cluster: dict, local_names: set[str]) -> set[int]:
+    """The ports of the cluster addresses that name this host (a loopback address, this
+    host's name, or one of its interface addresses).
+
+    >>> sorted(local_cluster_ports({"worker": ["127.0.0.1:2222", "10.0.0.9:2222"], "ps": ["[::1]:2223"]}, set()))
+    [2222, 2223]
+    """
+    ports = set()
+    for addresses in cluster.values():
+        for address in addresses:
+            host, _, port = str(address).rpartition(":")
+            host = host.strip("[]")
+            if port.isdigit() and (host in LOOPBACK_NAMES or host in local_names):
+                ports.add(int(port))
+    return ports
+
+
+class JobProcesses:
+    """The CPU time of this job's processes on this host: this process and those
+    listening on the cluster's local ports.
+
+    ``cpu_pct()`` returns ``(own, job, processes)``: this process's and the job's CPU
+    since the previous call as percent of all the host's cores (NaN on the first call),
+    and how many processes the job's figure counts.
+    """
+
+    def __init__(self, cluster: dict, psutil):
+        self._psutil = psutil
+        self._cores = psutil.cpu_count() or 1
+        names = {socket.gethostname()}
+        try:
+            names |= {a.address.split("%")[0] for addrs in psutil.net_if_addrs().values() for a in addrs}
+        except Exception:  # noqa: BLE001 - no interface list: loopback and the host name still count
+            pass
+        self._ports = local_cluster_ports(cluster, names)
+        self._own = psutil.Process(os.getpid())
+        self._others: dict[int, object] = {}  # pid -> psutil.Process
+        self._last: dict[int, float] = {}  # pid -> CPU seconds at the previous call
+        self._last_wall: float | None = None
+        self._next_scan = 0.0
+
+    @property
+    def cores(self) -> int:
+        return self._cores
+
+    def _scan(self, now: float) -> None:
+        self._next_scan = now + RESCAN_S
+        if not self._ports:
+            return
+        try:
+            listeners = {c.laddr.port: c.pid for c in self._psutil.net_connections("tcp")
+                         if c.status == self._psutil.CONN_LISTEN and c.laddr and c.laddr.port in self._ports}
+        except Exception:  # noqa: BLE001 - AccessDenied (macOS), no /proc: this process only
+            return
+        complete = set(listeners) == self._ports and None not in listeners.values()
+        for pid in set(listeners.values()) - {None, self._own.pid} - set(self._others):
+            try:
+                self._others[pid] = self._psutil.Process(pid)
+            except Exception:  # noqa: BLE001 - ended meanwhile, or not ours to read
+                complete = False
+        if complete:
+            self._next_scan = math.inf  # until a counted process ends
+
+    def _cpu_seconds(self) -> dict[int, float]:
+        seconds = {}
+        for pid, process in [(self._own.pid, self._own), *self._others.items()]:
+            try:
+                times = process.cpu_times()
+            except Exception:  # noqa: BLE001 - NoSuchProcess: a task ended (restarted: search again)
+                self._others.pop(pid, None)
+                self._next_scan = min(self._next_scan, time.monotonic())
+                continue
+            seconds[pid] = times.user + times.system
+        return seconds
+
+    def cpu_pct(self) -> tuple[float, float, int]:
+        now = time.monotonic()
+        if now >= self._next_scan:
+            self._scan(now)
+        seconds = self._cpu_seconds()
+        last, self._last = self._last, seconds
+        last_wall, self._last_wall = self._last_wall, now
+        if last_wall is None or now <= last_wall:
+            return math.nan, math.nan, len(seconds)
+        capacity = (now - last_wall) * self._cores / 100.0
+        used = {pid: max(0.0, spent - last[pid]) for pid, spent in seconds.items() if pid in last}
+        own = used.get(self._own.pid, math.nan) / capacity
+        return own, sum(used.values()) / capacity, len(used)
 
 
 class _Nvml:
@@ -117,13 +225,16 @@ class SystemSampler:
         task: the task name written in each ``system`` record.
         interval_s: seconds between samples.
         gpus: sample GPUs through NVML (``False``: host only).
+        cluster: the cluster spec (``{job: [address, ...]}``) whose local tasks count as
+            the job's CPU; ``None``: from ``TF_CONFIG``.
 
     Example:
         >>> sampler = SystemSampler(writer, "worker:0").start()  # doctest: +SKIP
         >>> sampler.stop()  # doctest: +SKIP
     """
 
-    def __init__(self, writer, task: str, interval_s: float = DEFAULT_INTERVAL_S, gpus: bool = True):
+    def __init__(self, writer, task: str, interval_s: float = DEFAULT_INTERVAL_S, gpus: bool = True,
+                 cluster: dict | None = None):
         if interval_s is None or interval_s <= 0:
             raise InvalidOptionError(f"Invalid value for argument `system_interval_s`. Expected > 0. Received: {interval_s!r}")
         self.writer = writer
@@ -135,6 +246,8 @@ class SystemSampler:
         self._nvml: _Nvml | None = None
         self._nvml_tried = False
         self._last_cpu = None
+        self._cluster = cluster
+        self._job: JobProcesses | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failed = False
@@ -191,6 +304,9 @@ class SystemSampler:
         import psutil
 
         cpu = self._cpu_pct(psutil)
+        if self._job is None:
+            self._job = JobProcesses(identity.resolve_cluster() if self._cluster is None else self._cluster, psutil)
+        own, job, processes = self._job.cpu_pct()
         net = psutil.net_io_counters()
         try:
             disk = psutil.disk_io_counters()
@@ -201,6 +317,7 @@ class SystemSampler:
             mem_used_frac=psutil.virtual_memory().percent / 100.0,
             net_sent_bytes=int(net.bytes_sent) if net else 0, net_recv_bytes=int(net.bytes_recv) if net else 0,
             disk_read_bytes=int(disk.read_bytes) if disk else 0, disk_write_bytes=int(disk.write_bytes) if disk else 0,
+            cpu_count=self._job.cores, pid=os.getpid(), proc_cpu_pct=own, job_cpu_pct=job, job_processes=processes,
         )
 
     def _sample_gpus(self) -> None:

@@ -121,6 +121,11 @@ SYSTEM = RecordKind(
         ("net_recv_bytes", "int64"),
         ("disk_read_bytes", "int64"),
         ("disk_write_bytes", "int64"),
+        ("cpu_count", "int64"),  # the host's logical cores
+        ("pid", "int64"),  # the sampling process
+        ("proc_cpu_pct", "float64"),  # this process's CPU, percent of all the host's cores
+        ("job_cpu_pct", "float64"),  # the job's processes on this host (see docs/log-format.md)
+        ("job_processes", "int64"),  # how many processes job_cpu_pct counts
     ),
 )
 

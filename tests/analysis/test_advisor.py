@@ -100,10 +100,82 @@ def test_a_critical_finding_without_prediction_ranks_before_every_prediction(bui
 
 
 def test_the_jobs_own_cpu_share_loosens_the_bound_on_a_host_others_keep_busy():
-    saturated = SharedHost("vm", cpu_pct=100.0, samples=10)
     # The whole host read alone allows nothing on a saturated host.
-    assert cpu_speedup_limit(saturated) == pytest.approx(1.0)
+    assert cpu_speedup_limit(SharedHost("vm", cpu_pct=100.0, samples=10)) == pytest.approx(1.0)
     # The job uses 25 % of it, other programs 75 %: it could get 25 + 37.5.
-    assert cpu_speedup_limit(saturated, job_cpu_pct=25.0) == pytest.approx(2.5)
+    assert cpu_speedup_limit(SharedHost("vm", cpu_pct=100.0, samples=10, job_cpu_pct=25.0)) == pytest.approx(2.5)
     # The job alone on the host: its bound is the idle CPU, as before.
-    assert cpu_speedup_limit(SharedHost("vm", cpu_pct=80.0, samples=10), job_cpu_pct=80.0) == pytest.approx(1.25)
+    assert cpu_speedup_limit(SharedHost("vm", cpu_pct=80.0, samples=10, job_cpu_pct=80.0)) == pytest.approx(1.25)
+
+
+def _job_cpu(run, task, pid, proc_cpu_pct, job_cpu_pct):
+    """Gives ``task``'s system samples the job's CPU fields the sampler writes."""
+    run.records = [(kind, dict(record, pid=pid, cpu_count=2, proc_cpu_pct=proc_cpu_pct, job_cpu_pct=job_cpu_pct,
+                               job_processes=1))
+                   if kind == "system" and record["task"] == task else (kind, record) for kind, record in run.records]
+    return run
+
+
+def test_old_logs_without_the_jobs_cpu_are_held_to_the_whole_host(builder):
+    host = measure(load_run(_straggler_run(builder).system("vm", "chief:0", cpu_pct=100.0, count=40).write())).shared_host
+    assert host.job_cpu_pct is None and cpu_speedup_limit(host) == pytest.approx(1.0)
+
+
+def test_all_tasks_on_one_busy_host_the_coordinator_counts_its_servers(builder):
+    """ParameterServerStrategy on one host: the coordinator's sampler counts the servers it
+    found by their ports (job 60 % of the host, itself 5 %); other programs use 40 %."""
+    run = _job_cpu(_straggler_run(builder).system("vm", "chief:0", cpu_pct=100.0, count=40), "chief:0", 11, 5.0, 60.0)
+    finding = analyze(run.write()).primary
+    assert finding.kind == "straggler"
+    limit = (60 + 40 / 2) / 60
+    assert finding.recommendation.predicted_speedup == pytest.approx(limit)
+    assert finding.evidence["host_cpu_limit"]["job_cpu_pct"] == 60.0
+    assert finding.evidence["host_cpu_limit"]["max_speedup"] == pytest.approx(limit, abs=1e-3)
+
+
+def test_workers_that_count_only_themselves_add_up(builder):
+    """MultiWorkerMirroredStrategy workers on one host with no cluster spec to find each
+    other by: each counts its own process, and the job is their sum (not the mean)."""
+    run = _straggler_run(builder, strategy="MultiWorkerMirroredStrategy", ps=0, chief=False)
+    run.system("vm", "worker:0", cpu_pct=100.0, count=40).system("vm", "worker:1", cpu_pct=100.0, count=40)
+    run = _job_cpu(_job_cpu(run, "worker:0", 21, 30.0, 30.0), "worker:1", 22, 40.0, 40.0)
+    host = measure(load_run(run.write())).shared_host
+    assert host.host == "vm" and host.job_cpu_pct == pytest.approx(70.0)
+
+
+def test_tasks_of_one_process_are_counted_once(builder):
+    """Two samplers in one process (same pid) report the same process: counted once; a
+    sampler that found the whole job by its ports counts more and is taken."""
+    def host_of(worker_1_job_cpu_pct):
+        run = _straggler_run(builder, strategy="MultiWorkerMirroredStrategy", ps=0, chief=False)
+        run.system("vm", "worker:0", cpu_pct=90.0, count=40).system("vm", "worker:1", cpu_pct=90.0, count=40)
+        run = _job_cpu(_job_cpu(run, "worker:0", 5, 35.0, 35.0), "worker:1", 5, 35.0, worker_1_job_cpu_pct)
+        return measure(load_run(run.write())).shared_host
+
+    assert host_of(35.0).job_cpu_pct == pytest.approx(35.0)
+    assert host_of(80.0).job_cpu_pct == pytest.approx(80.0)
+
+
+def test_one_task_per_host_has_no_shared_bound_even_with_the_jobs_cpu(builder):
+    run = _straggler_run(builder, strategy="MultiWorkerMirroredStrategy", ps=0, chief=False)
+    run.system("host-a", "worker:0", cpu_pct=100.0, count=40).system("host-b", "worker:1", cpu_pct=100.0, count=40)
+    run = _job_cpu(_job_cpu(run, "worker:0", 5, 95.0, 95.0), "worker:1", 5, 95.0, 95.0)
+    finding = analyze(run.write()).primary
+    assert finding.recommendation.predicted_speedup == pytest.approx(61 / 21, rel=0.01)
+    assert "host_cpu_limit" not in finding.evidence
+
+
+def test_a_foreign_cpu_hog_does_not_hold_the_job_to_the_saturated_host(builder):
+    """A host at 100 % where the job uses 20 %: the whole-host reading allowed nothing;
+    the job's own share allows (20 + 80 / 2) / 20 = 3x, above the 1.92x straggler repair."""
+    run = _job_cpu(_straggler_run(builder).system("vm", "chief:0", cpu_pct=100.0, count=40), "chief:0", 11, 2.0, 20.0)
+    finding = analyze(run.write()).primary
+    assert finding.recommendation.predicted_speedup == pytest.approx((2 / 21) / (1 / 21 + 1 / 61), rel=0.01)
+    assert "host_cpu_limit" not in finding.evidence
+
+
+def test_a_job_alone_on_a_busy_host_is_held_to_the_idle_cpu(builder):
+    """The job is all the host's load (85 %): the bound is the idle CPU, as the whole-host reading."""
+    run = _job_cpu(_straggler_run(builder).system("vm", "chief:0", cpu_pct=85.0, count=40), "chief:0", 11, 5.0, 85.0)
+    finding = analyze(run.write()).primary
+    assert finding.recommendation.predicted_speedup == pytest.approx(100 / 85)

@@ -1,19 +1,19 @@
 """The advisor: holds each prediction to what the workers' host allows, then ranks findings.
 
 The detectors predict from step times alone, as if every worker had a machine of its
-own. When all workers share one CPU-only host, that host's idle CPU bounds every
-change that keeps the work per example (repairing a straggler, restoring a worker,
-prefetching, partitioning, a faster link): at a mean ``u`` % CPU while the workers
-stepped, throughput can grow by at most ``100 / u``. A prediction above that bound is
-lowered to it, with ``host_cpu_limit`` in the finding's evidence.
+own. When all workers share one CPU-only host, the CPU the job can get there bounds
+every change that keeps the work per example (repairing a straggler, restoring a
+worker, prefetching, partitioning, a faster link): throughput can grow by at most what
+the job could get over what it uses. A prediction above that bound is lowered to it,
+with ``host_cpu_limit`` in the finding's evidence.
 
-The host's CPU read whole counts every process on the host, not only the job's: on a host
-other programs keep busy, 100 % does not mean the job has nothing to gain (the scenario
-matrix measured 1.07-3.1x where this bound allowed 1.00-1.08x, docs/benchmarks.md). Where
-the system samples carry the job's own CPU (``job_cpu_pct``: the cluster's processes on
-the host), the bound is what the job could get — its own CPU, the idle CPU, and half of
-what the other programs use (the scheduler shares a busy core among whoever is
-runnable) — over what it uses.
+What the job uses is its own CPU on the host (``SharedHost.job_cpu_pct``: its processes,
+from the system samples, ``devices.job_cpu_on_host``); what it could get adds the idle
+CPU and half of what other programs use (the scheduler shares a busy core among whoever
+is runnable; the half is an assumption). The host's CPU read whole counts those other
+programs too: on a host they keep busy it held predictions to 1.00-1.08x where the
+fixes measured 1.07-3.1x (the scenario matrix, docs/benchmarks.md), so it is used
+(``100 / cpu_pct``) only for logs written before the job's CPU was sampled.
 When the workers spend most of their step period *between* steps (waiting on a link,
 the coordinator, or stopped by a CPU quota), the workers' steps are not what fills the
 CPU the host reports — on a shared host its neighbours are, and the scheduler shares the
@@ -39,16 +39,16 @@ from tfdiag.analysis.measurements import Measurements
 WAITING_IDLE_FRACTION = 0.4
 
 
-def cpu_speedup_limit(host: SharedHost | None, job_cpu_pct: float | None = None) -> float:
+def cpu_speedup_limit(host: SharedHost | None) -> float:
     """The largest throughput gain the shared host's CPU allows the job (inf when unbounded).
 
-    Without the job's own CPU: the host's idle share, ``100 / cpu_pct``. With it (``job``
-    of the host's ``cpu`` %): ``(job + idle + others / 2) / job``, where ``idle = 100 - cpu``
-    and ``others = cpu - job``.
+    Without the job's own CPU (a log from before it was sampled): the host's idle share,
+    ``100 / cpu_pct``. With it (``job`` of the host's ``cpu`` %): ``(job + idle + others
+    / 2) / job``, where ``idle = 100 - cpu`` and ``others = cpu - job``.
 
     >>> cpu_speedup_limit(SharedHost("vm", cpu_pct=80.0, samples=10))
     1.25
-    >>> cpu_speedup_limit(SharedHost("vm", cpu_pct=100.0, samples=10), job_cpu_pct=40.0)
+    >>> cpu_speedup_limit(SharedHost("vm", cpu_pct=100.0, samples=10, job_cpu_pct=40.0))
     1.75
     >>> cpu_speedup_limit(None)
     inf
@@ -56,23 +56,10 @@ def cpu_speedup_limit(host: SharedHost | None, job_cpu_pct: float | None = None)
     if host is None:
         return float("inf")
     cpu = min(max(host.cpu_pct, 1.0), 100.0)
-    if job_cpu_pct is None or not np.isfinite(job_cpu_pct):
+    if host.job_cpu_pct is None or not np.isfinite(host.job_cpu_pct):
         return 100.0 / cpu
-    job = min(max(job_cpu_pct, 1.0), cpu)
+    job = min(max(host.job_cpu_pct, 1.0), cpu)
     return (job + (100.0 - cpu) + (cpu - job) / 2) / job
-
-
-def job_cpu_pct(measured: Measurements) -> float | None:
-    """The job's mean CPU share of the shared host while the workers stepped, when the
-    system samples carry it (``job_cpu_pct``), else None."""
-    system, host = measured.run.frame("system"), measured.shared_host
-    if host is None or "job_cpu_pct" not in system or measured.steps.empty:
-        return None
-    timed = measured.steps[~measured.steps["warmup"]] if not measured.steps["warmup"].all() else measured.steps
-    window = system[(system["host"].astype(str) == host.host)
-                    & system["time_ns"].between(timed["begin_ns"].min(), timed["end_ns"].max())]
-    values = window["job_cpu_pct"].dropna()
-    return float(values.mean()) if len(values) else None
 
 
 def advise(findings: list[Finding], measured: Measurements) -> list[Finding]:
@@ -84,11 +71,10 @@ def advise(findings: list[Finding], measured: Measurements) -> list[Finding]:
     severe finding.
     """
     host = None if _workers_wait(measured) else measured.shared_host
-    job = job_cpu_pct(measured) if host is not None else None
-    limit = cpu_speedup_limit(host, job)
+    limit = cpu_speedup_limit(host)
     ranked = sorted(findings, key=lambda f: (_blocks_progress(f), min(f.predicted_speedup, limit),
                                              f.predicted_speedup, f.severity.rank), reverse=True)
-    return [_held_to(finding, limit, host, job) for finding in ranked]
+    return [_held_to(finding, limit, host) for finding in ranked]
 
 
 def _blocks_progress(finding: Finding) -> bool:
@@ -104,13 +90,14 @@ def _workers_wait(measured: Measurements) -> bool:
     return float(np.median(idle)) >= WAITING_IDLE_FRACTION
 
 
-def _held_to(finding: Finding, limit: float, host: SharedHost | None, job: float | None) -> Finding:
+def _held_to(finding: Finding, limit: float, host: SharedHost | None) -> Finding:
     predicted = finding.recommendation.predicted_speedup
     if host is None or predicted is None or predicted <= limit:
         return finding
     evidence = dict(finding.evidence, host_cpu_limit={
         "host": host.host, "cpu_pct": round(host.cpu_pct, 1),
-        **({"job_cpu_pct": round(job, 1)} if job is not None else {}), "max_speedup": round(limit, 3),
+        **({"job_cpu_pct": round(host.job_cpu_pct, 1)} if host.job_cpu_pct is not None else {}),
+        "max_speedup": round(limit, 3),
         "unlimited_speedup": round(predicted, 3),
     })
     recommendation = dataclasses.replace(finding.recommendation, predicted_speedup=limit)

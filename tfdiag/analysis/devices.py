@@ -64,11 +64,48 @@ MIN_CPU_SAMPLES = 2
 
 @dataclass(frozen=True)
 class SharedHost:
-    """The one CPU-only host every worker runs on, and its CPU use while they stepped."""
+    """The one CPU-only host every worker runs on, and its CPU use while they stepped.
+
+    ``job_cpu_pct`` is the job's own part of ``cpu_pct`` (its processes on the host, as a
+    share of all cores), None for logs whose samples do not carry it.
+    """
 
     host: str
     cpu_pct: float  # mean of the host's samples between the workers' first and last step
     samples: int
+    job_cpu_pct: float | None = None
+
+
+def job_cpu_on_host(window: pd.DataFrame) -> float | None:
+    """The job's mean CPU share of a host from that host's samples, or None without one.
+
+    Each sampler reports its own process (``proc_cpu_pct``, tagged with its ``pid``) and
+    the job's processes it found by their cluster ports (``job_cpu_pct``). Both count a
+    part of the job, never a foreign process: the larger of the best sampler's mean job
+    figure and the processes' own figures added up is taken (a ParameterServerStrategy
+    coordinator sees its servers; workers without a cluster spec count only themselves).
+    Processes add up over time, not by their means: each process's samples are summed
+    (divided among the tasks it samples for, so tasks of one process count once) over
+    the samples one task took in the window, so a restarted task's two processes, one
+    after the other, count as one.
+
+    >>> window = pd.DataFrame({"task": ["worker:0", "worker:1", "worker:1"], "pid": [7, 8, 9],
+    ...                        "proc_cpu_pct": [20.0, 30.0, 30.0], "job_cpu_pct": [20.0, 30.0, 30.0]})
+    >>> job_cpu_on_host(window.iloc[:2])
+    50.0
+    >>> job_cpu_on_host(pd.concat([window.iloc[:1]] * 2 + [window.iloc[1:]]))  # worker:1 restarted
+    50.0
+    """
+    if "job_cpu_pct" not in window or window["job_cpu_pct"].isna().all():
+        return None
+    per_sampler = window.groupby("task", observed=True)["job_cpu_pct"].mean().max()
+    own_rows = window.dropna(subset=["pid", "proc_cpu_pct"])
+    own = 0.0
+    if not own_rows.empty:
+        by_pid = own_rows.groupby("pid")
+        sample_sum = (by_pid["proc_cpu_pct"].sum() / by_pid["task"].nunique()).sum()
+        own = sample_sum / own_rows.groupby("task", observed=True).size().max()
+    return float(max(per_sampler, own))
 
 
 def shared_worker_host(cluster: dict, reference_task: str | None, system: pd.DataFrame, gpu: pd.DataFrame,
@@ -80,7 +117,8 @@ def shared_worker_host(cluster: dict, reference_task: str | None, system: pd.Dat
     its cluster address: a loopback address means the reference task's host, a sampled
     host name means that host. None when the workers span hosts or any is unknown, when
     the host has GPUs (the CPU does not bound the step there), or when fewer than
-    ``MIN_CPU_SAMPLES`` samples fall between the first and the last timed step.
+    ``MIN_CPU_SAMPLES`` samples fall between the first and the last timed step. The
+    job's own CPU on the host comes from the same samples (``job_cpu_on_host``).
     """
     if system.empty or steps.empty:
         return None
@@ -109,4 +147,4 @@ def shared_worker_host(cluster: dict, reference_task: str | None, system: pd.Dat
     cpu = window["cpu_pct"].dropna()
     if len(cpu) < MIN_CPU_SAMPLES:
         return None
-    return SharedHost(host=host, cpu_pct=float(cpu.mean()), samples=int(len(cpu)))
+    return SharedHost(host=host, cpu_pct=float(cpu.mean()), samples=int(len(cpu)), job_cpu_pct=job_cpu_on_host(window))
