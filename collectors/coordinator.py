@@ -67,9 +67,9 @@ logger = logging.getLogger("tfdiag")
 RECORD_EVERY_S = 1.0
 # How often it copies those closures' timings from the workers (one op and one copy per
 # worker) and writes their ``step`` records, which reach the writer at most this much
-# later. A copy costs about 0.4 ms of the coordinator's CPU per worker whatever it
-# carries, and some 20 µs more per closure (docs/benchmarks.md, "Collector overhead"):
-# every 5 s rather than every second cuts the fixed part fivefold.
+# later. A copy costs the coordinator a few ms of CPU, nearly the same for 5 closures
+# as for 40 (benchmarks/timing_copy.py; docs/benchmarks.md, "Collector overhead"):
+# every 5 s rather than every second takes a fifth of the copies.
 FETCH_EVERY_S = 5.0
 # ... or as soon as this many closures' timings wait (bounds the batch and the handles held).
 MAX_UNREAD_TIMINGS = 4096
