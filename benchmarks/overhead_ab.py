@@ -32,8 +32,9 @@ servers (2 ps, 2 workers) and plays the coordinator itself. A phases schedule th
 the plain ``ClusterCoordinator``; B phases through ``instrument_coordinator``'s wrapper
 (its background collectors skip their work in A phases and keep their cadence). The
 records and timings of a B phase's closures not yet read at its end are read then, as
-at the end of a run: outside the phase's time, inside its CPU (so a B phase pays at least
-one timing copy, whatever the result thread's cadence). ``--calibrate`` runs both phases of every pair plain (an A/A run).
+at the end of a run: outside the phase's time, inside its CPU (so a B phase pays at
+least one timing copy, whatever the result thread's cadence). ``--calibrate`` runs both
+phases of every pair plain (an A/A run).
 
 ``mwms_fit`` (``--steps`` steps a phase): both workers run ``model.fit`` on the job's
 model and input with a ``DiagnosticsCallback`` whose components run only in B phases
