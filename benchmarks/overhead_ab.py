@@ -31,8 +31,10 @@ end is under 0.99 (issue #4's 1 % bar).
 servers (2 ps, 2 workers) and plays the coordinator itself. A phases schedule through
 the plain ``ClusterCoordinator``; B phases through ``instrument_coordinator``'s wrapper
 (its background collectors skip their work in A phases and keep their cadence). The
-timings of a B phase's last closures are fetched after the phase, as at the end of a
-run. ``--calibrate`` runs both phases of every pair plain (an A/A run).
+records and timings of a B phase's closures not yet read at its end are read then, as
+at the end of a run: outside the phase's time, inside its CPU (so a B phase pays at
+least one timing copy, whatever the result thread's cadence). ``--calibrate`` runs both
+phases of every pair plain (an A/A run).
 
 ``mwms_fit`` (``--steps`` steps a phase): both workers run ``model.fit`` on the job's
 model and input with a ``DiagnosticsCallback`` whose components run only in B phases
@@ -195,7 +197,7 @@ def ps_schedulers(plain, instrumented, train, iterator, components: frozenset) -
     return {"plain": lambda: plain.schedule(train, args=(iterator,)), "instrumented": instrumented_schedule}
 
 
-def run_ps_phases(coordinator, schedulers: dict, switch: PhaseSwitch, recorded, pairs: int, closures: int,
+def run_ps_phases(coordinator, schedulers: dict, switch: PhaseSwitch, flush, pairs: int, closures: int,
                   examples_per_closure: int, task_pids) -> dict:
     """Runs ``pairs`` pairs of phases; returns, per kind, each phase's examples/s, wall
     seconds, the training tasks' CPU seconds and this process's ``Meter`` readings."""
@@ -205,7 +207,6 @@ def run_ps_phases(coordinator, schedulers: dict, switch: PhaseSwitch, recorded, 
         for kind in phase_kinds(pair):
             result, schedule = results[kind], schedulers[kind]
             switch.set(kind)
-            before = recorded()
             tasks_before = cpu_s(task_pids)
             meter.begin()
             start = time.perf_counter()
@@ -213,14 +214,16 @@ def run_ps_phases(coordinator, schedulers: dict, switch: PhaseSwitch, recorded, 
                 schedule()
             coordinator.join()
             wall = time.perf_counter() - start
+            # The phase's closures' records and timings not yet read are read now, charged to
+            # the phase's CPU but not to its time (as at the end of a run), so that the result
+            # thread's work never runs into the next phase: a B phase pays at least one timing
+            # copy per its closures, whatever FETCH_EVERY_S.
+            if kind == "instrumented" and switch.on("results"):
+                flush()
             result["meter"].append(meter.end())
             result["task_cpu"].append(cpu_s(task_pids) - tasks_before)
             result["rate"].append(closures * examples_per_closure / wall)
             result["wall"].append(wall)
-            # The last timings are fetched once the closures are done (as at the end of a
-            # run): not part of the phase, but not left to run into the next one either.
-            while kind == "instrumented" and switch.on("results") and recorded() - before < closures:
-                time.sleep(0.001)
         print(f"  pair {pair}: " + ", ".join(f"{k}={results[k]['rate'][-1]:.0f}" for k in KINDS),
               file=sys.stderr, flush=True)
     return results
@@ -257,23 +260,21 @@ def measure_ps_ctl(pairs: int, closures: int, logdir: str, components: frozenset
         train = ps_ctl.make_train_steps(tf, strategy, model, config, steps)
         dataset_fn = ps_ctl.make_dataset_fn(tf, config)
         iterator = iter(plain.create_per_worker_dataset(tf.function(lambda: dataset_fn())))
+        flush = instrumented._flush  # noqa: SLF001 - the phase's own records, read at its end
         schedulers = ps_schedulers(plain, instrumented, train, iterator, components)
         task_pids = [task.process.pid for task in cluster.tasks.values()]
         examples = steps * config.batch_size
 
-        def recorded():
-            return instrumented.closures_recorded
-
         # Warm-up: until the probe has prepared its functions and made its first full passes
         # over the links (one-time work of the first seconds of a run), at most WARM_UP_PAIRS.
         for _ in range(WARM_UP_PAIRS):
-            run_ps_phases(plain, schedulers, switch, recorded, 1, closures, examples, task_pids)
+            run_ps_phases(plain, schedulers, switch, flush, 1, closures, examples, task_pids)
             if "probe" in components and not instrumented._probes_started:  # noqa: SLF001 - B phases without results record no closure,
                 instrumented._start_probes()  # noqa: SLF001 - whose first record starts the probe in a run
             if "probe" not in components or prober.passes >= FULL_PASSES:
                 break
         probes_before = prober.records
-        results = run_ps_phases(plain, schedulers, switch, recorded, pairs, closures, examples, task_pids)
+        results = run_ps_phases(plain, schedulers, switch, flush, pairs, closures, examples, task_pids)
         probe_records = prober.records - probes_before
         instrumented.close()
     finally:
@@ -534,7 +535,7 @@ def main(argv=None) -> int:
     switches.add_argument("--without", nargs="+", metavar="COMPONENT", help="B phases run all but these")
     switches.add_argument("--calibrate", action="store_true", help="both phases of every pair plain (A/A)")
     parser.add_argument("--fetch-every", type=float, default=None, metavar="S",
-                        help="ps_ctl: the result thread's cadence (collectors/coordinator.py FETCH_EVERY_S)")
+                        help="ps_ctl: the result thread's timing copies (collectors/coordinator.py FETCH_EVERY_S)")
     parser.add_argument("--logdir", default=None, help="where the run goes (default: a temp dir)")
     parser.add_argument("--mwms-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--config", help=argparse.SUPPRESS)  # an mwms_fit worker's JobConfig

@@ -12,9 +12,10 @@ returns, measured in-graph on the worker, one float64 vector (``STATS`` gives th
   or an element's examples are unknowable);
 * ``steps``: how many ``next()`` calls the closure made (at least 1).
 
-:func:`user_remote_value` gives the caller a RemoteValue of ``fn``'s own outputs, and
-:func:`fetch_stats` copies the vectors of many finished closures from their workers,
-one op and one copy per worker.
+:func:`user_remote_value` gives the caller a RemoteValue of ``fn``'s own outputs,
+:func:`timing_of` takes a finished closure's vector (read here when TensorFlow copied the
+outputs for the caller, else its handle on the worker), and :func:`fetch_stats` copies
+the vectors of many finished closures from their workers, one op and one copy per worker.
 """
 
 from __future__ import annotations
@@ -163,26 +164,38 @@ def stats_handle(remote):
     return tf_internals.worker_outputs(remote)[1]
 
 
-def fetch_stats(remotes, calls: BoundedCalls, timeout_s: float, on_failure=None) -> list[list[float] | None]:
-    """The stats vectors of finished closures: one op and one copy per worker.
+def timing_of(remote):
+    """A finished closure's stats: the vector (a list) when TensorFlow copied the outputs to
+    this process for the caller, else its handle on the worker, for :func:`fetch_stats`.
 
-    Vectors TensorFlow already copied (the caller kept the result) are read here; the
-    others are stacked on their worker and copied at once, through ``calls``: a worker
-    that does not answer within ``timeout_s`` is left to its thread. A worker that
-    fails or is late loses its vectors (None), not its closures' records; each such
-    loss is reported as ``on_failure(device, closures, error)``.
+    Holding this rather than ``remote`` lets the closure's own outputs go.
+    """
+    local = tf_internals.local_outputs(remote)
+    if local is not None:
+        return local[1].numpy().tolist()
+    return stats_handle(remote)
+
+
+def fetch_stats(timings, calls: BoundedCalls, timeout_s: float, on_failure=None) -> list[list[float] | None]:
+    """The stats vectors of finished closures (:func:`timing_of` each): one op and one copy per worker.
+
+    Vectors already read are passed through; the handles are stacked on their worker and
+    copied at once, through ``calls``: a worker that does not answer within ``timeout_s``
+    is left to its thread. The cost is mostly per call, not per vector
+    (``benchmarks/timing_copy.py``), so the caller batches. A worker that fails or is
+    late loses its vectors (None), not its closures' records; each such loss is reported
+    as ``on_failure(device, closures, error)``.
     """
     tf = _tf()
-    stats: list[list[float] | None] = [None] * len(remotes)
+    stats: list[list[float] | None] = [None] * len(timings)
     by_device = collections.defaultdict(list)
-    for position, remote in enumerate(remotes):
-        local = tf_internals.local_outputs(remote)
-        if local is not None:
-            stats[position] = local[1].numpy().tolist()
+    for position, timing in enumerate(timings):
+        if isinstance(timing, list):
+            stats[position] = timing
         else:
-            by_device[stats_handle(remote).device].append(position)
+            by_device[timing.device].append(position)
     for device, positions in by_device.items():
-        handles = [stats_handle(remotes[p]) for p in positions]
+        handles = [timings[p] for p in positions]
 
         def copy(handles=handles, device=device):
             with tf.device(device):

@@ -10,13 +10,15 @@ The worker that ran a closure is the device its outputs stay on until they are f
 (asking in-graph, with ``experimental_get_current_worker_index()``, would feed the
 index to every call as an extra input). The coordinator's dispatch thread notes when
 each closure's result comes in; a background thread (the *result thread*) wakes every
-``FETCH_EVERY_S``, copies the timings of the closures finished since from each worker
-at once, and writes one ``step`` record (task and clock ``worker:<index>``) and one
-``closure`` record (dispatch and result time on the coordinator's clock) per closure
-into the coordinator's task file. A failed closure is recorded with ``ok=False`` and
-its error message. A worker that does not hand back the timings within
-``FETCH_TIMEOUT_S`` is left to a daemon thread: its closures keep their ``closure``
-records, lose their ``step`` records, and the loss is logged and noted once per worker.
+``RECORD_EVERY_S`` and writes one ``closure`` record (dispatch and result time on the
+coordinator's clock) per closure finished since, into the coordinator's task file; every
+``FETCH_EVERY_S`` (and at close) it copies the timings of the closures recorded since
+from each worker at once and writes one ``step`` record per closure (task and clock
+``worker:<index>``). Every closure gets both records; only the step records come later.
+A failed closure is recorded with ``ok=False`` and its error message. A worker that does
+not hand back the timings within ``FETCH_TIMEOUT_S`` is left to a daemon thread: its
+closures keep their ``closure`` records, lose their ``step`` records, and the loss is
+logged and noted once per worker.
 
 Besides steps and closures the instrumented coordinator runs, each on its own daemon
 thread and off the training thread:
@@ -59,11 +61,18 @@ from tfdiag.events import cluster_tasks, task_of_device
 
 logger = logging.getLogger("tfdiag")
 
-# How often the result thread collects finished closures and copies their timings from
-# the workers: one op and one copy per worker per fetch, instead of one per closure.
-# Their records reach the writer at most this much later. (The result times come from
-# the dispatch threads, ``_watch_result``: the thread need not poll for them.)
-FETCH_EVERY_S = 1.0
+# How often the result thread writes the ``closure`` records of the closures finished
+# since (their result times come from the dispatch threads, ``_watch_result``: the thread
+# need not poll for them). What the stall check and the heartbeat's progress count read.
+RECORD_EVERY_S = 1.0
+# How often it copies those closures' timings from the workers (one op and one copy per
+# worker) and writes their ``step`` records, which reach the writer at most this much
+# later. A copy costs the coordinator a few ms of CPU, nearly the same for 5 closures
+# as for 40 (benchmarks/timing_copy.py; docs/benchmarks.md, "Collector overhead"):
+# every 5 s rather than every second takes a fifth of the copies.
+FETCH_EVERY_S = 5.0
+# ... or as soon as this many closures' timings wait (bounds the batch and the handles held).
+MAX_UNREAD_TIMINGS = 4096
 # How often the result thread looks for finished closures until the first one is
 # recorded (which starts the RPC probe: a run of a few seconds needs its first rounds)
 # and, at close, for the last ones.
@@ -133,6 +142,8 @@ class _Pending:
 
 
 _Finished = collections.namedtuple("_Finished", "pending result_ns error")
+# A recorded closure whose timings are still to be read: ``timing`` is ``closure_timing.timing_of``'s.
+_Unread = collections.namedtuple("_Unread", "closure_id worker timing")
 
 
 class InstrumentedCoordinator:
@@ -161,6 +172,10 @@ class InstrumentedCoordinator:
         if variables is not None:
             self.record_placement(variables)
         self._fetches = MeteredCalls("tfdiag-timings", "results")
+        self._unread: list[_Unread] = []
+        self._unread_since = 0.0  # time.monotonic() when the oldest of ``_unread`` was recorded
+        self._workers: dict[str, str] = {}  # device -> worker task, as closures come back
+        self._flush_asked = False
         self._unreadable_workers: set[str] = set()
         self._functions: dict[int, tuple] = {}
         self._ids = itertools.count()
@@ -324,20 +339,26 @@ class InstrumentedCoordinator:
         return self._coordinator.schedule(fn, args=args, kwargs=kwargs)
 
     def _track(self) -> None:
-        """Every ``FETCH_EVERY_S`` (``POLL_S`` until the first record and at close), records
-        the closures finished since."""
+        """Every ``RECORD_EVERY_S`` (``POLL_S`` until the first record and at close), records
+        the closures finished since; every ``FETCH_EVERY_S``, and at close, their timings."""
         while True:
             with self._cv:
-                if not self._closing:
-                    self._cv.wait(FETCH_EVERY_S if self._probes_started else POLL_S)
-                closing = self._closing
+                if not (self._closing or self._flush_asked):
+                    self._cv.wait(RECORD_EVERY_S if self._probes_started else POLL_S)
+                closing, flush_asked = self._closing, self._flush_asked
                 finished = self._take_finished()
                 in_flight = len(self._pending)
-            if finished:
-                with charged("results"):
+            with charged("results"):
+                if finished:
                     self._record(finished)
+                if self._unread and (closing or flush_asked or self._timings_due()):
+                    self._read_timings()
                     if time.monotonic() - self._shard_written_at >= SHARD_EVERY_S:
                         self._write_shards()
+            if flush_asked:
+                with self._cv:
+                    self._flush_asked = False
+                    self._cv.notify_all()
             if closing:
                 if not in_flight:
                     return
@@ -345,6 +366,19 @@ class InstrumentedCoordinator:
                     logger.warning("tfdiag: %d closures still running at close; their records are dropped.", in_flight)
                     return
                 time.sleep(POLL_S)
+
+    def _flush(self, timeout_s: float = FETCH_TIMEOUT_S + 5) -> None:
+        """Has the result thread record every closure finished so far, timings included, and
+        waits for it (at most ``timeout_s``): ``benchmarks/overhead_ab.py`` charges a phase
+        its closures' whole bookkeeping this way."""
+        with self._cv:
+            self._flush_asked = True
+            self._cv.notify_all()
+            self._cv.wait_for(lambda: not self._flush_asked, timeout_s)
+
+    def _timings_due(self) -> bool:
+        return (len(self._unread) >= MAX_UNREAD_TIMINGS
+                or time.monotonic() - self._unread_since >= FETCH_EVERY_S)
 
     def _take_finished(self) -> list[_Finished]:
         """Takes the finished closures out of ``_pending`` (the caller holds ``_cv``).
@@ -362,23 +396,15 @@ class InstrumentedCoordinator:
         return finished
 
     def _record(self, finished: list[_Finished]) -> None:
-        """Writes the ``step`` and ``closure`` records of finished closures."""
-        try:
-            succeeded = [f for f in finished if f.error is None]
-            rows = closure_timing.fetch_stats([f.pending.remote for f in succeeded], self._fetches, FETCH_TIMEOUT_S,
-                                              on_failure=self._timings_lost)
-            stats = dict(zip((f.pending.closure_id for f in succeeded), rows))
-        except Exception as error:  # noqa: BLE001 - never let bookkeeping die
-            logger.warning("tfdiag: cannot read closure timings (%r).", error)
-            stats = {}
+        """Writes the ``closure`` records of finished closures; keeps the successes' timings to read."""
         for item, result_ns, error in finished:
             try:
                 worker = ""
-                row = stats.get(item.closure_id)
                 if error is None:
-                    worker = task_of_device(closure_timing.stats_handle(item.remote).device) or ""
-                if row is not None:
-                    self._write_step(item.closure_id, worker, dict(zip(closure_timing.STATS, row)))
+                    worker = self._worker_of(closure_timing.stats_handle(item.remote).device)
+                    if not self._unread:
+                        self._unread_since = time.monotonic()
+                    self._unread.append(_Unread(item.closure_id, worker, closure_timing.timing_of(item.remote)))
                 self._writer.append(
                     "closure",
                     worker=worker,
@@ -391,8 +417,33 @@ class InstrumentedCoordinator:
                 self.closures_recorded += 1
                 if worker:
                     heartbeat.progress(self._writer, worker).count += 1
+                    if not self._probes_started:
+                        self._start_probes()
             except Exception as exc:  # noqa: BLE001 - never let bookkeeping die
                 logger.warning("tfdiag: cannot record closure %d: %r", item.closure_id, exc)
+
+    def _worker_of(self, device: str) -> str:
+        worker = self._workers.get(device)
+        if worker is None:
+            worker = self._workers[device] = task_of_device(device) or ""
+        return worker
+
+    def _read_timings(self) -> None:
+        """Copies the timings of the closures recorded since the last copy; writes their ``step`` records."""
+        unread, self._unread = self._unread, []
+        try:
+            rows = closure_timing.fetch_stats([u.timing for u in unread], self._fetches, FETCH_TIMEOUT_S,
+                                              on_failure=self._timings_lost)
+        except Exception as error:  # noqa: BLE001 - never let bookkeeping die
+            logger.warning("tfdiag: cannot read closure timings (%r).", error)
+            return
+        for closure, row in zip(unread, rows):
+            if row is None:
+                continue
+            try:
+                self._write_step(closure.closure_id, closure.worker, row)
+            except Exception as exc:  # noqa: BLE001
+                logger.warning("tfdiag: cannot record the step of closure %d: %r", closure.closure_id, exc)
 
     def _in_flight(self) -> tuple[int, int | None]:
         """Closures scheduled and not yet recorded, and the oldest one's dispatch time (for the heartbeat)."""
@@ -410,22 +461,21 @@ class InstrumentedCoordinator:
         logger.warning("%s", message)
         self._writer.append("note", task=self.task, time_ns=time.time_ns(), level="warning", message=message)
 
-    def _write_step(self, closure_id: int, worker: str, stats: dict) -> None:
-        examples = self.examples_per_step if self.examples_per_step is not None else int(stats["examples"])
+    def _write_step(self, closure_id: int, worker: str, row: list[float]) -> None:
+        begin, end, wait, examples, steps = row  # closure_timing.STATS
+        examples = self.examples_per_step if self.examples_per_step is not None else int(examples)
         self._writer.append(
             "step",
             task=worker,
             step=closure_id,
-            begin_ns=int(round(stats["begin"] * 1e9)),
-            end_ns=int(round(stats["end"] * 1e9)),
-            input_wait_ns=int(round(stats["wait"] * 1e9)),
+            begin_ns=int(round(begin * 1e9)),
+            end_ns=int(round(end * 1e9)),
+            input_wait_ns=int(round(wait * 1e9)),
             examples=max(examples, 0),
             clock_task=worker,
-            steps=int(stats["steps"]),
+            steps=int(steps),
         )
         self._examples[worker] += max(examples, 0)
-        if not self._probes_started:
-            self._start_probes()
 
 
 def instrument_coordinator(coordinator, logdir, examples_per_step: int | None = None, *,

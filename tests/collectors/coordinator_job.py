@@ -1,18 +1,24 @@
 """Run by test_coordinator.py in its own process: the chief of a cluster of servers.
 
 Usage: python coordinator_job.py LOGDIR  (TF_CONFIG names this process chief:0)
-Schedules a good closure, a failing one and a good one again, then prints JSON.
+Schedules a good closure, a failing one and a good one again, counts the records in its
+task file before ``close()`` (timings are copied only at close here), then prints JSON.
 """
 
 import json
 import sys
+import time
 
 import tensorflow as tf
 
+from tfdiag.collectors import coordinator as coordinator_module
 from tfdiag.collectors import instrument_coordinator
 from tfdiag.sample_jobs.task import wait_for_cluster
+from tfdiag.store import log_dir, read_task_file
+from tfdiag.store.writer import DEFAULT_FLUSH_INTERVAL_S
 
 logdir = sys.argv[1]
+coordinator_module.FETCH_EVERY_S = 60.0  # the timings wait for close()
 resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
 wait_for_cluster(resolver.cluster_spec().as_dict(), "chief:0")
 strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
@@ -51,6 +57,9 @@ coordinator.join()
 outcome["third"] = float(third.get())
 outcome["done"] = coordinator.done()
 outcome["strategy"] = type(coordinator.strategy).__name__
+time.sleep(coordinator_module.RECORD_EVERY_S + 2 * DEFAULT_FLUSH_INTERVAL_S)
+written = read_task_file(log_dir(logdir) / "chief-0.tfdiag").batches
+outcome["before_close"] = {kind: sum(batch.num_rows for batch in written.get(kind, [])) for kind in ("closure", "step")}
 coordinator.close()
 outcome["closures_recorded"] = coordinator.closures_recorded
 print(json.dumps(outcome), flush=True)

@@ -47,7 +47,9 @@ FROZEN_S = 4.0
 logdir, mode = sys.argv[1], sys.argv[2]
 probe_interval_s = float(sys.argv[3]) if len(sys.argv) > 3 else 0.05
 if mode in ("kill", "stop"):
-    coordinator_module.FETCH_EVERY_S = 60.0  # after the first round: timings are read at close only
+    coordinator_module.FETCH_EVERY_S = 60.0  # timings are read at close only
+if mode.startswith("stop-dropped"):
+    coordinator_module.FETCH_EVERY_S = 1.0  # the closures' timings are copied within the sleep below
 coordinator_module.FETCH_TIMEOUT_S = 3.0
 resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
 cluster = resolver.cluster_spec().as_dict()

@@ -22,7 +22,7 @@ def finished_closure(tf, stats, device="/job:localhost/replica:0/task:0/device:C
 
 
 def fetch(remotes, failures=None):
-    return closure_timing.fetch_stats(remotes, BoundedCalls("test"), 10.0,
+    return closure_timing.fetch_stats([closure_timing.timing_of(r) for r in remotes], BoundedCalls("test"), 10.0,
                                       on_failure=lambda *failure: (failures if failures is not None else []).append(failure))
 
 

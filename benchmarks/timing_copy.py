@@ -1,0 +1,85 @@
+"""What one copy of ``ClusterCoordinator`` closures' timings costs, by how many it carries.
+
+The instrumented coordinator's result thread reads the in-graph timings of finished
+closures with ``closure_timing.fetch_stats``: per worker, one ``tf.stack`` of the
+closures' stats handles on the worker and one copy of the result. This benchmark starts
+``ps_ctl``'s servers (2 ps, 2 workers), plays the coordinator, runs ``N`` timed closures
+(their outputs left on the workers, as when the caller drops them), and then times one
+``fetch_stats`` of all ``N``: the calling thread's CPU and the process's CPU
+(TensorFlow's threads included) per closure, for each ``--sizes`` in turn, ``--rounds``
+times, interleaved. ``collectors/coordinator.py`` (``FETCH_EVERY_S``) sizes its cadence
+by it.
+
+    python benchmarks/timing_copy.py --sizes 1 5 10 40 --rounds 2   # under tools/loopback-only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+from tfdiag.collectors import closure_timing, tf_internals
+from tfdiag.collectors.bounded import BoundedCalls
+from tfdiag.sample_jobs.jobs import JobConfig
+from tfdiag.sample_jobs.launcher import LocalCluster
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1, 5, 10, 40], help="closures per copy")
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args(argv)
+    config = JobConfig("ps_ctl", tempfile.mkdtemp(prefix="tfdiag-timing-copy-"), ps=2, workers=2)
+    cluster = LocalCluster(config)
+    load = os.getloadavg()[0]
+    try:
+        cluster.start(job_tasks=False)
+        os.environ["TF_CONFIG"] = json.dumps({"cluster": cluster.cluster, "task": {"type": "chief", "index": 0}})
+        import tensorflow as tf
+
+        from tfdiag.sample_jobs import ps_ctl
+        from tfdiag.sample_jobs.task import wait_for_cluster
+
+        _, strategy = ps_ctl.make_strategy(tf, config)
+        wait_for_cluster(cluster.cluster, "chief:0")
+        coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+        with strategy.scope():
+            model = ps_ctl.MLP(tf, strategy, config.hidden)
+        timed = closure_timing.instrument(ps_ctl.make_train_steps(tf, strategy, model, config, 1))
+        dataset_fn = ps_ctl.make_dataset_fn(tf, config)
+        iterator = iter(coordinator.create_per_worker_dataset(tf.function(lambda: dataset_fn())))
+        calls = BoundedCalls("tfdiag-timing-copy")
+
+        def finished(count: int) -> list:
+            remotes = []
+            for _ in range(count):
+                remote = coordinator.schedule(timed, args=(iterator,))
+                tf_internals.on_result(remote, lambda: False)  # outputs stay on the workers
+                remotes.append(remote)
+            coordinator.join()
+            return remotes
+
+        closure_timing.fetch_stats([closure_timing.timing_of(r) for r in finished(8)], calls, 30.0)  # warm-up
+        print("| closures per copy | round | thread CPU µs per closure | process CPU µs per closure |")
+        print("| --- | --- | --- | --- |")
+        for round_ in range(args.rounds):
+            for size in args.sizes:
+                timings = [closure_timing.timing_of(r) for r in finished(size)]
+                process, thread = time.process_time(), time.thread_time()
+                rows = closure_timing.fetch_stats(timings, calls, 30.0)
+                thread, process = time.thread_time() - thread, time.process_time() - process
+                assert all(row is not None for row in rows)
+                print(f"| {size} | {round_ + 1} | {thread / size * 1e6:.0f} | {process / size * 1e6:.0f} |", flush=True)
+    finally:
+        cluster.stop()
+    print(f"\nload average (1 min) {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end, "
+          f"on {os.cpu_count()} cores", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
