@@ -140,7 +140,7 @@ def test_timings_of_a_stuck_worker_are_abandoned_not_waited_for(tmp_path):
     on_stuck = [c for c in closures if c["worker"] == "worker:1"]
     assert len(closures) == 20 and on_stuck  # every closure keeps its record
     steps = _records(tmp_path, "step")
-    # Timings not read before the stop (the first round reads some early) are skipped.
+    # Timings not read before the stop (in this mode they are read only at close) are skipped.
     assert {c["closure_id"] for c in on_stuck} - {s["step"] for s in steps}
     notes = [n["message"] for n in _records(tmp_path, "note") if "cannot read the timings" in n["message"]]
     assert any("worker:1" in note for note in notes) and len(notes) <= 2  # once per worker at most
