@@ -303,7 +303,8 @@ class DiagnosticsCallback(_KerasCallback):
                 logger.warning("tfdiag: input-wait stamps are off (%r).", error)
         if self.system_interval_s and self._sampler is None:
             try:
-                self._sampler = SystemSampler(self._writer, self.task, self.system_interval_s).start()
+                self._sampler = SystemSampler(self._writer, self.task, self.system_interval_s,
+                                              cluster=identity.resolve_cluster(strategy)).start()
             except Exception as error:  # noqa: BLE001
                 logger.warning("tfdiag: system sampler is off (%r).", error)
         if self.allreduce_every and _is_multi_worker(strategy):

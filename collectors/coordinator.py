@@ -270,10 +270,10 @@ class InstrumentedCoordinator:
         if capture_faults:
             self._faults = self._named["faults"] = FaultCapture(self._writer).install()
         starters = []
+        cluster = identity.resolve_cluster(strategy)
         if system_interval_s:
-            starters.append(("system", lambda: SystemSampler(self._writer, self.task, system_interval_s)))
+            starters.append(("system", lambda: SystemSampler(self._writer, self.task, system_interval_s, cluster=cluster)))
         if probe_interval_s:
-            cluster = identity.resolve_cluster(strategy)
             targets = cluster_tasks(cluster, jobs=("worker", "ps"))
             ps_tasks = cluster_tasks(cluster, jobs=("ps",))
             workers = cluster_tasks(cluster, jobs=("worker",))
