@@ -123,12 +123,14 @@ def main(argv=None) -> int:
     parser.add_argument("--off-ms", type=float, default=30.0)
     parser.add_argument("--steps", type=int, default=12000, help="ps_ctl steps: the job runs on after the quota")
     parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--keep", type=Path, help="write the runs under this folder and keep them "
+                        "(e.g. to profile an evaluation on them), instead of a temporary one")
     args = parser.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory(prefix="tfdiag-live-") as tmp:
         for repeat in range(args.repeats):
-            workdir = Path(tmp) / f"run{repeat}"
-            workdir.mkdir()
+            workdir = (args.keep or Path(tmp)) / f"run{repeat}"
+            workdir.mkdir(parents=True)
             rows.append(one_run(workdir, args))
             print(json.dumps(rows[-1]), flush=True)
     print(table(rows, args))
