@@ -30,7 +30,10 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from faults import cpu_quota  # benchmarks/ is sys.path[0] when run as a script
+try:
+    from faults import cpu_quota  # run as a script: benchmarks/ is sys.path[0]
+except ImportError:  # imported as benchmarks.live: tests/collectors/test_live.py uses wait_for
+    from benchmarks.faults import cpu_quota
 from tfdiag.collectors.live import DEFAULT_INTERVAL_S, ENV_VAR
 from tfdiag.events import task_name
 from tfdiag.sample_jobs.jobs import JobConfig
@@ -47,6 +50,7 @@ def records(run_dir: Path, kind: str) -> list[dict]:
 
 
 def wait_for(read, timeout_s: float):
+    """``read()``'s first truthy result, polled every 0.5 s for up to ``timeout_s``; else its last."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         found = read()
