@@ -181,7 +181,7 @@ def message(state: str, finding: Finding, step: int | None) -> str:
     ...             "", ("worker:1",), {}, Recommendation("", "", 1.22))
     >>> message("began", f, 41200)
     'tfdiag: worker:1 straggler since step 41,200: worker:1 is 1.8x slower per step than the other workers; predicted +22 % if repaired'
-    >>> message("began", replace(f, recommendation=Recommendation("", "", 1.001)), 41200)[-36:]
+    >>> message("began", replace(f, recommendation=Recommendation("", "", 1.001)), 41200)[-33:]
     'no speed-up predicted if repaired'
     >>> message("cleared", f, 41200)
     'tfdiag: worker:1 straggler (since step 41,200) cleared'
