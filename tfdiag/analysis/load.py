@@ -6,12 +6,14 @@ re-reads what it already has. Step records are folded into ``step_stats`` as eac
 is read (exact counters, histograms and a bounded set of rows), so what the loader holds
 of them does not grow with the run's length; a refresh folds only the new ones and
 rebuilds only the frames of kinds that got records. A file that shrank or was replaced
-is read again from byte 0. ``WindowLoader`` reads the same way but keeps only the
-records of a run's last seconds (live findings: ``tfdiag.analysis.live``). Frames whose payload is byte-for-byte one already loaded (a copied task file, a
-frame written twice) are counted once. Nothing that is in the run directory makes
+is read again from byte 0. Frames whose payload is byte-for-byte one already loaded (a
+copied task file, a frame written twice) are counted once. ``WindowLoader`` reads the
+same way but keeps only the records of a run's last seconds (live findings:
+``tfdiag.analysis.live``). Nothing that is in the run directory makes
 ``refresh`` raise: each problem is a counted skip or a warning naming the file (the
 only error is ``RunNotFoundError``, from the constructor, for a directory that is not a
-run). Nothing here imports TensorFlow.
+run). Nothing here imports TensorFlow. (Over 400 lines: the windowed loader is the
+whole loader's reading state with eviction, and belongs next to it.)
 """
 
 from __future__ import annotations
@@ -288,8 +290,8 @@ class WindowLoader(RunLoader):
     """The records of a run's last ``window_s`` seconds, read as ``RunLoader`` reads them.
 
     Each ``refresh(now_ns)`` reads only the bytes appended since the previous one (a file
-    that shrank or was replaced is read again, a duplicate frame is counted once, kinds
-    this version does not know are skipped: all as ``RunLoader``), then forgets every
+    that shrank or was replaced is read again, a duplicate frame is counted once, a frame
+    the reader rejects is a reported skip: all as ``RunLoader``), then forgets every
     batch whose newest row is older than ``now_ns - window_s`` and leaves out the older
     rows of the rest. What it holds is bounded by the rate of records, not by the run's
     length. Step records are kept as rows (no ``step_counters``), so every table of the
@@ -338,7 +340,7 @@ class WindowLoader(RunLoader):
         column = WINDOW_TIME_COLUMNS.get(kind, "time_ns")
         if column is None:
             return None
-        last = pc.max(batch.column(column)).as_py()
+        last = pc.max(batch.column(column)).as_py() if column in batch.schema.names else None
         return 0 if last is None else last  # no dated row: nothing of it is in any window
 
     def _frame(self, kind: str) -> pd.DataFrame:
@@ -424,6 +426,13 @@ def load_run(run_dir: str | os.PathLike, progress: ProgressCallback | None = Non
 
 
 def _empty_frame(kind: str) -> pd.DataFrame:
+    """An empty frame of ``kind``: a shallow copy of one built once (about 1 ms each, and a
+    live evaluation asks for several); copy-on-write keeps a change to it off the original."""
+    return _built_empty_frame(kind).copy(deep=False)
+
+
+@functools.cache
+def _built_empty_frame(kind: str) -> pd.DataFrame:
     schema = KINDS[kind].arrow_schema()
     frame = schema.empty_table().to_pandas()
     frame["source"] = pd.Series([], dtype="object")
