@@ -213,3 +213,16 @@ def test_a_task_file_that_was_replaced_is_read_again(tmp_path):
     writer.close()
     steps = live.window(now).frame("step")
     assert ((steps["task"] == "worker:1") & (steps["end_ns"] == now - 10 * MS)).sum() == 1  # the new file's step
+
+
+def test_a_copied_task_file_is_counted_once_in_the_window(tmp_path):
+    run = GrowingRun(tmp_path / "run")
+    live = LiveFindings(run.path, window_s=10.0)
+    now = run.run_until(20, {"worker:0": 20.0, "worker:1": 20.0})
+    alone = len(live.window(now).frame("step"))
+    files = tmp_path / "run" / "plugins" / "tfdiag"
+    (files / "worker-9.tfdiag").write_bytes((files / "worker-1.tfdiag").read_bytes())
+    window = live.window(now)
+    assert len(window.frame("step")) == alone
+    assert any("worker-9.tfdiag" in warning and "duplicates" in warning for warning in window.warnings)
+    run.close()
