@@ -15,6 +15,9 @@ free until it ends. Read back from the coordinator's task file:
 - the load average (``os.getloadavg``) at the start and the end.
 
     tools/loopback-only .venv/bin/python benchmarks/live.py --repeats 2   # results as JSON lines, then a table
+
+``--keep DIR`` leaves the runs under ``DIR`` (``run0/run``, ...) to replay or profile an
+evaluation on a real window afterwards (docs/benchmarks.md, "Where an evaluation's CPU goes").
 """
 
 from __future__ import annotations
