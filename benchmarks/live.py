@@ -15,27 +15,44 @@ free until it ends. Read back from the coordinator's task file:
 - the load average (``os.getloadavg``) at the start and the end.
 
     tools/loopback-only .venv/bin/python benchmarks/live.py --repeats 2   # results as JSON lines, then a table
+
+``--keep DIR`` leaves the runs under ``DIR`` (``run0/run``, ...). ``--replay RUN`` then
+copies such a run frame by frame into a growing run (each frame once the run's clock
+passes its newest row), evaluates live findings every ``--interval`` seconds of the
+run's time, and prints the thread CPU per evaluation and the share of it each part took
+(``cProfile`` timed by thread CPU: ``measure`` and what it calls, each detector, the
+advisor, the reading), for docs/benchmarks.md, "Where an evaluation's CPU goes":
+
+    .venv/bin/python benchmarks/live.py --replay /tmp/live/run0/run
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import os
+import pstats
 import re
+import shutil
+import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from faults import cpu_quota  # benchmarks/ is sys.path[0] when run as a script
+try:
+    from faults import cpu_quota  # run as a script: benchmarks/ is sys.path[0]
+except ImportError:  # imported as benchmarks.live: tests/collectors/test_live.py uses wait_for
+    from benchmarks.faults import cpu_quota
 from tfdiag.collectors.live import DEFAULT_INTERVAL_S, ENV_VAR
 from tfdiag.events import task_name
 from tfdiag.sample_jobs.jobs import JobConfig
 from tfdiag.sample_jobs.launcher import LocalCluster
-from tfdiag.store import log_dir, read_task_file
+from tfdiag.store import MANIFEST_NAME, log_dir, read_task_file, task_files
 
 COST = re.compile(r"live findings: (\d+) evaluations every ([\d.]+) s, ([\d.]+) ms CPU each, (\d+) ms CPU per minute "
                   r"\(([\d.]+)% of a core\)")
@@ -47,6 +64,7 @@ def records(run_dir: Path, kind: str) -> list[dict]:
 
 
 def wait_for(read, timeout_s: float):
+    """``read()``'s first truthy result, polled every 0.5 s for up to ``timeout_s``; else its last."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         found = read()
@@ -98,6 +116,70 @@ def one_run(workdir: Path, args) -> dict:
     }
 
 
+class GrowingCopy:
+    """A recorded run copied into ``path`` frame by frame, as its tasks wrote it."""
+
+    def __init__(self, source: Path, path: Path):
+        from tfdiag.analysis.load import WINDOW_TIME_COLUMNS
+
+        self.path = path
+        log_dir(path).mkdir(parents=True)
+        shutil.copy(log_dir(source) / MANIFEST_NAME, log_dir(path) / MANIFEST_NAME)
+        self.frames = {}  # task file -> [(its frames' newest time so far, byte where the frame ends)]
+        for file in task_files(source)[0]:
+            result, newest, ends = read_task_file(file), 0, []
+            offsets = [frame.offset for frame in result.frames] + [result.end_offset]
+            for frame, end in zip(result.frames, offsets[1:]):
+                column = WINDOW_TIME_COLUMNS.get(frame.kind, "time_ns")
+                if column is not None:
+                    newest = max([newest] + [pc.max(batch.column(column)).as_py() or 0 for batch in frame.batches])
+                ends.append((newest, end))
+            self.frames[file] = ends
+        self.written = dict.fromkeys(self.frames, 0)
+        times = [newest for ends in self.frames.values() for newest, _ in ends if newest]
+        self.first_ns, self.last_ns = min(times), max(times)
+
+    def until(self, now_ns: int) -> None:
+        """Appends to each task file the frames whose rows are all older than ``now_ns``."""
+        for file, ends in self.frames.items():
+            end = max([self.written[file]] + [end for newest, end in ends if newest <= now_ns])
+            with open(file, "rb") as source, open(log_dir(self.path) / file.name, "ab") as copy:
+                source.seek(self.written[file])
+                copy.write(source.read(end - self.written[file]))
+            self.written[file] = end
+
+
+def replay(run: Path, interval_s: float) -> str:
+    """Live findings evaluated along a recorded run: CPU per evaluation and each part's share."""
+    from tfdiag.analysis.live import LiveFindings
+
+    with tempfile.TemporaryDirectory(prefix="tfdiag-live-replay-") as tmp:
+        copy = GrowingCopy(run, Path(tmp) / "run")
+        live = LiveFindings(copy.path)
+        profile = cProfile.Profile(time.thread_time)
+        cpu_ms, now_ns = [], copy.first_ns + int(interval_s * 1e9)
+        while now_ns <= copy.last_ns:
+            copy.until(now_ns)
+            begin = time.thread_time_ns()
+            profile.runcall(live.evaluate, now_ns)
+            cpu_ms.append((time.thread_time_ns() - begin) / 1e6)
+            now_ns += int(interval_s * 1e9)
+    stats = pstats.Stats(profile).stats  # (file, line, name) -> (calls, ..., own time, cumulative, callers)
+    whole = sum(entry[3] for key, entry in stats.items() if key[2] == "evaluate")
+    lines = [f"{len(cpu_ms)} evaluations ({live.evaluations} judged, {live.analyses} analysed), thread CPU per evaluation: median "
+             f"{statistics.median(cpu_ms):.1f} ms under cProfile; load average {os.getloadavg()[0]:.1f}", "",
+             "| part | share of an evaluation |", "| --- | --- |"]
+    for parent in ("refresh", "measure", "detect_all", "advise"):
+        for key, entry in stats.items():
+            if key[2] == parent:
+                lines.append(f"| {key[2]} ({Path(key[0]).name}) | {entry[3] / whole:.1%} |")
+        children = sorted(((entry[3], key) for key, entry in stats.items()
+                           if any(caller[2] == parent for caller in entry[4])), reverse=True)
+        lines += [f"| &nbsp;&nbsp;{key[2]} ({Path(key[0]).name}) | {cumulative / whole:.1%} |"
+                  for cumulative, key in children if cumulative / whole >= 0.005]
+    return "\n".join(lines)
+
+
 def table(rows: list[dict], args) -> str:
     lines = [f"ps_ctl, 2 workers, 1 ps; live findings every {args.interval:g} s; worker 1 at "
              f"{args.on_ms:g}/{args.on_ms + args.off_ms:g} ms CPU from {args.clean:g} s after its first step for "
@@ -123,12 +205,19 @@ def main(argv=None) -> int:
     parser.add_argument("--off-ms", type=float, default=30.0)
     parser.add_argument("--steps", type=int, default=12000, help="ps_ctl steps: the job runs on after the quota")
     parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--keep", type=Path, help="write the runs under this folder and keep them "
+                        "(e.g. to profile an evaluation on them), instead of a temporary one")
+    parser.add_argument("--replay", type=Path, help="replay this recorded run and profile its evaluations "
+                        "(no job is run)")
     args = parser.parse_args(argv)
+    if args.replay:
+        print(replay(args.replay, args.interval))
+        return 0
     rows = []
     with tempfile.TemporaryDirectory(prefix="tfdiag-live-") as tmp:
         for repeat in range(args.repeats):
-            workdir = Path(tmp) / f"run{repeat}"
-            workdir.mkdir()
+            workdir = (args.keep or Path(tmp)) / f"run{repeat}"
+            workdir.mkdir(parents=True)
             rows.append(one_run(workdir, args))
             print(json.dumps(rows[-1]), flush=True)
     print(table(rows, args))

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tfdiag.analysis import load_run
-from tfdiag.analysis.live import LiveFindings, live_finding_windows
+from tfdiag.analysis import RunLoader, load_run
+from tfdiag.analysis.live import LiveFindings, announced_findings, enough_data, live_finding_windows
+from tfdiag.analysis.load import WINDOW_TIME_COLUMNS, LoadedRun
+from tfdiag.analysis.step_stats import StepAccumulator
 from tfdiag.store import TaskWriter, write_manifest
 
 from tests.runs import MS, START_NS
@@ -44,8 +46,9 @@ class GrowingRun:
             writer.close()
 
 
-def replay(tmp_path, phases, every_s=5.0, window_s=20.0):
-    """Evaluates every ``every_s`` while the run goes through ``phases``: (until_s, worker:1's step ms)."""
+def replay(tmp_path, phases, every_s=5.0, window_s=20.0, each=None):
+    """Evaluates every ``every_s`` while the run goes through ``phases``: (until_s, worker:1's step ms);
+    ``each(live, now)`` after every evaluation."""
     run = GrowingRun(tmp_path / "run")
     live = LiveFindings(run.path, window_s=window_s)
     announced = []
@@ -55,8 +58,22 @@ def replay(tmp_path, phases, every_s=5.0, window_s=20.0):
             t += every_s
             now = run.run_until(t, {"worker:0": 20.0, "worker:1": slow_ms})
             announced += [(t, change) for change in live.evaluate(now)]
+            if each is not None:
+                each(live, now)
     run.close()
     return run.path, live, announced
+
+
+def whole_run_cut_to_window(path, now_ns, window_s):
+    """The full path's input: the whole run loaded from scratch (every step row kept), each
+    frame cut to the rows dated from ``now_ns - window_s`` on."""
+    whole = RunLoader(path, steps=StepAccumulator(sampled_rows=10**9)).refresh()
+    cutoff = now_ns - int(window_s * S)
+    frames = {}
+    for kind, frame in whole.frames.items():
+        column = WINDOW_TIME_COLUMNS.get(kind, "time_ns")
+        frames[kind] = frame if column is None else frame[frame[column] >= cutoff].reset_index(drop=True)
+    return LoadedRun(path, whole.manifest, frames, sources=whole.sources)
 
 
 def test_a_straggler_that_begins_mid_run_is_announced_then_cleared(tmp_path):
@@ -71,6 +88,47 @@ def test_a_straggler_that_begins_mid_run_is_announced_then_cleared(tmp_path):
     assert "slower per step" in began.message and "if repaired" in began.message
     assert 60 < cleared_at <= 60 + 25 and cleared.message.endswith("cleared")
     assert live.evaluations == 100 / 5 - 2  # from 15 s on: a 20-s window needs 10 s of steps
+
+
+def test_each_window_has_the_findings_of_the_full_path_on_the_same_records(tmp_path):
+    """The incremental window (read by offset, aged batches dropped, unchanged windows not
+    analysed again) against the whole run loaded from scratch and cut to the same seconds."""
+    compared = []
+
+    def compare(live, now):
+        full = whole_run_cut_to_window(live.path, now, live.window_s)
+        window = live.window(now)
+        assert window.frame("step")[["task", "step", "end_ns"]].values.tolist() == \
+            full.frame("step")[["task", "step", "end_ns"]].values.tolist()
+        if enough_data(full.frame("step"), live.window_s):
+            expected = announced_findings(full)
+            assert live.findings.keys() == expected.keys()
+            for key, finding in expected.items():
+                assert live.findings[key].evidence == finding.evidence
+                assert live.findings[key].recommendation == finding.recommendation
+            compared.append(sorted(expected))
+
+    replay(tmp_path, [(30, 20.0), (60, 45.0), (100, 20.0)], each=compare)
+    assert [("straggler", ("worker:1",))] in compared and [] in compared  # windows with and without a finding
+
+
+def test_an_unchanged_window_is_judged_without_analysing_it_again(tmp_path):
+    run = GrowingRun(tmp_path / "run")
+    live = LiveFindings(run.path)
+    now = run.run_until(30, {"worker:0": 20.0, "worker:1": 45.0})
+    live.evaluate(now)
+    (began,) = live.evaluate(now)  # the job paused: the same window, seen a second time
+    assert began.kind == "straggler" and live.evaluations == 2 and live.analyses == 1
+    now = run.run_until(31, {"worker:0": 20.0, "worker:1": 45.0})
+    live.evaluate(now)
+    assert live.analyses == 2
+
+
+def test_no_log_directory_yet_is_not_an_error(tmp_path):
+    live = LiveFindings(tmp_path / "run")
+    assert live.evaluate() == [] and live.evaluations == 0
+    GrowingRun(tmp_path / "run").run_until(1, {"worker:0": 20.0, "worker:1": 20.0})
+    assert live.evaluate(START_NS + S) == [] and live.window(START_NS + S) is not None
 
 
 def test_a_clean_run_announces_nothing(tmp_path):
@@ -97,7 +155,7 @@ def test_the_window_keeps_only_recent_records(tmp_path):
     run = GrowingRun(tmp_path / "run")
     live = LiveFindings(run.path, window_s=10.0)
     now = run.run_until(60, {"worker:0": 20.0, "worker:1": 20.0})
-    window = live.records.refresh(now).frame("step")
+    window = live.window(now).frame("step")
     assert window["end_ns"].min() >= now - 10 * S
     assert 2 * 9 * 47 <= len(window) <= 2 * 10 * 48  # ~10 s of 21-ms steps per worker
 
@@ -145,7 +203,7 @@ def test_a_task_file_that_was_replaced_is_read_again(tmp_path):
     run = GrowingRun(tmp_path / "run")
     live = LiveFindings(run.path, window_s=10.0)
     now = run.run_until(20, {"worker:0": 20.0, "worker:1": 20.0})
-    assert set(live.records.refresh(now).frame("step")["task"]) == {"worker:0", "worker:1"}
+    assert set(live.window(now).frame("step")["task"]) == {"worker:0", "worker:1"}
     run.close()
     replaced = tmp_path / "run" / "plugins" / "tfdiag" / "worker-1.tfdiag"
     replaced.unlink()
@@ -153,5 +211,18 @@ def test_a_task_file_that_was_replaced_is_read_again(tmp_path):
     writer.append("step", task="worker:1", step=0, begin_ns=now - 30 * MS, end_ns=now - 10 * MS, input_wait_ns=0,
                   examples=32, clock_task="worker:1")
     writer.close()
-    steps = live.records.refresh(now).frame("step")
+    steps = live.window(now).frame("step")
     assert ((steps["task"] == "worker:1") & (steps["end_ns"] == now - 10 * MS)).sum() == 1  # the new file's step
+
+
+def test_a_copied_task_file_is_counted_once_in_the_window(tmp_path):
+    run = GrowingRun(tmp_path / "run")
+    live = LiveFindings(run.path, window_s=10.0)
+    now = run.run_until(20, {"worker:0": 20.0, "worker:1": 20.0})
+    alone = len(live.window(now).frame("step"))
+    files = tmp_path / "run" / "plugins" / "tfdiag"
+    (files / "worker-9.tfdiag").write_bytes((files / "worker-1.tfdiag").read_bytes())
+    window = live.window(now)
+    assert len(window.frame("step")) == alone
+    assert any("worker-9.tfdiag" in warning and "duplicates" in warning for warning in window.warnings)
+    run.close()

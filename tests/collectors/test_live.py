@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 
 from benchmarks.faults import cpu_quota
+from benchmarks.live import wait_for
 from tfdiag.collectors import live, writers
 from tfdiag.events import task_name
 from tfdiag.sample_jobs.jobs import JobConfig
@@ -117,12 +118,3 @@ def first_steps(run_dir) -> list[int]:
         first.setdefault(row["task"], row["end_ns"])
     return list(first.values()) if len(first) == 2 else []
 
-
-def wait_for(read, timeout_s: float):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = read()
-        if found:
-            return found
-        time.sleep(0.5)
-    return read()

@@ -1,13 +1,15 @@
 """Findings while a job runs: the detectors on the last seconds of a run, with hysteresis.
 
 ``LiveFindings.evaluate()`` reads what the task files gained since its previous call
-(``RecentRecords``: incremental, by byte offset, like ``RunLoader``, but it keeps only
+(``tfdiag.analysis.load.WindowLoader``: the loader's incremental reading, keeping only
 the records of the last ``window_s`` seconds, so its memory and its cost per evaluation
 are bounded by the rate of records, not by the length of the run), runs ``measure``,
 every detector and the advisor on that window, and returns the transitions: a finding
 that two evaluations in a row saw *began*; one that two in a row did not see *cleared*.
 A window with too few step records (``MIN_STEP_RECORDS``, ``MIN_SPAN_FRACTION``) is not
-judged at all. Only warning and critical findings are announced.
+judged at all; a window the loader returns unchanged (no record came or aged out since
+the last evaluation: a paused or stalled job) is judged as before without running the
+analysis again. Only warning and critical findings are announced.
 
 Nothing here runs a thread or imports TensorFlow: ``tfdiag.collectors.live`` calls
 ``evaluate`` from its own thread in the one task that writes the manifest and writes
@@ -25,22 +27,17 @@ from __future__ import annotations
 
 import os
 import time
-from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from tfdiag.analysis.advisor import advise
 from tfdiag.analysis.detectors import detect_all
 from tfdiag.analysis.findings import Finding, Severity
-from tfdiag.analysis.load import LoadedRun
+from tfdiag.analysis.load import LoadedRun, WindowLoader
 from tfdiag.analysis.measurements import measure
-from tfdiag.events import KINDS
-from tfdiag.store import load_manifest, read_task_file, task_files
-from tfdiag.store.paths import LOG_SUFFIX
+from tfdiag.store import log_dir
 
 # The window the detectors see. 20 s holds a few hundred steps of any job that steps at
 # least every 100 ms, and lets a worker that became 2x slower cross the straggler
@@ -54,10 +51,6 @@ MIN_SPAN_FRACTION = 0.5
 PERSIST_EVALUATIONS = 2
 # Severities that are announced (an info finding is not worth a line in a training log).
 ANNOUNCED = (Severity.WARNING, Severity.CRITICAL)
-
-# The column that dates each kind's rows; None: a fact with no time, kept whole.
-TIME_COLUMNS = {"step": "end_ns", "closure": "result_ns", "rpc": "recv_ns", "session": "ready_ns",
-                "placement": None}
 
 
 @dataclass(frozen=True)
@@ -79,47 +72,6 @@ class Transition:
         return dict(task=task, time_ns=self.time_ns, state=self.state, kind=self.kind, tasks=",".join(self.tasks),
                     severity=self.severity, onset_ns=self.onset_ns, step=self.step,
                     predicted_speedup=self.predicted_speedup, message=self.message)
-
-
-class RecentRecords:
-    """The records of a run's last ``window_s`` seconds, read incrementally.
-
-    Each refresh reads only the bytes appended to each task file and drops the Arrow
-    batches whose newest row is older than the window.
-    """
-
-    def __init__(self, run_dir: str | os.PathLike, window_s: float = WINDOW_S):
-        self.path = Path(run_dir)
-        self.window_ns = int(window_s * 1e9)
-        self._offsets: dict[Path, int] = {}
-        self._batches: dict[str, list[tuple[pa.RecordBatch, str, int | None]]] = {}  # kind -> (batch, source, newest)
-        # Built once: an empty frame costs an Arrow-to-pandas conversion, a third of an
-        # evaluation when every kind without records asks for one.
-        empty_run = LoadedRun(self.path, None, {})
-        self._empty = {kind: empty_run.frame(kind) for kind in KINDS}
-
-    def refresh(self, now_ns: int) -> LoadedRun:
-        """The window ending at ``now_ns`` (ns since the epoch) as a ``LoadedRun``."""
-        files, _ = task_files(self.path)
-        for path in files:
-            offset = self._offsets.get(path, 0)
-            if offset and _size(path) < offset:  # replaced or truncated: read it again
-                offset = 0
-            result = read_task_file(path, offset)
-            self._offsets[path] = result.end_offset
-            fallback = path.name[: -len(LOG_SUFFIX)].replace("-", ":", 1)
-            for frame in result.frames:
-                if frame.kind not in KINDS:  # a kind of a newer writer: no detector reads it
-                    continue
-                for batch in frame.batches:
-                    self._batches.setdefault(frame.kind, []).append((batch, frame.task or fallback, _newest(frame.kind, batch)))
-        cutoff = now_ns - self.window_ns
-        for kind, items in self._batches.items():
-            self._batches[kind] = [item for item in items if item[2] is None or item[2] >= cutoff]
-        frames = dict(self._empty)
-        frames.update((kind, _window_frame(kind, items, cutoff)) for kind, items in self._batches.items() if items)
-        sources = sorted({source for items in self._batches.values() for _, source, _ in items})
-        return LoadedRun(self.path, load_manifest(self.path).manifest, frames, sources=sources)
 
 
 @dataclass
@@ -144,21 +96,38 @@ class LiveFindings:
     """
 
     def __init__(self, run_dir: str | os.PathLike, window_s: float = WINDOW_S):
+        self.path = Path(run_dir)
         self.window_s = window_s
-        self.records = RecentRecords(run_dir, window_s)
         self.evaluations = 0  # windows judged (with enough data)
+        self.analyses = 0  # of which the analysis ran on (the others: the window had not changed)
+        self.findings: dict[tuple[str, tuple[str, ...]], Finding] = {}  # the last judged window's, announced severities
+        self._loader: WindowLoader | None = None
+        self._judged: LoadedRun | None = None
         self._tracked: dict[tuple[str, tuple[str, ...]], _Tracked] = {}
+
+    def window(self, now_ns: int) -> LoadedRun | None:
+        """The records of the window ending at ``now_ns``; None while the run has no log directory."""
+        if self._loader is None:
+            if not log_dir(self.path).is_dir():  # the writers create it at their first flush
+                return None
+            self._loader = WindowLoader(self.path, self.window_s)
+        return self._loader.refresh(now_ns)
 
     def evaluate(self, now_ns: int | None = None) -> list[Transition]:
         """Reads what is new, judges the window ending at ``now_ns`` and returns the transitions."""
         now_ns = time.time_ns() if now_ns is None else now_ns
-        run = self.records.refresh(now_ns)
+        run = self.window(now_ns)
+        if run is None:
+            return []
         steps = run.frame("step")
         if not enough_data(steps, self.window_s):
             return []
         self.evaluations += 1
-        measured = measure(run)
-        findings = {(f.kind, f.tasks): f for f in advise(detect_all(measured), measured) if f.severity in ANNOUNCED}
+        if run is not self._judged:
+            self.findings = announced_findings(run)
+            self._judged = run
+            self.analyses += 1
+        findings = self.findings
         step = int(steps["step"].max())
         transitions = []
         for key, finding in findings.items():
@@ -178,6 +147,13 @@ class LiveFindings:
                 del self._tracked[key]
                 transitions.append(_transition("cleared", tracked, tracked.cleared_onset_ns, now_ns))
         return transitions
+
+
+def announced_findings(run: LoadedRun) -> dict[tuple[str, tuple[str, ...]], Finding]:
+    """The analysis of a window: ``measure``, every detector and the advisor, as for a whole
+    run; the findings of an announced severity by (kind, tasks)."""
+    measured = measure(run)
+    return {(f.kind, f.tasks): f for f in advise(detect_all(measured), measured) if f.severity in ANNOUNCED}
 
 
 def enough_data(steps: pd.DataFrame, window_s: float) -> bool:
@@ -205,7 +181,7 @@ def message(state: str, finding: Finding, step: int | None) -> str:
     ...             "", ("worker:1",), {}, Recommendation("", "", 1.22))
     >>> message("began", f, 41200)
     'tfdiag: worker:1 straggler since step 41,200: worker:1 is 1.8x slower per step than the other workers; predicted +22 % if repaired'
-    >>> message("began", replace(f, recommendation=Recommendation("", "", 1.001)), 41200)[-36:]
+    >>> message("began", replace(f, recommendation=Recommendation("", "", 1.001)), 41200)[-33:]
     'no speed-up predicted if repaired'
     >>> message("cleared", f, 41200)
     'tfdiag: worker:1 straggler (since step 41,200) cleared'
@@ -252,41 +228,3 @@ def live_finding_windows(records: pd.DataFrame, offsets: dict[str, int] | None =
         elif row.state == "cleared" and key in open_rows:
             rows[open_rows.pop(key)]["ended_ns"] = int(row.onset_ns)
     return pd.DataFrame(rows, columns=columns).astype({"began_ns": "int64", "ended_ns": "Int64", "step": "Int64"})
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
-
-
-def _newest(kind: str, batch: pa.RecordBatch) -> int | None:
-    column = TIME_COLUMNS.get(kind, "time_ns")
-    if column is None or column not in batch.schema.names:
-        return None
-    newest = pc.max(batch.column(column)).as_py()
-    return 0 if newest is None else int(newest)
-
-
-def _window_frame(kind: str, items: list, cutoff_ns: int) -> pd.DataFrame:
-    """One kind's rows of the window, columns as ``RunLoader`` gives them (categoricals and ``source``)."""
-    schema = KINDS[kind].arrow_schema().remove_metadata()
-    groups: dict[tuple[str, pa.Schema], list[pa.RecordBatch]] = defaultdict(list)  # a writer flushes a batch every 0.5 s
-    for batch, source, _ in items:
-        groups[(source, batch.schema)].append(batch)
-    tables = []
-    for (source, _), batches in groups.items():
-        table = pa.Table.from_batches(batches)
-        columns = [table.column(name) if name in table.column_names else pa.nulls(len(table), schema.field(name).type)
-                   for name in schema.names]
-        table = pa.Table.from_arrays(columns, schema=schema)
-        tables.append(table.append_column("source", pa.array([source] * len(table), pa.string())))
-    table = pa.concat_tables(tables)
-    column = TIME_COLUMNS.get(kind, "time_ns")
-    if column is not None:
-        table = table.filter(pc.greater_equal(table.column(column), cutoff_ns))
-    for index, field in enumerate(table.schema):
-        if pa.types.is_string(field.type):
-            table = table.set_column(index, field.name, table.column(index).dictionary_encode())
-    return table.to_pandas()

@@ -6,11 +6,14 @@ re-reads what it already has. Step records are folded into ``step_stats`` as eac
 is read (exact counters, histograms and a bounded set of rows), so what the loader holds
 of them does not grow with the run's length; a refresh folds only the new ones and
 rebuilds only the frames of kinds that got records. A file that shrank or was replaced
-is read again from byte 0. Frames whose payload is byte-for-byte one already loaded (a copied task file, a
-frame written twice) are counted once. Nothing that is in the run directory makes
+is read again from byte 0. Frames whose payload is byte-for-byte one already loaded (a
+copied task file, a frame written twice) are counted once. ``WindowLoader`` reads the
+same way but keeps only the records of a run's last seconds (live findings:
+``tfdiag.analysis.live``). Nothing that is in the run directory makes
 ``refresh`` raise: each problem is a counted skip or a warning naming the file (the
 only error is ``RunNotFoundError``, from the constructor, for a directory that is not a
-run). Nothing here imports TensorFlow.
+run). Nothing here imports TensorFlow. (Over 400 lines: the windowed loader is the
+whole loader's reading state with eviction, and belongs next to it.)
 """
 
 from __future__ import annotations
@@ -20,11 +23,12 @@ import os
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from tfdiag.analysis.step_stats import StepAccumulator
 from tfdiag.errors import RunNotFoundError
@@ -42,6 +46,11 @@ ProgressCallback = Callable[[int, int], None]  # (bytes read so far, bytes to re
 
 # Skips listed one by one per file; the rest of a badly damaged file is summed in one line.
 MAX_LISTED_SKIPS_PER_FILE = 10
+
+# The column that dates a kind's rows for ``WindowLoader`` (default ``time_ns``); None: a
+# fact with no time (``placement``), kept whatever its age.
+WINDOW_TIME_COLUMNS = {"step": "end_ns", "closure": "result_ns", "rpc": "recv_ns", "session": "ready_ns",
+                       "placement": None}
 
 
 @dataclass
@@ -75,6 +84,16 @@ class LoadedRun:
         return sum(item.records for item in self.skipped)
 
 
+class _Kept(NamedTuple):
+    """A record batch the loader holds (``RunLoader``: every kind but steps; ``WindowLoader``: all)."""
+
+    kind: str
+    batch: pa.RecordBatch
+    source: str
+    digest: bytes  # of the frame it came in
+    last_ns: int | None  # its newest row's time (``WindowLoader`` only; None: undated or not asked for)
+
+
 @dataclass
 class _TaskFile:
     """What the loader holds of one task file."""
@@ -82,7 +101,7 @@ class _TaskFile:
     identity: tuple[int, int]  # (device, inode): a replaced file has a new one
     offset: int = 0
     task: str | None = None  # the task that wrote the first good frame
-    records: list[tuple[str, pa.RecordBatch, str]] = field(default_factory=list)  # (kind, batch, source); not steps
+    records: list[_Kept] = field(default_factory=list)
     sources: set[str] = field(default_factory=set)  # the tasks whose frames the file held
     digests: list[bytes] = field(default_factory=list)
     skipped: list[SkippedRecords] = field(default_factory=list)
@@ -97,6 +116,8 @@ class RunLoader:
         >>> run = loader.refresh()  # doctest: +SKIP
         >>> run.frame("step").groupby("task").size()  # doctest: +SKIP
     """
+
+    _folds_steps = True  # step records go to step_stats rather than being kept as batches
 
     def __init__(self, run_dir: str | os.PathLike, steps: StepAccumulator | None = None):
         self.path = Path(run_dir)
@@ -126,6 +147,10 @@ class RunLoader:
         Returns the same object as the previous call when nothing changed. A run
         directory that went away keeps what was read, with a warning.
         """
+        return self._result(*self._read(progress))
+
+    def _read(self, progress: ProgressCallback | None) -> tuple[list[Path], list[str], bool]:
+        """Reads what every task file gained: (the files, the rejected paths' sentences, whether anything changed)."""
         files, rejected = task_files(self.path)
         stats = {path: stat for path in files if (stat := _stat(path)) is not None}
         total = sum(max(min(stat.st_size, MAX_TASK_FILE_BYTES) - self._offset(path), 0) for path, stat in stats.items())
@@ -147,21 +172,27 @@ class RunLoader:
             done += max(min(stat.st_size, MAX_TASK_FILE_BYTES) - offset, 0)
             if progress is not None:
                 progress(done, total)
+        return list(stats), [item.sentence() for item in rejected], changed
+
+    def _result(self, files: list[Path], rejected: list[str], changed: bool) -> LoadedRun:
+        """The run after a read: frames rebuilt where they changed; the previous object if nothing did."""
         manifest_changed = self._refresh_manifest()
-        if changed:
+        rebuilt = bool(self._changed_kinds)
+        if rebuilt:
             self._rebuild_frames()
-        run = self._build(list(stats), [item.sentence() for item in rejected])
-        if self._run is None or changed or manifest_changed or run.warnings != self._run.warnings:
+        run = self._build(files, rejected)
+        if self._run is None or changed or rebuilt or manifest_changed or run.warnings != self._run.warnings:
             self._run = run
         return self._run
 
     def _rebuild_frames(self) -> None:
         """Rebuilds the frames of the kinds that got records (or lost a file's) since the last refresh."""
-        for kind in self._changed_kinds - {"step"}:
+        folded = {"step"} if self._folds_steps else set()
+        for kind in self._changed_kinds - folded:
             self._frames.pop(kind, None)
             if any(self._batches(kind)):
                 self._frames[kind] = self._frame(kind)
-        if "step" in self._changed_kinds:
+        if self._changed_kinds & folded:
             rows = self._steps.rows()
             self._frames.pop("step", None)
             if rows is not None:
@@ -187,11 +218,12 @@ class RunLoader:
             source = frame.task or _task_from_file_name(path)
             state.task = state.task or source
             state.sources.add(source)
-            if frame.kind == "step":  # folded now; only what step_stats keeps stays in memory
+            if frame.kind == "step" and self._folds_steps:  # only what step_stats keeps stays in memory
                 for batch in frame.batches:
                     self._steps.add(str(path), source, _conform(batch, "step"))
             else:
-                state.records.extend((frame.kind, batch, source) for batch in frame.batches)
+                state.records.extend(_Kept(frame.kind, batch, source, frame.digest, self._last_ns(frame.kind, batch))
+                                     for batch in frame.batches)
             self._changed_kinds.add(frame.kind)
         state.skipped.extend(result.skipped)
         pending = [item for item in (result.truncated_tail, result.unread) if item is not None]
@@ -203,7 +235,7 @@ class RunLoader:
     def _forget(self, path: Path) -> None:
         state = self._files.pop(path)
         self._steps.forget(str(path))
-        self._changed_kinds |= {kind for kind, _, _ in state.records} | {"step"}
+        self._changed_kinds |= {kept.kind for kept in state.records} | {"step"}
         for digest in state.digests:
             if self._seen.get(digest, (None,))[0] == path:
                 del self._seen[digest]
@@ -220,7 +252,7 @@ class RunLoader:
 
     def _batches(self, kind: str):
         for state in self._files.values():
-            yield from ((batch, source) for name, batch, source in state.records if name == kind)
+            yield from ((kept.batch, kept.source) for kept in state.records if kept.kind == kind)
 
     def _build(self, files: list[Path], rejected: list[str]) -> LoadedRun:
         skipped = [item for state in self._files.values() for item in state.skipped + state.pending]
@@ -241,10 +273,85 @@ class RunLoader:
         return [f"{self.path}: frames written by {task} are in {len(names)} files ({', '.join(names)}): "
                 "a copied or renamed file?" for task, names in files_of_task.items() if len(names) > 1]
 
+    def _last_ns(self, kind: str, batch: pa.RecordBatch) -> int | None:
+        """Only ``WindowLoader`` dates its batches."""
+        return None
+
     def _frame(self, kind: str) -> pd.DataFrame:
+        return _to_pandas(self._table(kind))
+
+    def _table(self, kind: str) -> pa.Table:
         batches, sources = zip(*self._batches(kind))
         table = pa.Table.from_batches([_conform(batch, kind) for batch in batches])
-        return _to_pandas(table.append_column("source", source_column(sources, [len(batch) for batch in batches])))
+        return table.append_column("source", source_column(sources, [len(batch) for batch in batches]))
+
+
+class WindowLoader(RunLoader):
+    """The records of a run's last ``window_s`` seconds, read as ``RunLoader`` reads them.
+
+    Each ``refresh(now_ns)`` reads only the bytes appended since the previous one (a file
+    that shrank or was replaced is read again, a duplicate frame is counted once, a frame
+    the reader rejects is a reported skip: all as ``RunLoader``), then forgets every
+    batch whose newest row is older than ``now_ns - window_s`` and leaves out the older
+    rows of the rest. What it holds is bounded by the rate of records, not by the run's
+    length. Step records are kept as rows (no ``step_counters``), so every table of the
+    window is computed from its rows. It returns the same object as the previous call
+    when the window did not change (no new record, none aged out).
+
+    Example:
+        >>> loader = WindowLoader("logs/run1", window_s=20)  # doctest: +SKIP
+        >>> loader.refresh(time.time_ns()).frame("step")["end_ns"].min()  # doctest: +SKIP
+    """
+
+    _folds_steps = False
+
+    def __init__(self, run_dir: str | os.PathLike, window_s: float):
+        super().__init__(run_dir)
+        self.window_ns = int(window_s * 1e9)
+        self._cutoff_ns = 0
+        self._first_ns: dict[str, int] = {}  # kind -> its frame's oldest dated row
+
+    def refresh(self, now_ns: int, progress: ProgressCallback | None = None) -> LoadedRun:
+        """Reads what is new and returns the window ending at ``now_ns`` (ns since the epoch)."""
+        files, rejected, changed = self._read(progress)
+        self._forget_before(now_ns - self.window_ns)
+        return self._result(files, rejected, changed)
+
+    def _forget_before(self, cutoff_ns: int) -> None:
+        """Drops the batches older than ``cutoff_ns`` (and their frames' digests); marks the
+        kinds whose frames lose rows."""
+        self._cutoff_ns = cutoff_ns
+        for path, state in self._files.items():
+            kept = [item for item in state.records if item.last_ns is None or item.last_ns >= cutoff_ns]
+            if len(kept) == len(state.records):
+                continue
+            gone = {item.digest for item in state.records} - {item.digest for item in kept}
+            self._changed_kinds |= {item.kind for item in state.records if item.digest in gone}
+            state.records, state.digests = kept, [digest for digest in state.digests if digest not in gone]
+            for digest in gone:
+                if self._seen.get(digest, (None,))[0] == path:
+                    del self._seen[digest]
+        aged = {kind for kind, first_ns in self._first_ns.items() if first_ns < cutoff_ns}
+        for kind in aged:  # rebuilt, and dated again if rows are left
+            del self._first_ns[kind]
+        self._changed_kinds |= aged
+
+    def _last_ns(self, kind: str, batch: pa.RecordBatch) -> int | None:
+        column = WINDOW_TIME_COLUMNS.get(kind, "time_ns")
+        if column is None:
+            return None
+        last = pc.max(batch.column(column)).as_py() if column in batch.schema.names else None
+        return 0 if last is None else last  # no dated row: nothing of it is in any window
+
+    def _frame(self, kind: str) -> pd.DataFrame:
+        table = self._table(kind).combine_chunks()  # one chunk: filtering a batch per flush costs 2-4x more
+        column = WINDOW_TIME_COLUMNS.get(kind, "time_ns")
+        self._first_ns.pop(kind, None)
+        if column is not None:
+            table = table.filter(pc.greater_equal(table.column(column), self._cutoff_ns))
+            if len(table):
+                self._first_ns[kind] = pc.min(table.column(column)).as_py()
+        return _to_pandas(table)
 
 
 def source_column(sources: list[str], lengths: list[int]) -> pa.DictionaryArray:
@@ -319,6 +426,13 @@ def load_run(run_dir: str | os.PathLike, progress: ProgressCallback | None = Non
 
 
 def _empty_frame(kind: str) -> pd.DataFrame:
+    """An empty frame of ``kind``: a shallow copy of one built once (about 1 ms each, and a
+    live evaluation asks for several); copy-on-write keeps a change to it off the original."""
+    return _built_empty_frame(kind).copy(deep=False)
+
+
+@functools.cache
+def _built_empty_frame(kind: str) -> pd.DataFrame:
     schema = KINDS[kind].arrow_schema()
     frame = schema.empty_table().to_pandas()
     frame["source"] = pd.Series([], dtype="object")
