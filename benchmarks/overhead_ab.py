@@ -56,6 +56,7 @@ tables, which are the benchmark's point.)
 
 from __future__ import annotations
 
+import contextlib
 import argparse
 import json
 import math
@@ -229,8 +230,10 @@ def run_ps_phases(coordinator, schedulers: dict, switch: PhaseSwitch, flush, pai
     return results
 
 
-def measure_ps_ctl(pairs: int, closures: int, logdir: str, components: frozenset) -> dict:
-    """Starts the servers, runs the phases as the coordinator, and summarises them."""
+@contextlib.contextmanager
+def ps_ctl_servers(logdir: str):
+    """The servers of a ps_ctl cluster (2 ps, 2 workers) with this process as its chief:
+    yields ``(tf, config, strategy, cluster)``; the servers stop on exit."""
     config = JobConfig("ps_ctl", logdir, ps=2, workers=2)
     cluster = LocalCluster(config)
     try:
@@ -238,13 +241,23 @@ def measure_ps_ctl(pairs: int, closures: int, logdir: str, components: frozenset
         os.environ["TF_CONFIG"] = json.dumps({"cluster": cluster.cluster, "task": {"type": "chief", "index": 0}})
         import tensorflow as tf
 
-        from tfdiag.collectors import instrument_coordinator, live
-        from tfdiag.collectors.rpc_probe import FULL_PASSES
         from tfdiag.sample_jobs import ps_ctl
         from tfdiag.sample_jobs.task import wait_for_cluster
 
         _, strategy = ps_ctl.make_strategy(tf, config)
         wait_for_cluster(cluster.cluster, "chief:0")
+        yield tf, config, strategy, cluster
+    finally:
+        cluster.stop()
+
+
+def measure_ps_ctl(pairs: int, closures: int, logdir: str, components: frozenset) -> dict:
+    """Starts the servers, runs the phases as the coordinator, and summarises them."""
+    with ps_ctl_servers(logdir) as (tf, config, strategy, cluster):
+        from tfdiag.collectors import instrument_coordinator, live
+        from tfdiag.collectors.rpc_probe import FULL_PASSES
+        from tfdiag.sample_jobs import ps_ctl
+
         plain = tf.distribute.coordinator.ClusterCoordinator(strategy)
         # Live findings (off by default in a job) run at their default cadence when measured.
         instrumented = instrument_coordinator(plain, logdir,
@@ -277,8 +290,6 @@ def measure_ps_ctl(pairs: int, closures: int, logdir: str, components: frozenset
         results = run_ps_phases(plain, schedulers, switch, flush, pairs, closures, examples, task_pids)
         probe_records = prober.records - probes_before
         instrumented.close()
-    finally:
-        cluster.stop()
     a, b = results["plain"], results["instrumented"]
     summary = {**paired_ratio(a["rate"], b["rate"]),
                "rates": (statistics.median(a["rate"]), statistics.median(b["rate"])),

@@ -16,7 +16,6 @@ by it.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -24,8 +23,11 @@ import time
 
 from tfdiag.collectors import closure_timing, tf_internals
 from tfdiag.collectors.bounded import BoundedCalls
-from tfdiag.sample_jobs.jobs import JobConfig
-from tfdiag.sample_jobs.launcher import LocalCluster
+
+try:
+    from overhead_ab import ps_ctl_servers  # run as a script: benchmarks/ is sys.path[0]
+except ImportError:
+    from benchmarks.overhead_ab import ps_ctl_servers
 
 
 def main(argv=None) -> int:
@@ -33,19 +35,10 @@ def main(argv=None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 5, 10, 40], help="closures per copy")
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args(argv)
-    config = JobConfig("ps_ctl", tempfile.mkdtemp(prefix="tfdiag-timing-copy-"), ps=2, workers=2)
-    cluster = LocalCluster(config)
     load = os.getloadavg()[0]
-    try:
-        cluster.start(job_tasks=False)
-        os.environ["TF_CONFIG"] = json.dumps({"cluster": cluster.cluster, "task": {"type": "chief", "index": 0}})
-        import tensorflow as tf
-
+    with ps_ctl_servers(tempfile.mkdtemp(prefix="tfdiag-timing-copy-")) as (tf, config, strategy, _):
         from tfdiag.sample_jobs import ps_ctl
-        from tfdiag.sample_jobs.task import wait_for_cluster
 
-        _, strategy = ps_ctl.make_strategy(tf, config)
-        wait_for_cluster(cluster.cluster, "chief:0")
         coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
         with strategy.scope():
             model = ps_ctl.MLP(tf, strategy, config.hidden)
@@ -74,8 +67,6 @@ def main(argv=None) -> int:
                 thread, process = time.thread_time() - thread, time.process_time() - process
                 assert all(row is not None for row in rows)
                 print(f"| {size} | {round_ + 1} | {thread / size * 1e6:.0f} | {process / size * 1e6:.0f} |", flush=True)
-    finally:
-        cluster.stop()
     print(f"\nload average (1 min) {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end, "
           f"on {os.cpu_count()} cores", file=sys.stderr)
     return 0
