@@ -42,3 +42,17 @@ def test_a_link_that_moves_every_large_tensor_slowly_keeps_its_bandwidth(builder
     traffic = ps_traffic(measure(load_run(path)))
     assert traffic.bandwidth_bps["ps:1"] == pytest.approx(KERNEL / 21e-3, rel=0.01)
     assert "communication_bound" in [finding.kind for finding in analyze(path).findings]
+
+
+def test_bytes_per_step_are_what_traced_steps_moved_not_what_the_ps_holds(builder):
+    # tf1_mts --embedding-partitions 1: a 12.8 MB table on ps:1 read 512 KB of rows a step.
+    run = _tf1_session(builder, ps1_large_ms=(0.5, 0.5))
+    run.placement("wide/embeddings", "ps:1", 12_800_000)
+    for worker in ("worker:0", "worker:1"):
+        run.transfer("ps:1", worker, 0.7, size=512 << 10, tensors=1, at_ms=1.0)
+        run.transfer(worker, "ps:1", 0.7, size=512 << 10, tensors=1, at_ms=20.0)
+    path = run.write()
+    traffic = ps_traffic(measure(load_run(path)))
+    # Half of what a traced step moved with ps:1: two small tensors, two kernels, the rows both ways.
+    assert traffic.bytes_per_ps["ps:1"] == (2 * 1024 + 2 * KERNEL + 2 * (512 << 10)) / 2
+    assert "communication_bound" not in [finding.kind for finding in analyze(path).findings]

@@ -1,7 +1,7 @@
 """Parameter-server traffic model inputs, measured on the run: bytes, latency, bandwidth per ps.
 
-Bytes per ps come from the variable placement, or, where none was captured (a TF1
-session), from the traced ``RecvTensor`` transfers; ``traced_link_cost`` measures how
+Bytes per ps come from the traced ``RecvTensor`` transfers where a TF1 session traced
+them, else from the variable placement; ``traced_link_cost`` measures how
 long a traced step waited on one ps's transfers, ``traced_ps_wait`` that wait per ps.
 """
 
@@ -41,10 +41,14 @@ class PsTraffic:
 def ps_traffic(measured: Measurements, load: pd.DataFrame | None = None) -> PsTraffic | None:
     """The run's ps traffic inputs, or None when placement or bandwidth was not captured.
 
-    ``load`` (a ``placement.ps_load_table`` or ``traced_ps_load``) defaults to the
-    variable placement.
+    ``load`` (a ``placement.ps_load_table`` or ``traced_ps_load``) defaults to the bytes
+    each ps moved per traced step where the run traced transfers (a TF1 session): a step
+    moves what it reads, a few rows of an embedding table rather than the table its ps
+    holds. Else to the variable placement.
     """
-    load = measured.ps_load if load is None else load
+    if load is None:
+        traced = traced_ps_load(measured)
+        load = measured.ps_load if traced.empty else traced
     if load.empty:
         return None
     ps_tasks = list(load["task"])
