@@ -7,10 +7,14 @@ record. Every ``trace_every`` steps the run is traced (``RunOptions(trace_level=
 FULL_TRACE)``); its ``RunMetadata`` goes to a background thread that turns the
 ``RecvTensor`` pseudo-nodes of the step stats into ``transfer`` records: one per
 tensor moved between tasks, with source, destination, bytes, start time and duration.
-Their ``timeline_label`` reads (TF 2.21)::
+Their ``timeline_label`` names the tensor and both devices (TF 2.21)::
 
     [8192B] [595.78Mb/s] edge_5_matmul/ReadVariableOp from /job:ps/replica:0/task:0/device:CPU:0
         to /job:worker/replica:0/task:0/device:CPU:0
+
+The label's size is exact only in bytes: from 0.1 MiB on it reads ``[4.0MB]`` (MiB rounded
+to 0.1). The exact size is the entry's output allocation (``requested_bytes``), which
+TensorFlow's ``WorkerCacheLogger`` sets on every RecvTensor entry, so sizes come from there.
 
 A traced step is slower than a plain one (the step stats of every partition travel to
 the master), so the default traces one step in ``DEFAULT_TRACE_EVERY``.
@@ -50,15 +54,15 @@ DEFAULT_TRACE_EVERY = 100
 # Traced steps waiting for the parser; more are dropped (never block training).
 MAX_QUEUED_TRACES = 8
 
-# Large tensors are labelled in megabytes rounded to 0.1 ("[4.0MB]" for 4194304 bytes, "[0.2MB]"
-# for 262144) and are not parsed: a RecvTensor's duration includes its wait for the sender,
-# and the traced bandwidth (analysis/ps_traffic.py) read from such transfers put a clean
-# tf1_session run at 133 MB/s per ps and raised a false communication_bound.
-_RECV_LABEL = re.compile(r"^\[(\d+)B\]\s+(?:\[[^\]]*\]\s+)?(\S+) from (\S+) to (\S+)")
+# "[<size>] [<rate>] <tensor> from <device> to <device>"; older TensorFlow prints no rate.
+_RECV_LABEL = re.compile(r"^\[([^\]]*)\]\s+(?:\[[^\]]*\]\s+)?(\S+) from (\S+) to (\S+)")
+_EXACT_SIZE = re.compile(r"^(\d+)B$")
 
 
-def parse_recv_label(label: str) -> tuple[int, str, str, str] | None:
+def parse_recv_label(label: str) -> tuple[int | None, str, str, str] | None:
     """``(bytes, tensor, src device, dst device)`` of a RecvTensor ``timeline_label``.
+
+    ``bytes`` is None where the label rounds the size (``[4.0MB]``).
 
     >>> parse_recv_label("[8192B] [595.78Mb/s] edge_5_matmul/ReadVariableOp from "
     ...                  "/job:ps/replica:0/task:0/device:CPU:0 to /job:worker/replica:0/task:0/device:CPU:0")
@@ -67,11 +71,16 @@ def parse_recv_label(label: str) -> tuple[int, str, str, str] | None:
     match = _RECV_LABEL.match(label or "")
     if match is None:
         return None
-    return int(match[1]), match[2], match[3], match[4]
+    exact = _EXACT_SIZE.match(match[1])
+    return (int(exact[1]) if exact else None), match[2], match[3], match[4]
 
 
 def transfer_rows(step_stats) -> list[dict]:
-    """``transfer`` rows of the RecvTensor entries of a ``StepStats`` proto between two tasks."""
+    """``transfer`` rows of the RecvTensor entries of a ``StepStats`` proto between two tasks.
+
+    Bytes are the entry's ``requested_bytes``, else the label's exact size; an entry with
+    neither (never seen) is left out rather than given a rounded size.
+    """
     rows = []
     for device in step_stats.dev_stats:
         for node in device.node_stats:
@@ -80,15 +89,25 @@ def transfer_rows(step_stats) -> list[dict]:
             parsed = parse_recv_label(node.timeline_label)
             if parsed is None:
                 continue
-            size, tensor, src_device, dst_device = parsed
+            label_bytes, tensor, src_device, dst_device = parsed
+            size = _allocated_bytes(node)
+            size = label_bytes if size is None else size
             src, dst = task_of_device(src_device), task_of_device(dst_device)
-            if not src or not dst or src == dst:
+            if size is None or not src or not dst or src == dst:
                 continue
             start_ns = node.all_start_nanos or node.all_start_micros * 1000
             duration_ns = (node.all_end_rel_nanos or node.all_end_rel_micros * 1000)
             rows.append({"src": src, "dst": dst, "time_ns": int(start_ns), "bytes": size,
                          "duration_ns": int(duration_ns), "tensor": tensor})
     return rows
+
+
+def _allocated_bytes(node) -> int | None:
+    """The exact bytes of a RecvTensor entry: its output's ``requested_bytes``; None without
+    one, or when 0 (proto3 cannot tell 0 from unset; the label then says ``[0B]``)."""
+    if not node.output:
+        return None
+    return int(node.output[0].tensor_description.allocation_description.requested_bytes) or None
 
 
 class DiagnosticsHook(tf.compat.v1.train.SessionRunHook):

@@ -1,4 +1,4 @@
-"""DiagnosticsHook: RecvTensor label parsing, and a real 2 ps + 1 worker TF1 session."""
+"""DiagnosticsHook: RecvTensor entries of real step stats, and a real 2 ps + 1 worker TF1 session."""
 
 from __future__ import annotations
 
@@ -17,24 +17,92 @@ STEPS = 20
 TRACE_EVERY = 5  # tf1_job.py traces every 5th step
 
 
-def test_parse_recv_label_and_transfer_rows():
-    tf = pytest.importorskip("tensorflow")
-    from tfdiag.collectors.hook import parse_recv_label, transfer_rows
+# The RecvTensor entries of a traced TF 2.21 session.run (1 ps + 1 worker, three variables
+# read from the ps), as ``print(run_metadata.step_stats)`` shows them, plus a local transfer
+# and an ordinary op. Labels round sizes from 0.1 MiB on ("[0.1MB]" for 153600 bytes).
+TRACED_STEP_STATS = """
+dev_stats {
+  device: "/job:worker/replica:0/task:0/device:CPU:0"
+  node_stats {
+    node_name: "RecvTensor"
+    all_start_micros: 1796050732060427
+    op_end_rel_micros: 345
+    all_end_rel_micros: 345
+    output { tensor_description { allocation_description { requested_bytes: 153600 } } }
+    timeline_label: "[0.1MB] [3.6Gb/s] edge_10_Sum_1/ReadVariableOp from /job:ps/replica:0/task:0/device:CPU:0 to /job:worker/replica:0/task:0/device:CPU:0"
+  }
+  node_stats {
+    node_name: "RecvTensor"
+    all_start_micros: 1796050732060867
+    op_end_rel_micros: 1540
+    all_end_rel_micros: 1540
+    output { tensor_description { allocation_description { requested_bytes: 400 } } }
+    timeline_label: "[400B] [2.077922Mb/s] edge_6_Sum_2/ReadVariableOp from /job:ps/replica:0/task:0/device:CPU:0 to /job:worker/replica:0/task:0/device:CPU:0"
+  }
+  node_stats {
+    node_name: "RecvTensor"
+    all_start_micros: 1796050732060883
+    op_end_rel_micros: 5554
+    all_end_rel_micros: 5554
+    output { tensor_description { allocation_description { requested_bytes: 4194304 } } }
+    timeline_label: "[4.0MB] [6.0Gb/s] edge_8_Sum/ReadVariableOp from /job:ps/replica:0/task:0/device:CPU:0 to /job:worker/replica:0/task:0/device:CPU:0"
+  }
+  node_stats {
+    node_name: "RecvTensor"
+    all_start_micros: 1796050732060900
+    all_end_rel_micros: 20
+    output { tensor_description { allocation_description { requested_bytes: 8 } } }
+    timeline_label: "[8B] x from /job:worker/replica:0/task:0/device:CPU:0 to /job:worker/replica:0/task:0/device:GPU:0"
+  }
+  node_stats {
+    node_name: "MatMul"
+    all_start_micros: 1796050732060950
+    timeline_label: "MatMul = MatMul(a, b)"
+  }
+}
+"""
+
+
+def test_parse_recv_label():
+    from tfdiag.collectors.hook import parse_recv_label
 
     assert parse_recv_label("[0B] edge_3_x/NoOp from /job:ps/replica:0/task:1/device:CPU:0 to "
                             "/job:worker/replica:0/task:2/device:CPU:0") == (
         0, "edge_3_x/NoOp", "/job:ps/replica:0/task:1/device:CPU:0", "/job:worker/replica:0/task:2/device:CPU:0")
+    # A rounded size is no size: the exact one is the entry's requested_bytes.
+    assert parse_recv_label("[4.0MB] [6.0Gb/s] edge_8_Sum/ReadVariableOp from /job:ps/replica:0/task:0/device:CPU:0"
+                            " to /job:worker/replica:0/task:0/device:CPU:0")[0] is None
     assert parse_recv_label("MatMul = MatMul(a, b)") is None
-    stats = tf.compat.v1.RunMetadata().step_stats
-    device = stats.dev_stats.add(device="/job:worker/replica:0/task:0/device:CPU:0")
-    node = device.node_stats.add(node_name="RecvTensor", all_start_micros=1_000, all_end_rel_micros=250)
-    node.timeline_label = ("[4096B] [595.78Mb/s] edge_5_matmul/ReadVariableOp from /job:ps/replica:0/task:1/device:CPU:0"
-                           " to /job:worker/replica:0/task:0/device:CPU:0")
-    device.node_stats.add(node_name="MatMul", timeline_label="MatMul = MatMul(a, b)")
-    local = device.node_stats.add(node_name="RecvTensor")
-    local.timeline_label = "[8B] x from /job:worker/replica:0/task:0/device:CPU:0 to /job:worker/replica:0/task:0/device:GPU:0"
-    assert transfer_rows(stats) == [{"src": "ps:1", "dst": "worker:0", "time_ns": 1_000_000, "bytes": 4096,
-                                     "duration_ns": 250_000, "tensor": "edge_5_matmul/ReadVariableOp"}]
+
+
+def test_transfer_rows_take_exact_bytes_of_every_size_between_tasks():
+    tf = pytest.importorskip("tensorflow")
+    from google.protobuf import text_format
+
+    from tfdiag.collectors.hook import transfer_rows
+
+    stats = text_format.Parse(TRACED_STEP_STATS, tf.compat.v1.RunMetadata().step_stats)
+    rows = transfer_rows(stats)
+    assert [(row["tensor"], row["bytes"], row["duration_ns"]) for row in rows] == [
+        ("edge_10_Sum_1/ReadVariableOp", 153600, 345_000),
+        ("edge_6_Sum_2/ReadVariableOp", 400, 1_540_000),
+        ("edge_8_Sum/ReadVariableOp", 4194304, 5_554_000),
+    ]
+    assert {(row["src"], row["dst"]) for row in rows} == {("ps:0", "worker:0")}
+    assert rows[0]["time_ns"] == 1796050732060427_000
+
+
+def test_transfer_rows_without_requested_bytes_keep_only_exact_label_sizes():
+    """An entry without an output allocation: the label's bytes when exact, else no row."""
+    tf = pytest.importorskip("tensorflow")
+    from google.protobuf import text_format
+
+    from tfdiag.collectors.hook import transfer_rows
+
+    stats = text_format.Parse(TRACED_STEP_STATS, tf.compat.v1.RunMetadata().step_stats)
+    for node in stats.dev_stats[0].node_stats:
+        del node.output[:]
+    assert [(row["tensor"], row["bytes"]) for row in transfer_rows(stats)] == [("edge_6_Sum_2/ReadVariableOp", 400)]
 
 
 @pytest.mark.cluster
@@ -42,7 +110,7 @@ def test_tf1_session_transfers_match_variable_sizes(tmp_path):
     outcome, _ = run_as_chief(JOB, tmp_path, STEPS, ps=2, workers=1)
     traces = STEPS // TRACE_EVERY
     assert outcome["steps"] == STEPS and outcome["traces"] == traces
-    assert outcome["variable_bytes"] == {"ps:0": 9216, "ps:1": 128}
+    assert outcome["variable_bytes"] == {"ps:0": 131072 + 16384, "ps:1": 2048}
 
     run = load_run(tmp_path)
     steps = run.frame("step")

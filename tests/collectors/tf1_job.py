@@ -21,9 +21,10 @@ server = tf.distribute.Server(cluster, job_name="chief", task_index=0, protocol=
 
 with tf.compat.v1.device(tf.compat.v1.train.replica_device_setter(worker_device="/job:chief/task:0", cluster=cluster)):
     x = tf.random.normal([16, 64])
-    w1 = tf.compat.v1.get_variable("w1", [64, 32])  # ps:0 (round robin)
-    b1 = tf.compat.v1.get_variable("b1", [32])  # ps:1
-    w2 = tf.compat.v1.get_variable("w2", [32, 8])  # ps:0
+    # w1 is 128 KiB: its trace label rounds the size ("[0.1MB]"), the others' give bytes.
+    w1 = tf.compat.v1.get_variable("w1", [64, 512])  # ps:0 (round robin)
+    b1 = tf.compat.v1.get_variable("b1", [512])  # ps:1
+    w2 = tf.compat.v1.get_variable("w2", [512, 8])  # ps:0
     loss = tf.reduce_mean(tf.square(tf.matmul(tf.nn.relu(tf.matmul(x, w1) + b1), w2)))
     train_op = tf.compat.v1.train.GradientDescentOptimizer(0.01).minimize(loss)
 

@@ -1,7 +1,7 @@
 """Parameter-server traffic model inputs, measured on the run: bytes, latency, bandwidth per ps.
 
-Bytes per ps come from the variable placement, or, where none was captured (a TF1
-session), from the traced ``RecvTensor`` transfers; ``traced_link_cost`` measures how
+Bytes per ps come from the traced ``RecvTensor`` transfers where a TF1 session traced
+them, else from the variable placement; ``traced_link_cost`` measures how
 long a traced step waited on one ps's transfers, ``traced_ps_wait`` that wait per ps.
 """
 
@@ -41,10 +41,14 @@ class PsTraffic:
 def ps_traffic(measured: Measurements, load: pd.DataFrame | None = None) -> PsTraffic | None:
     """The run's ps traffic inputs, or None when placement or bandwidth was not captured.
 
-    ``load`` (a ``placement.ps_load_table`` or ``traced_ps_load``) defaults to the
-    variable placement.
+    ``load`` (a ``placement.ps_load_table`` or ``traced_ps_load``) defaults to the bytes
+    each ps moved per traced step where the run traced transfers (a TF1 session): a step
+    moves what it reads, a few rows of an embedding table rather than the table its ps
+    holds. Else to the variable placement.
     """
-    load = measured.ps_load if load is None else load
+    if load is None:
+        traced = traced_ps_load(measured)
+        load = measured.ps_load if traced.empty else traced
     if load.empty:
         return None
     ps_tasks = list(load["task"])
@@ -72,20 +76,31 @@ def ps_traffic(measured: Measurements, load: pd.DataFrame | None = None) -> PsTr
 def _transfer_bandwidth(measured: Measurements, ps_tasks: list[str]) -> dict[str, float]:
     """Bytes per second of traced RecvTensor transfers from each ps (TF1 RunMetadata).
 
-    As with the probe's payload: the time a large transfer takes beyond the quickest
-    transfer on its link (the link's round trip) is the time its bytes took. Links
-    without a transfer of ``MIN_BANDWIDTH_BYTES`` have no estimate.
+    As with the probe's payload: a transfer of at least ``MIN_BANDWIDTH_BYTES`` takes its
+    link's round trip (the quickest smaller transfer on the link) plus the time its bytes
+    take, plus any wait for the ps to send it: a read queued behind the ps's other work
+    (a 256 KB kernel read in 4 ms where its peer took 0.5 ms, on loopback). A wait only
+    lengthens a transfer, so each ps's fastest large transfer is its estimate. A ps
+    without a large transfer on a link that also carried a smaller one has none.
+
+    >>> from types import SimpleNamespace
+    >>> transfer = pd.DataFrame({"src": ["ps:0"] * 3, "dst": ["worker:0"] * 3, "bytes": [64, 1 << 20, 1 << 20],
+    ...                          "duration_ns": [500_000, 1_500_000, 9_500_000]})
+    >>> measured = SimpleNamespace(run=SimpleNamespace(frame=lambda kind: transfer))
+    >>> _transfer_bandwidth(measured, ["ps:0", "ps:1"])  # 1 MiB in 1 ms; the 9 ms read waited
+    {'ps:0': 1048576000.0}
     """
     transfer = measured.run.frame("transfer")
     if transfer.empty:
         return {}
     from_ps = transfer[transfer["src"].astype(str).isin(ps_tasks) & (transfer["duration_ns"] > 0)]
     links = from_ps.assign(src=from_ps["src"].astype(str), dst=from_ps["dst"].astype(str))
-    round_trip = links.groupby(["src", "dst"])["duration_ns"].transform("min")
-    large = links.assign(extra_ns=links["duration_ns"] - round_trip)
-    large = large[(large["bytes"] >= MIN_BANDWIDTH_BYTES) & (large["extra_ns"] > 0)]
-    totals = large.groupby("src")[["bytes", "extra_ns"]].sum()
-    return {str(ps): float(row.bytes) / (row.extra_ns / 1e9) for ps, row in totals.iterrows()}
+    small = links[links["bytes"] < MIN_BANDWIDTH_BYTES]
+    round_trip = small.groupby(["src", "dst"])["duration_ns"].min().rename("round_trip_ns")
+    large = links[links["bytes"] >= MIN_BANDWIDTH_BYTES].join(round_trip, on=["src", "dst"], how="inner")
+    large = large[large["duration_ns"] > large["round_trip_ns"]]
+    rate = large["bytes"] / ((large["duration_ns"] - large["round_trip_ns"]) / 1e9)
+    return {str(ps): float(value) for ps, value in rate.groupby(large["src"]).max().items()}
 
 
 def traced_ps_load(measured: Measurements) -> pd.DataFrame:
