@@ -273,7 +273,7 @@ def measure_ps_ctl(pairs: int, closures: int, logdir: str, components: frozenset
         train = ps_ctl.make_train_steps(tf, strategy, model, config, steps)
         dataset_fn = ps_ctl.make_dataset_fn(tf, config)
         iterator = iter(plain.create_per_worker_dataset(tf.function(lambda: dataset_fn())))
-        flush = instrumented._flush  # noqa: SLF001 - the phase's own records, read at its end
+        flush = instrumented.flush_records  # the phase's own records, read at its end
         schedulers = ps_schedulers(plain, instrumented, train, iterator, components)
         task_pids = [task.process.pid for task in cluster.tasks.values()]
         examples = steps * config.batch_size

@@ -240,7 +240,7 @@ class InstrumentedCoordinator:
                 return
             self._closing = True
             self._close_deadline = time.monotonic() + timeout_s
-            self._cv.notify()
+            self._cv.notify_all()  # the result thread, and a live evaluation waiting in flush_records
         for collector in self._background:
             try:
                 collector.stop()
@@ -367,14 +367,17 @@ class InstrumentedCoordinator:
                     return
                 time.sleep(POLL_S)
 
-    def _flush(self, timeout_s: float = FETCH_TIMEOUT_S + 5) -> None:
+    def flush_records(self, timeout_s: float = FETCH_TIMEOUT_S + 5) -> None:
         """Has the result thread record every closure finished so far, timings included, and
-        waits for it (at most ``timeout_s``): ``benchmarks/overhead_ab.py`` charges a phase
-        its closures' whole bookkeeping this way."""
+        waits for it (at most ``timeout_s``; not at all once closing). Live findings call it
+        before each evaluation, so their window is not up to ``FETCH_EVERY_S`` behind;
+        ``benchmarks/overhead_ab.py`` at each phase's end, to charge the phase its records."""
         with self._cv:
+            if self._closing or not self._thread.is_alive():
+                return
             self._flush_asked = True
             self._cv.notify_all()
-            self._cv.wait_for(lambda: not self._flush_asked, timeout_s)
+            self._cv.wait_for(lambda: not self._flush_asked or self._closing, timeout_s)
 
     def _timings_due(self) -> bool:
         return (len(self._unread) >= MAX_UNREAD_TIMINGS
@@ -521,5 +524,6 @@ def instrument_coordinator(coordinator, logdir, examples_per_step: int | None = 
                                            capture_faults=capture_faults, variables=variables)
     live_thread = live.start(logdir, instrumented._writer, live_interval_s)
     if live_thread is not None:
+        live_thread.before_evaluation = instrumented.flush_records
         instrumented._background.append(live_thread)  # stopped by close(), before the writer is released
     return instrumented

@@ -98,6 +98,9 @@ class LiveThread:
         self.setup_cpu_ns = 0  # thread CPU time of the first import of the analysis
         self.transitions = 0
         self.paused = lambda: False  # evaluations are skipped while true (benchmarks/overhead_ab.py's phases)
+        # Called before each evaluation to bring this task's records up to date (the
+        # coordinator's ``flush_records``: its step records are otherwise up to 5 s late).
+        self.before_evaluation = lambda: None
         self._started_ns = 0
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tfdiag-live-findings", daemon=True)
@@ -148,6 +151,8 @@ class LiveThread:
             begin = time.thread_time_ns()
             try:
                 with budget.charged("live"):
+                    self.before_evaluation()
+                    self.writer.flush()  # what this task appended so far, in its file for the window
                     transitions = live.evaluate()
                 for transition in transitions:
                     logger.warning("%s", transition.message)
