@@ -66,7 +66,7 @@ COMPONENTS: dict[str, Budget] = {
     "probe": Budget(core_share=0.002, jobs=("ps",), what="RPC probe rounds (coordinator side; the tasks' side A/B)"),
     "system": Budget(core_share=0.001, what="system sampler, one sample a second"),
     "heartbeat": Budget(core_share=0.0002, what="heartbeat rows every 5 s"),
-    "writer": Budget(core_share=0.001, what="flush thread: Arrow frames twice a second"),
+    "writer": Budget(core_share=0.001, what="flush thread: Arrow frames once a second"),
     "hooks": Budget(per_step_us=60, jobs=("fit",), what="callback batch hooks, all-reduce probe every 100 steps"),
     "step_input": Budget(per_step_us=20, jobs=("fit",), what="in-graph input-arrival stamp, read in batches"),
     "live": Budget(core_share=0.002, what="reserved: live findings (detectors every few seconds in the chief)"),

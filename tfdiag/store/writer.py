@@ -17,9 +17,10 @@ from tfdiag.store.paths import LOG_SUFFIX, log_dir
 
 logger = logging.getLogger("tfdiag")
 
-# A killed task loses what it appended since the last flush; the design promises at most
-# one second, so flush twice a second.
-DEFAULT_FLUSH_INTERVAL_S = 0.5
+# A killed task loses what it appended since the last flush: at most one second. Each flush
+# costs a fixed ~0.4 ms of CPU (a frame per record kind), so flushing more often costs more
+# (docs/benchmarks.md, "Per component, against the budget").
+DEFAULT_FLUSH_INTERVAL_S = 1.0
 # After a failed write the writer tries again this often (not at every flush: each try
 # encodes the buffered records, wasted work while the disk stays full).
 RETRY_EVERY_S = 5.0
