@@ -39,12 +39,17 @@ class TaskGroups:
     """
 
     def __init__(self, tasks: pd.Series):
-        if isinstance(tasks.dtype, pd.CategoricalDtype):
-            codes, names = tasks.cat.codes.to_numpy(), tasks.cat.categories
-        else:
-            codes, names = pd.factorize(tasks, sort=True)
+        codes, names = codes_of(tasks)
         used, self.rows = grouped_rows(codes, len(names))
         self.names = [str(names[code]) for code in used]
+
+
+def codes_of(column: pd.Series) -> tuple[np.ndarray, pd.Index]:
+    """A column's codes (-1: null) and its values, in the order a sorting ``groupby``
+    gives them (a categorical's category order, else sorted)."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        return column.cat.codes.to_numpy(), column.cat.categories
+    return pd.factorize(column, sort=True)
 
 
 def grouped_rows(codes: np.ndarray, groups: int) -> tuple[np.ndarray, list[np.ndarray]]:
