@@ -86,7 +86,7 @@ class JobProcesses:
         except Exception:  # noqa: BLE001 - no interface list: loopback and the host name still count
             pass
         self._ports = local_cluster_ports(cluster, names)
-        self._own = psutil.Process(os.getpid())
+        self._own_pid = os.getpid()
         self._others: dict[int, object] = {}  # pid -> psutil.Process
         self._last: dict[int, float] = {}  # pid -> CPU seconds at the previous call
         self._last_wall: float | None = None
@@ -106,7 +106,7 @@ class JobProcesses:
         except Exception:  # noqa: BLE001 - AccessDenied (macOS), no /proc: this process only
             return
         complete = set(listeners) == self._ports and None not in listeners.values()
-        for pid in set(listeners.values()) - {None, self._own.pid} - set(self._others):
+        for pid in set(listeners.values()) - {None, self._own_pid} - set(self._others):
             try:
                 self._others[pid] = self._psutil.Process(pid)
             except Exception:  # noqa: BLE001 - ended meanwhile, or not ours to read
@@ -115,8 +115,9 @@ class JobProcesses:
             self._next_scan = math.inf  # until a counted process ends
 
     def _cpu_seconds(self) -> dict[int, float]:
-        seconds = {}
-        for pid, process in [(self._own.pid, self._own), *self._others.items()]:
+        # This process's from the kernel's clock (no /proc file to read and parse), the others' from psutil.
+        seconds = {self._own_pid: time.process_time()}
+        for pid, process in list(self._others.items()):
             try:
                 times = process.cpu_times()
             except Exception:  # noqa: BLE001 - NoSuchProcess: a task ended (restarted: search again)
@@ -137,7 +138,7 @@ class JobProcesses:
             return math.nan, math.nan, len(seconds)
         capacity = (now - last_wall) * self._cores / 100.0
         used = {pid: max(0.0, spent - last[pid]) for pid, spent in seconds.items() if pid in last}
-        own = used.get(self._own.pid, math.nan) / capacity
+        own = used.get(self._own_pid, math.nan) / capacity
         return own, sum(used.values()) / capacity, len(used)
 
 

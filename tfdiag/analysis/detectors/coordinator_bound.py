@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from tfdiag.analysis.findings import Finding, Recommendation, Severity
-from tfdiag.analysis.groups import codes_of, grouped_rows, mean_of, median_of
+from tfdiag.analysis.groups import TaskGroups, codes_of, grouped_rows, mean_of, median_of
 from tfdiag.analysis.measurements import Measurements
 from tfdiag.analysis.whatif import predicted_speedup
 
@@ -125,10 +125,20 @@ def ps_round_trip_in_gap_ns(measured: Measurements, workers: pd.DataFrame, gaps:
     to_ps = links[links["dst"].astype(str).str.startswith("ps:")] if not links.empty else links
     if to_ps.empty:
         return pd.Series(0.0, index=workers.index)
-    slowest_any = float(to_ps.groupby("dst")["rtt_min_ns"].median().max())
-    round_trip = workers["task"].map(to_ps.groupby("src")["rtt_min_ns"].max()).fillna(slowest_any)
+    src, dst = to_ps["src"].astype(str).to_numpy(), to_ps["dst"].astype(str).to_numpy()
+    rtt_min = to_ps["rtt_min_ns"].to_numpy("float64")
+    slowest_any = float(pd.Series({ps: median_of(rtt_min[dst == ps]) for ps in set(dst)}).max())
+    slowest_from = {}  # worker -> its round trip to its slowest ps
+    for task in set(src):
+        own = rtt_min[src == task]
+        if not np.isnan(own).all():
+            slowest_from[task] = float(np.nanmax(own))
+    round_trip = workers["task"].map(slowest_from).fillna(slowest_any)
     tail = workers["task"].map(gaps["tail_ns"]).fillna(0.0)
-    steps_per_closure = workers["task"].map(measured.steps.groupby("task", observed=True)["steps"].mean()).fillna(1.0)
+    groups = TaskGroups(measured.steps["task"])
+    covered = measured.steps["steps"].to_numpy()
+    per_closure = {task: mean_of(covered[rows]) for task, rows in zip(groups.names, groups.rows)}
+    steps_per_closure = workers["task"].map(per_closure).fillna(1.0)
     return np.minimum(tail, TAIL_PS_ROUND_TRIPS * round_trip) / steps_per_closure.clip(lower=1.0)
 
 
