@@ -15,7 +15,8 @@ analysis can tell the job's CPU from other programs' (``docs/findings.md``, "The
 advisor"). The ports are mapped to processes with ``psutil.net_connections`` (about
 10 ms of CPU) at the first sample, and again at most every ``RESCAN_S`` while a local
 cluster port has no process or a counted process has ended (a restarted task); each
-sample then reads one ``cpu_times`` per process (about 25 µs of CPU each). A process of
+sample then reads one ``cpu_times`` per other process (about 25 µs of CPU each), and
+this process's own from ``time.process_time`` (no file to read). A process of
 another user that the sampler may not inspect is left out.
 
 GPUs come from NVML (``pynvml``, package ``nvidia-ml-py``): utilization, memory, power
