@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from tfdiag.analysis.findings import Finding, Recommendation, Severity
+from tfdiag.analysis.groups import TaskGroups
 from tfdiag.analysis.measurements import Measurements
 from tfdiag.analysis.step_stats import RECENT_ROWS
 
@@ -79,10 +80,16 @@ def detect(measured: Measurements) -> list[Finding]:
 
 def _in_rhythm(beats: pd.DataFrame) -> pd.DataFrame:
     """The beats that have another beat of their task within ``ISOLATED_BEAT_S``."""
-    times = beats.sort_values("time_ns").groupby("task", observed=True)["time_ns"]
+    time = beats["time_ns"].to_numpy()
     gap = ISOLATED_BEAT_S * 1e9
-    near = (times.diff().abs() <= gap) | (times.diff(-1).abs() <= gap)
-    return beats.loc[near[near].index]
+    near = np.zeros(len(beats), bool)
+    for rows in TaskGroups(beats["task"]).rows:
+        rows = rows[np.argsort(time[rows], kind="stable")]
+        close = np.abs(np.diff(time[rows])) <= gap  # each beat and the next of its task
+        near[rows[1:]] |= close
+        near[rows[:-1]] |= close
+    order = np.argsort(time)  # by time, as before
+    return beats.iloc[order[near[order]]]
 
 
 def _progress_state(measured: Measurements, beats: pd.DataFrame, subject: str, now_ns: int) -> dict:
