@@ -102,7 +102,7 @@ def _paired(steps: pd.DataFrame, closures: pd.DataFrame) -> dict[str, tuple[np.n
     step_codes, step_tasks = codes_of(steps["task"])
     closure_codes, workers = codes_of(closures["worker"])
     worker_task = pd.Index([str(task) for task in step_tasks]).get_indexer([str(worker) for worker in workers])
-    closure_task = np.where(closure_codes >= 0, worker_task[closure_codes], -1)
+    closure_task = np.append(worker_task, -1)[closure_codes]  # a closure without a worker (code -1): none
     ids, step_numbers = closures["closure_id"].to_numpy(), steps["step"].to_numpy()
     pairs = {}
     for code, own_closures in zip(*grouped_rows(closure_task, len(step_tasks))):
