@@ -7,8 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from tfdiag.analysis.align import to_reference_clock
-from tfdiag.analysis.groups import TaskGroups, mean_of, median_of, quantile, sum_of
+from tfdiag.analysis.groups import TaskGroups, mean_of, median_of, quantile, sum_of, value_of_group
 from tfdiag.analysis.step_stats import histogram_quantile
 
 
@@ -39,8 +38,8 @@ def step_table(steps: pd.DataFrame, offsets: dict[str, int]) -> pd.DataFrame:
         empty = pd.DataFrame({name: pd.Series(dtype="float64") for name in columns})
         return empty.astype({"task": "object"}).assign(warmup=pd.Series(dtype=bool))
     task = steps["task"].astype("category")
-    begin = to_reference_clock(steps["begin_ns"], steps["clock_task"], offsets).to_numpy()
-    end = to_reference_clock(steps["end_ns"], steps["clock_task"], offsets).to_numpy()
+    shift = value_of_group(steps["clock_task"], offsets)  # onto the reference clock (align.to_reference_clock)
+    begin, end = steps["begin_ns"].to_numpy() - shift, steps["end_ns"].to_numpy() - shift
     covered = (steps["steps"].fillna(1).clip(lower=1).astype("int64").to_numpy() if "steps" in steps
                else np.ones(len(steps), "int64"))
     warmup = np.zeros(len(steps), bool)

@@ -52,6 +52,17 @@ def codes_of(column: pd.Series) -> tuple[np.ndarray, pd.Index]:
     return pd.factorize(column, sort=True)
 
 
+def value_of_group(column: pd.Series, values: dict[str, int], default: int = 0) -> np.ndarray:
+    """Each row's value of its group (``values`` by the group's name as a string, else
+    ``default``, also for a null): one lookup per group, not per row.
+
+    >>> value_of_group(pd.Series(pd.Categorical(["worker:0", None, "ps:0"])), {"ps:0": 7}).tolist()
+    [0, 0, 7]
+    """
+    codes, names = codes_of(column)
+    return np.array([values.get(str(name), default) for name in names] + [default], "int64")[codes]
+
+
 def grouped_rows(codes: np.ndarray, groups: int) -> tuple[np.ndarray, list[np.ndarray]]:
     """For group codes in ``[0, groups)`` (-1: no group): the codes that occur, in order,
     and the positions of each one's rows, in table order.

@@ -6,10 +6,11 @@ from functools import cached_property
 
 import pandas as pd
 
-from tfdiag.analysis.align import clock_offsets, to_reference_clock
+from tfdiag.analysis.align import clock_offsets
 from tfdiag.analysis.breakdown import step_table, worker_table
 from tfdiag.analysis.devices import SharedHost, gpu_table, host_table, shared_worker_host
 from tfdiag.analysis.faults import fault_table
+from tfdiag.analysis.groups import value_of_group
 from tfdiag.analysis.links import link_latency_table, link_table
 from tfdiag.analysis.load import LoadedRun
 from tfdiag.analysis.placement import ps_load_table
@@ -161,8 +162,8 @@ def heartbeat_table(heartbeats: pd.DataFrame, offsets: dict[str, int]) -> pd.Dat
 def _on_reference_clock(frame: pd.DataFrame, columns: list[str], offsets: dict[str, int], clock: str) -> pd.DataFrame:
     if frame.empty or clock not in frame:
         return frame
-    moved = {name: to_reference_clock(frame[name], frame[clock], offsets) for name in columns}
-    return frame.assign(**moved)
+    shift = value_of_group(frame[clock], offsets)  # as align.to_reference_clock moves them, once for every column
+    return frame.assign(**{name: frame[name] - shift for name in columns})
 
 
 def _reference_task(run: LoadedRun) -> str | None:
