@@ -4,8 +4,8 @@ A pandas ``groupby`` costs a fixed fraction of a millisecond per call whatever t
 on a live window of a few hundred rows, the analysis's groupbys, one per statistic, per
 table and per detector, were most of an evaluation (``docs/benchmarks.md``, "Where an
 evaluation's CPU goes"). Here one stable sort groups a table once, and each statistic is
-a numpy call on a group's rows: as cheap on a few hundred rows and no slower on the
-millions a whole run may hold. The statistics leave NaN out as pandas does; medians and
+a numpy call on a group's rows, whose cost grows with the rows rather than with the
+calls. The statistics leave NaN out as pandas does; medians and
 quantiles are exactly ``groupby(...).median()``'s and ``.quantile(q)``'s (the same
 interpolation), means and sums are numpy's float64 sums (pandas' compensated sum can
 differ in the last bits of non-integer values; the analysis sums integers).
