@@ -19,7 +19,8 @@ free until it ends. Read back from the coordinator's task file:
 ``--keep DIR`` leaves the runs under ``DIR`` (``run0/run``, ...). ``--replay RUN`` then
 copies such a run frame by frame into a growing run (each frame once the run's clock
 passes its newest row), evaluates live findings every ``--interval`` seconds of the
-run's time, and prints the thread CPU per evaluation and the share of it each part took
+run's time, and prints the thread CPU per evaluation (a first pass as it runs, a second
+under ``cProfile``) and the share of it each part took
 (``cProfile`` timed by thread CPU: ``measure`` and what it calls, each detector, the
 advisor, the reading), for docs/benchmarks.md, "Where an evaluation's CPU goes":
 
@@ -150,24 +151,18 @@ class GrowingCopy:
 
 
 def replay(run: Path, interval_s: float) -> str:
-    """Live findings evaluated along a recorded run: CPU per evaluation and each part's share."""
-    from tfdiag.analysis.live import LiveFindings
-
-    with tempfile.TemporaryDirectory(prefix="tfdiag-live-replay-") as tmp:
-        copy = GrowingCopy(run, Path(tmp) / "run")
-        live = LiveFindings(copy.path)
-        profile = cProfile.Profile(time.thread_time)
-        cpu_ms, now_ns = [], copy.first_ns + int(interval_s * 1e9)
-        while now_ns <= copy.last_ns:
-            copy.until(now_ns)
-            begin = time.thread_time_ns()
-            profile.runcall(live.evaluate, now_ns)
-            cpu_ms.append((time.thread_time_ns() - begin) / 1e6)
-            now_ns += int(interval_s * 1e9)
+    """Live findings evaluated along a recorded run, twice: thread CPU per evaluation and
+    the transitions as it runs, then under ``cProfile`` for each part's share."""
+    plain_ms, _, messages = _replayed(run, interval_s, None)
+    profile = cProfile.Profile(time.thread_time)
+    cpu_ms, live, _ = _replayed(run, interval_s, profile)
     stats = pstats.Stats(profile).stats  # (file, line, name) -> (calls, ..., own time, cumulative, callers)
     whole = sum(entry[3] for key, entry in stats.items() if key[2] == "evaluate")
-    lines = [f"{len(cpu_ms)} evaluations ({live.evaluations} judged, {live.analyses} analysed), thread CPU per evaluation: median "
-             f"{statistics.median(cpu_ms):.1f} ms under cProfile; load average {os.getloadavg()[0]:.1f}", "",
+    lines = [f"{len(cpu_ms)} evaluations ({live.evaluations} judged, {live.analyses} analysed), thread CPU per "
+             f"evaluation: median {statistics.median(plain_ms):.1f} ms (mean {statistics.mean(plain_ms):.1f}, "
+             f"largest {max(plain_ms):.1f}), {statistics.median(cpu_ms):.1f} ms under cProfile; "
+             f"load average {os.getloadavg()[0]:.1f}", "",
+             *[f"- {message}" for message in messages], "",
              "| part | share of an evaluation |", "| --- | --- |"]
     for parent in ("refresh", "measure", "detect_all", "advise"):
         for key, entry in stats.items():
@@ -178,6 +173,24 @@ def replay(run: Path, interval_s: float) -> str:
         lines += [f"| &nbsp;&nbsp;{key[2]} ({Path(key[0]).name}) | {cumulative / whole:.1%} |"
                   for cumulative, key in children if cumulative / whole >= 0.005]
     return "\n".join(lines)
+
+
+def _replayed(run: Path, interval_s: float, profile: cProfile.Profile | None):
+    """(thread CPU ms of each evaluation, the ``LiveFindings``, the transitions' messages) along ``run``."""
+    from tfdiag.analysis.live import LiveFindings
+
+    with tempfile.TemporaryDirectory(prefix="tfdiag-live-replay-") as tmp:
+        copy = GrowingCopy(run, Path(tmp) / "run")
+        live = LiveFindings(copy.path)
+        cpu_ms, messages, now_ns = [], [], copy.first_ns + int(interval_s * 1e9)
+        while now_ns <= copy.last_ns:
+            copy.until(now_ns)
+            begin = time.thread_time_ns()
+            transitions = profile.runcall(live.evaluate, now_ns) if profile else live.evaluate(now_ns)
+            cpu_ms.append((time.thread_time_ns() - begin) / 1e6)
+            messages += [transition.message for transition in transitions]
+            now_ns += int(interval_s * 1e9)
+    return cpu_ms, live, messages
 
 
 def table(rows: list[dict], args) -> str:

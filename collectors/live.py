@@ -42,8 +42,8 @@ logger = logging.getLogger("tfdiag")
 DEFAULT_INTERVAL_S = 10.0
 # Read when the caller passes no interval: seconds between evaluations ("on": the
 # default interval); unset, 0 or "off": off. Off by default: an evaluation costs about
-# 100 ms of CPU on a two-worker window, most of it measure and the detectors, five times
-# the "live" budget at 10 s, and the analysis adds pandas to the process
+# 45 ms of CPU on a two-worker window, most of it the tables' and the detectors' pandas
+# calls, more than twice the "live" budget at 10 s, and the analysis adds pandas to the process
 # (docs/benchmarks.md, "Where an evaluation's CPU goes").
 ENV_VAR = "TFDIAG_LIVE_FINDINGS"
 STOP_TIMEOUT_S = 10.0

@@ -15,7 +15,8 @@ analysis can tell the job's CPU from other programs' (``docs/findings.md``, "The
 advisor"). The ports are mapped to processes with ``psutil.net_connections`` (about
 10 ms of CPU) at the first sample, and again at most every ``RESCAN_S`` while a local
 cluster port has no process or a counted process has ended (a restarted task); each
-sample then reads one ``cpu_times`` per process (about 25 µs of CPU each). A process of
+sample then reads one ``cpu_times`` per other process (about 25 µs of CPU each), and
+this process's own from ``time.process_time`` (no file to read). A process of
 another user that the sampler may not inspect is left out.
 
 GPUs come from NVML (``pynvml``, package ``nvidia-ml-py``): utilization, memory, power
@@ -86,7 +87,7 @@ class JobProcesses:
         except Exception:  # noqa: BLE001 - no interface list: loopback and the host name still count
             pass
         self._ports = local_cluster_ports(cluster, names)
-        self._own = psutil.Process(os.getpid())
+        self._own_pid = os.getpid()
         self._others: dict[int, object] = {}  # pid -> psutil.Process
         self._last: dict[int, float] = {}  # pid -> CPU seconds at the previous call
         self._last_wall: float | None = None
@@ -106,7 +107,7 @@ class JobProcesses:
         except Exception:  # noqa: BLE001 - AccessDenied (macOS), no /proc: this process only
             return
         complete = set(listeners) == self._ports and None not in listeners.values()
-        for pid in set(listeners.values()) - {None, self._own.pid} - set(self._others):
+        for pid in set(listeners.values()) - {None, self._own_pid} - set(self._others):
             try:
                 self._others[pid] = self._psutil.Process(pid)
             except Exception:  # noqa: BLE001 - ended meanwhile, or not ours to read
@@ -115,8 +116,9 @@ class JobProcesses:
             self._next_scan = math.inf  # until a counted process ends
 
     def _cpu_seconds(self) -> dict[int, float]:
-        seconds = {}
-        for pid, process in [(self._own.pid, self._own), *self._others.items()]:
+        # This process's from the kernel's clock (no /proc file to read and parse), the others' from psutil.
+        seconds = {self._own_pid: time.process_time()}
+        for pid, process in list(self._others.items()):
             try:
                 times = process.cpu_times()
             except Exception:  # noqa: BLE001 - NoSuchProcess: a task ended (restarted: search again)
@@ -137,7 +139,7 @@ class JobProcesses:
             return math.nan, math.nan, len(seconds)
         capacity = (now - last_wall) * self._cores / 100.0
         used = {pid: max(0.0, spent - last[pid]) for pid, spent in seconds.items() if pid in last}
-        own = used.get(self._own.pid, math.nan) / capacity
+        own = used.get(self._own_pid, math.nan) / capacity
         return own, sum(used.values()) / capacity, len(used)
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
-from tfdiag.analysis.align import to_reference_clock
+from tfdiag.analysis.groups import TaskGroups, mean_of, median_of, quantile, sum_of, value_of_group
 from tfdiag.analysis.step_stats import histogram_quantile
 
 
@@ -36,9 +38,16 @@ def step_table(steps: pd.DataFrame, offsets: dict[str, int]) -> pd.DataFrame:
         empty = pd.DataFrame({name: pd.Series(dtype="float64") for name in columns})
         return empty.astype({"task": "object"}).assign(warmup=pd.Series(dtype=bool))
     task = steps["task"].astype("category")
-    begin = to_reference_clock(steps["begin_ns"], steps["clock_task"], offsets)
-    end = to_reference_clock(steps["end_ns"], steps["clock_task"], offsets)
-    covered = steps["steps"].fillna(1).clip(lower=1).astype("int64") if "steps" in steps else 1
+    shift = value_of_group(steps["clock_task"], offsets)  # onto the reference clock (align.to_reference_clock)
+    begin, end = steps["begin_ns"].to_numpy() - shift, steps["end_ns"].to_numpy() - shift
+    covered = (steps["steps"].fillna(1).clip(lower=1).astype("int64").to_numpy() if "steps" in steps
+               else np.ones(len(steps), "int64"))
+    warmup = np.zeros(len(steps), bool)
+    for rows in TaskGroups(task).rows:
+        own = begin[rows]
+        valid = own[~np.isnan(own)] if own.dtype.kind == "f" else own
+        if len(valid):
+            warmup[rows] = own == valid.min()
     return pd.DataFrame(
         {
             "task": task,
@@ -46,11 +55,12 @@ def step_table(steps: pd.DataFrame, offsets: dict[str, int]) -> pd.DataFrame:
             "begin_ns": begin,
             "end_ns": end,
             "duration_ns": (end - begin) // covered,
-            "input_wait_ns": steps["input_wait_ns"].fillna(0).astype("int64") // covered,
+            "input_wait_ns": steps["input_wait_ns"].fillna(0).astype("int64").to_numpy() // covered,
             "examples": steps["examples"].fillna(0).astype("int64"),
-            "steps": covered if "steps" in steps else pd.Series(1, index=steps.index, dtype="int64"),
-            "warmup": begin == begin.groupby(task, observed=True).transform("min"),
-        }
+            "steps": covered,
+            "warmup": warmup,
+        },
+        index=steps.index,
     )
 
 
@@ -142,37 +152,30 @@ WORKER_COLUMNS = ["task", "steps", "p50_ns", "p95_ns", "mean_ns", "period_ns", "
 def _worker_table_of_rows(steps: pd.DataFrame) -> pd.DataFrame:
     if steps.empty:
         return pd.DataFrame(columns=WORKER_COLUMNS)
-    grouped = steps.groupby("task", sort=True, observed=True)
-    counts = grouped["step"].transform("size")
-    # Filter only the columns each statistic needs: a copy of ten million rows of every
-    # column would double the peak memory.
-    timed = ~steps["warmup"] | (counts == 1)
+    warmup = steps["warmup"].to_numpy(bool)
+    begin, end = steps["begin_ns"].to_numpy(), steps["end_ns"].to_numpy()
     # Sums of untrusted int64 values are taken in float64, which cannot wrap round.
-    timing = steps.loc[timed, ["task", "duration_ns", "input_wait_ns"]].astype(
-        {"duration_ns": "float64", "input_wait_ns": "float64"}).groupby("task", sort=True, observed=True)
-    # The mean gap between consecutive step starts after the warm-up step telescopes to
-    # (last start - second start) / (steps - 2): no sort needed.
-    after_warmup = steps.loc[~steps["warmup"], ["task", "begin_ns", "steps"]].groupby("task", sort=True, observed=True)
-    starts = after_warmup["begin_ns"]
-    steps_per_record = after_warmup["steps"].mean()
-    periods = (starts.max() - starts.min()) / (starts.size() - 1) / steps_per_record
-    table = pd.DataFrame(
-        {
-            "steps": grouped["steps"].sum(),
-            "records": grouped["steps"].size(),
-            "p50_ns": timing["duration_ns"].median(),
-            "p95_ns": timing["duration_ns"].quantile(0.95),
-            "mean_ns": timing["duration_ns"].mean(),
-            "period_ns": periods.where(starts.size() > 1),
-            "input_wait_frac": timing["input_wait_ns"].sum() / timing["duration_ns"].sum().clip(lower=1),
-            "examples": steps["examples"].astype("float64").groupby(steps["task"], sort=True, observed=True).sum(),
-            "active_ns": grouped["end_ns"].max().astype("float64") - grouped["begin_ns"].min().astype("float64"),
-        }
-    ).reset_index()
-    table["task"] = table["task"].astype(str)
-    # A worker with one or two steps has no period; its duration is the best stand-in.
-    table["period_ns"] = table["period_ns"].fillna(table["mean_ns"])
-    return table[WORKER_COLUMNS]
+    duration, wait = (steps[name].to_numpy("float64") for name in ("duration_ns", "input_wait_ns"))
+    covered, examples = steps["steps"].to_numpy(), steps["examples"].to_numpy("float64")
+    groups = TaskGroups(steps["task"])
+    rows = []
+    for task, own in zip(groups.names, groups.rows):
+        timed = own if len(own) == 1 else own[~warmup[own]]
+        after = own[~warmup[own]]
+        timed_duration = duration[timed]
+        mean = mean_of(timed_duration)
+        # The mean gap between consecutive step starts after the warm-up step telescopes to
+        # (last start - second start) / (steps - 2): no sort needed.
+        period = math.nan
+        if len(after) > 1:
+            starts = begin[after]
+            period = float((starts.max() - starts.min()) / np.float64(len(after) - 1) / mean_of(covered[after]))
+        wait_frac = sum_of(wait[timed]) / max(sum_of(timed_duration), 1.0) if len(timed) else math.nan
+        rows.append((task, covered[own].sum(), median_of(timed_duration), quantile(timed_duration, 0.95), mean,
+                     mean if math.isnan(period) else period,  # one or two steps: no period
+                     wait_frac, sum_of(examples[own]), float(np.float64(end[own].max()) - np.float64(begin[own].min())),
+                     len(own)))
+    return pd.DataFrame(rows, columns=WORKER_COLUMNS)
 
 
 def run_throughput(steps: pd.DataFrame, counters: pd.DataFrame | None = None,

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
+
+from tfdiag.analysis.groups import TaskGroups, codes_of, mean_of
 
 
 def gpu_table(gpu: pd.DataFrame) -> pd.DataFrame:
@@ -122,12 +125,14 @@ def shared_worker_host(cluster: dict, reference_task: str | None, system: pd.Dat
     """
     if system.empty or steps.empty:
         return None
-    hosts_of = {str(task): set(map(str, hosts))
-                for task, hosts in system.groupby("task", observed=True)["host"].unique().items()}
+    host_codes, host_names = codes_of(system["host"])
+    sampling = TaskGroups(system["task"])
+    hosts_of = {task: {str(host_names[code]) for code in np.unique(host_codes[rows]) if code >= 0}
+                for task, rows in zip(sampling.names, sampling.rows)}
     sampled = set().union(*hosts_of.values())
     addresses = cluster.get("worker") or []
     hosts = set()
-    for worker in map(str, steps["task"].unique()):
+    for worker in TaskGroups(steps["task"]).names:
         own = hosts_of.get(worker)
         if not own:
             job, _, index = worker.partition(":")  # a task name from the log: not trusted to parse
@@ -141,10 +146,14 @@ def shared_worker_host(cluster: dict, reference_task: str | None, system: pd.Dat
     host = hosts.pop()
     if not gpu.empty and host in set(gpu["host"].astype(str)):
         return None
-    timed = ~steps["warmup"] if not steps["warmup"].all() else steps["warmup"]  # masks: no copy of the steps
-    start, end = steps["begin_ns"][timed].min(), steps["end_ns"][timed].max()
-    window = system[(system["host"] == host) & system["time_ns"].between(start, end)]
-    cpu = window["cpu_pct"].dropna()
+    warmup = steps["warmup"].to_numpy(bool)
+    timed = ~warmup if not warmup.all() else warmup  # masks: no copy of the steps
+    begin, end = steps["begin_ns"].to_numpy()[timed], steps["end_ns"].to_numpy()[timed]
+    start, stop = np.nanmin(begin), np.nanmax(end)
+    time = system["time_ns"].to_numpy()
+    inside = (system["host"] == host).to_numpy() & (time >= start) & (time <= stop)
+    cpu = system["cpu_pct"].to_numpy("float64")[inside]
+    cpu = cpu[~np.isnan(cpu)]
     if len(cpu) < MIN_CPU_SAMPLES:
         return None
-    return SharedHost(host=host, cpu_pct=float(cpu.mean()), samples=int(len(cpu)), job_cpu_pct=job_cpu_on_host(window))
+    return SharedHost(host=host, cpu_pct=mean_of(cpu), samples=int(len(cpu)), job_cpu_pct=job_cpu_on_host(system[inside]))

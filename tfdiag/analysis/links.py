@@ -8,8 +8,12 @@ latency detectors read one table whichever collector fed it.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
+
+from tfdiag.analysis.groups import grouped_rows, median_of, quantile
 
 # Fraction of a link's probes (the fastest ones) used for its clock-offset estimate: the
 # fastest round trips bound the offset tightest (Cristian's method).
@@ -45,36 +49,32 @@ def link_table(rpc: pd.DataFrame) -> pd.DataFrame:
     """
     if rpc.empty:
         return pd.DataFrame(columns=COLUMNS)
-    probes = pd.DataFrame({
-        "src": rpc["src"].astype(str).astype("category"),
-        "dst": rpc["dst"].astype(str).astype("category"),
-        "rtt": rpc["recv_ns"] - rpc["send_ns"],
-        "offset": rpc["remote_ns"] - (rpc["send_ns"] + rpc["recv_ns"]) // 2,
-        "payload": rpc["payload_bytes"].fillna(0) if "payload_bytes" in rpc.columns else 0,
-    })
-    ping = probes[probes["payload"] == 0]
-    if ping.empty:
+    send, recv = rpc["send_ns"].to_numpy(), rpc["recv_ns"].to_numpy()
+    rtt, offset = recv - send, rpc["remote_ns"].to_numpy() - (send + recv) // 2
+    payload = (rpc["payload_bytes"].fillna(0).to_numpy() if "payload_bytes" in rpc.columns
+               else np.zeros(len(rpc), "int64"))
+    src_codes, src_names = pd.factorize(rpc["src"].astype(str), sort=True)
+    dst_codes, dst_names = pd.factorize(rpc["dst"].astype(str), sort=True)
+    pair = src_codes * len(dst_names) + dst_codes  # (src, dst) pairs in sorted order
+    pairs, ping_rows = grouped_rows(np.where(payload == 0, pair, -1), len(src_names) * len(dst_names))
+    if not len(pairs):
         return pd.DataFrame(columns=COLUMNS)
-    keys = ["src", "dst"]
-    grouped = ping.groupby(keys, observed=True)["rtt"]
-    table = grouped.quantile([0.5, 0.95, 0.99]).unstack()
-    table.columns = ["rtt_p50_ns", "rtt_p95_ns", "rtt_p99_ns"]
-    table["samples"] = grouped.size()
-    table["rtt_min_ns"] = grouped.min()
-    cutoff = grouped.transform("quantile", FASTEST_FRACTION)
-    fastest = ping[ping["rtt"] <= cutoff].groupby(keys, observed=True)
-    table["offset_ns"] = fastest["offset"].median()
-    table["offset_uncertainty_ns"] = fastest["rtt"].max() / 2
-    bulk = probes[probes["payload"] > 0].groupby(keys, observed=True)[["rtt", "payload"]].median()
-    if bulk.empty:  # no payload probes: no bandwidth (and no reindex on an empty, differently typed index)
-        table["bandwidth_bps"] = np.nan
-    else:
-        extra_s = (bulk["rtt"] - table["rtt_p50_ns"].reindex(bulk.index)) / 1e9
-        table["bandwidth_bps"] = (bulk["payload"] / extra_s.where(extra_s > 0)).reindex(table.index)
-    table = table.reset_index()
-    table["src"] = table["src"].astype(str)
-    table["dst"] = table["dst"].astype(str)
-    return table[COLUMNS]
+    bulk_pairs, bulk_rows = grouped_rows(np.where(payload > 0, pair, -1), len(src_names) * len(dst_names))
+    bulk = dict(zip(bulk_pairs.tolist(), bulk_rows))
+    rows = []
+    for code, own in zip(pairs.tolist(), ping_rows):
+        own_rtt = rtt[own]
+        valid = own_rtt[~np.isnan(own_rtt)] if own_rtt.dtype.kind == "f" else own_rtt
+        p50 = quantile(own_rtt, 0.5)
+        fastest = own[own_rtt <= quantile(own_rtt, FASTEST_FRACTION)]
+        bandwidth = math.nan
+        if code in bulk:  # the extra time a probe carrying N bytes takes over a plain one
+            extra_s = (median_of(rtt[bulk[code]].astype("float64")) - p50) / 1e9
+            bandwidth = median_of(payload[bulk[code]].astype("float64")) / extra_s if extra_s > 0 else math.nan
+        rows.append((str(src_names[code // len(dst_names)]), str(dst_names[code % len(dst_names)]), len(own),
+                     valid.min() if len(valid) else math.nan, p50, quantile(own_rtt, 0.95), quantile(own_rtt, 0.99),
+                     median_of(offset[fastest]), rtt[fastest].max() / 2 if len(fastest) else math.nan, bandwidth))
+    return pd.DataFrame(rows, columns=COLUMNS)
 
 
 LATENCY_COLUMNS = ["src", "dst", "samples", "rtt_min_ns", "rtt_p50_ns", "rtt_p99_ns", "source"]

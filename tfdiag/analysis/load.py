@@ -88,7 +88,7 @@ class _Kept(NamedTuple):
     """A record batch the loader holds (``RunLoader``: every kind but steps; ``WindowLoader``: all)."""
 
     kind: str
-    batch: pa.RecordBatch
+    batch: pa.RecordBatch  # with exactly its kind's columns (``_conform``)
     source: str
     digest: bytes  # of the frame it came in
     last_ns: int | None  # its newest row's time (``WindowLoader`` only; None: undated or not asked for)
@@ -221,9 +221,10 @@ class RunLoader:
             if frame.kind == "step" and self._folds_steps:  # only what step_stats keeps stays in memory
                 for batch in frame.batches:
                     self._steps.add(str(path), source, _conform(batch, "step"))
-            else:
+            else:  # conformed once, here, not at every rebuild of the kind's frame
+                conformed = [_conform(batch, frame.kind) for batch in frame.batches]
                 state.records.extend(_Kept(frame.kind, batch, source, frame.digest, self._last_ns(frame.kind, batch))
-                                     for batch in frame.batches)
+                                     for batch in conformed)
             self._changed_kinds.add(frame.kind)
         state.skipped.extend(result.skipped)
         pending = [item for item in (result.truncated_tail, result.unread) if item is not None]
@@ -282,7 +283,7 @@ class RunLoader:
 
     def _table(self, kind: str) -> pa.Table:
         batches, sources = zip(*self._batches(kind))
-        table = pa.Table.from_batches([_conform(batch, kind) for batch in batches])
+        table = pa.Table.from_batches(batches)
         return table.append_column("source", source_column(sources, [len(batch) for batch in batches]))
 
 

@@ -1,15 +1,16 @@
-"""The measured run: loaded records, clocks aligned, every signal summarised once."""
+"""The measured run: loaded records, clocks aligned, every signal summarised once, when first read."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from functools import cached_property
 
 import pandas as pd
 
-from tfdiag.analysis.align import clock_offsets, to_reference_clock
+from tfdiag.analysis.align import clock_offsets
 from tfdiag.analysis.breakdown import step_table, worker_table
 from tfdiag.analysis.devices import SharedHost, gpu_table, host_table, shared_worker_host
 from tfdiag.analysis.faults import fault_table
+from tfdiag.analysis.groups import value_of_group
 from tfdiag.analysis.links import link_latency_table, link_table
 from tfdiag.analysis.load import LoadedRun
 from tfdiag.analysis.placement import ps_load_table
@@ -19,28 +20,103 @@ from tfdiag.analysis.whatif import is_synchronous
 from tfdiag.events import cluster_tasks
 
 
-@dataclass
 class Measurements:
-    """What every detector reads. Built once per analysis by ``measure``."""
+    """What every detector reads, each table computed on its first use and kept.
 
-    run: LoadedRun
-    strategy: str | None
-    synchronous: bool
-    reference_task: str | None
-    offsets: dict[str, int]
-    steps: pd.DataFrame  # breakdown.step_table
-    workers: pd.DataFrame  # breakdown.worker_table
-    links: pd.DataFrame  # links.link_table
-    link_latency: pd.DataFrame  # links.link_latency_table: the probe's links, else traced transfers
-    shards: pd.DataFrame  # shards.shard_table
-    gpus: pd.DataFrame  # devices.gpu_table
-    hosts: pd.DataFrame  # devices.host_table
-    faults: pd.DataFrame  # faults.fault_table
-    ps_load: pd.DataFrame  # placement.ps_load_table
-    shared_host: SharedHost | None  # devices.shared_worker_host
-    heartbeats: pd.DataFrame = None  # heartbeat_table: liveness rows on the reference clock
-    closures: pd.DataFrame = None  # the closure records, result_ns on the reference clock
-    session_waits: dict = None  # TF1 task -> seconds from DiagnosticsHook.begin() to its session being ready
+    An analysis builds only the tables something reads: a live window's detectors never
+    ask for ``hosts`` (the report's), and a detector that returns early never pays for
+    the tables after its test. Every table is a pure function of ``run``, so the order
+    they are built in changes nothing.
+    """
+
+    def __init__(self, run: LoadedRun):
+        self.run = run
+
+    @cached_property
+    def strategy(self) -> str | None:
+        return (self.run.manifest or {}).get("strategy")
+
+    @cached_property
+    def synchronous(self) -> bool:
+        return is_synchronous(self.strategy)
+
+    @cached_property
+    def reference_task(self) -> str | None:
+        return _reference_task(self.run)
+
+    @cached_property
+    def offsets(self) -> dict[str, int]:
+        return clock_offsets(self.links, self.reference_task)
+
+    @cached_property
+    def steps(self) -> pd.DataFrame:
+        """``breakdown.step_table``."""
+        return step_table(self.run.frame("step"), self.offsets)
+
+    @cached_property
+    def workers(self) -> pd.DataFrame:
+        """``breakdown.worker_table``."""
+        return worker_table(self.steps, self.run.step_counters, self.offsets)
+
+    @cached_property
+    def links(self) -> pd.DataFrame:
+        """``links.link_table``."""
+        return link_table(self.run.frame("rpc"))
+
+    @cached_property
+    def link_latency(self) -> pd.DataFrame:
+        """``links.link_latency_table``: the probe's links, else traced transfers."""
+        return link_latency_table(self.links, self.run.frame("transfer"))
+
+    @cached_property
+    def shards(self) -> pd.DataFrame:
+        """``shards.shard_table``, else the step records' examples."""
+        shards = shard_table(self.run.frame("shard"))
+        if shards.empty and not self.workers.empty and self.workers["examples"].sum() > 0:
+            shards = shards_from_steps(self.workers)
+        return shards
+
+    @cached_property
+    def gpus(self) -> pd.DataFrame:
+        """``devices.gpu_table``."""
+        return gpu_table(self.run.frame("gpu"))
+
+    @cached_property
+    def hosts(self) -> pd.DataFrame:
+        """``devices.host_table``."""
+        return host_table(self.run.frame("system"))
+
+    @cached_property
+    def faults(self) -> pd.DataFrame:
+        """``faults.fault_table`` of the fault records and the TF1 restarts."""
+        return fault_table(_faults_with_restarts(self.run))
+
+    @cached_property
+    def ps_load(self) -> pd.DataFrame:
+        """``placement.ps_load_table``."""
+        return ps_load_table(self.run.frame("placement"), self.run.frame("transfer"))
+
+    @cached_property
+    def shared_host(self) -> SharedHost | None:
+        """``devices.shared_worker_host``."""
+        cluster = (self.run.manifest or {}).get("cluster") or {}
+        return shared_worker_host(cluster, self.reference_task, self.run.frame("system"), self.run.frame("gpu"),
+                                  self.steps)
+
+    @cached_property
+    def heartbeats(self) -> pd.DataFrame:
+        """``heartbeat_table``: liveness rows on the reference clock."""
+        return heartbeat_table(self.run.frame("heartbeat"), self.offsets)
+
+    @cached_property
+    def closures(self) -> pd.DataFrame:
+        """The closure records, ``dispatch_ns`` and ``result_ns`` on the reference clock."""
+        return _on_reference_clock(self.run.frame("closure"), ["dispatch_ns", "result_ns"], self.offsets, "source")
+
+    @cached_property
+    def session_waits(self) -> dict[str, float]:
+        """TF1 task -> seconds from ``DiagnosticsHook.begin()`` to its session being ready."""
+        return session_waits(self.run.frame("session"))
 
     @property
     def ps_tasks(self) -> list[str]:
@@ -49,38 +125,13 @@ class Measurements:
 
 
 def measure(run: LoadedRun) -> Measurements:
-    """Aligns clocks and computes every table of a loaded run."""
-    strategy = (run.manifest or {}).get("strategy")
-    reference = _reference_task(run)
-    links = link_table(run.frame("rpc"))
-    offsets = clock_offsets(links, reference)
-    steps = step_table(run.frame("step"), offsets)
-    workers = worker_table(steps, run.step_counters, offsets)
-    shards = shard_table(run.frame("shard"))
-    if shards.empty and not workers.empty and workers["examples"].sum() > 0:
-        shards = shards_from_steps(workers)
-    system, gpu = run.frame("system"), run.frame("gpu")
-    cluster = (run.manifest or {}).get("cluster") or {}
-    return Measurements(
-        run=run,
-        strategy=strategy,
-        synchronous=is_synchronous(strategy),
-        reference_task=reference,
-        offsets=offsets,
-        steps=steps,
-        workers=workers,
-        links=links,
-        link_latency=link_latency_table(links, run.frame("transfer")),
-        shards=shards,
-        gpus=gpu_table(gpu),
-        hosts=host_table(system),
-        faults=fault_table(_faults_with_restarts(run)),
-        ps_load=ps_load_table(run.frame("placement"), run.frame("transfer")),
-        shared_host=shared_worker_host(cluster, reference, system, gpu, steps),
-        heartbeats=heartbeat_table(run.frame("heartbeat"), offsets),
-        closures=_on_reference_clock(run.frame("closure"), ["dispatch_ns", "result_ns"], offsets, "source"),
-        session_waits=session_waits(run.frame("session")),
-    )
+    """The measurements of a loaded run: clocks aligned and every table, each computed when first read.
+
+    Example:
+        >>> measured = measure(load_run("logs/run1"))  # doctest: +SKIP
+        >>> measured.workers[["task", "p50_ns"]]  # doctest: +SKIP
+    """
+    return Measurements(run)
 
 
 def _faults_with_restarts(run: LoadedRun) -> pd.DataFrame:
@@ -111,8 +162,8 @@ def heartbeat_table(heartbeats: pd.DataFrame, offsets: dict[str, int]) -> pd.Dat
 def _on_reference_clock(frame: pd.DataFrame, columns: list[str], offsets: dict[str, int], clock: str) -> pd.DataFrame:
     if frame.empty or clock not in frame:
         return frame
-    moved = {name: to_reference_clock(frame[name], frame[clock], offsets) for name in columns}
-    return frame.assign(**moved)
+    shift = value_of_group(frame[clock], offsets)  # as align.to_reference_clock moves them, once for every column
+    return frame.assign(**{name: frame[name] - shift for name in columns})
 
 
 def _reference_task(run: LoadedRun) -> str | None:

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from tfdiag.analysis.align import to_reference_clock
+from tfdiag.analysis.groups import median_of
 from tfdiag.analysis.measurements import Measurements
 from tfdiag.analysis.whatif import ps_communication_ns
 
@@ -52,15 +53,19 @@ def ps_traffic(measured: Measurements, load: pd.DataFrame | None = None) -> PsTr
     if load.empty:
         return None
     ps_tasks = list(load["task"])
-    links = measured.links[measured.links["src"].str.startswith("worker:") & measured.links["dst"].isin(ps_tasks)]
-    rtt = links.groupby("dst")["rtt_p50_ns"].median().to_dict()
+    links = measured.links
+    src, dst = links["src"].astype(str).to_numpy(), links["dst"].astype(str).to_numpy()
+    chosen = np.array([name.startswith("worker:") for name in src], bool) & np.isin(dst, ps_tasks)
+    rtt = _median_per(dst[chosen], links["rtt_p50_ns"].to_numpy("float64")[chosen])
     if not rtt:
         # No probe: the quickest traced transfer per link is its latency (its p50 would
         # count the bytes twice, once more through the bandwidth).
         traced = measured.link_latency
         traced = traced[traced["src"].str.startswith("worker:") & traced["dst"].isin(ps_tasks)]
         rtt = traced.groupby("dst")["rtt_min_ns"].median().to_dict()
-    bandwidth = links.dropna(subset=["bandwidth_bps"]).groupby("dst")["bandwidth_bps"].median().to_dict()
+    measured_bandwidth = links["bandwidth_bps"].to_numpy("float64")[chosen]
+    known = ~np.isnan(measured_bandwidth)
+    bandwidth = _median_per(dst[chosen][known], measured_bandwidth[known])
     bandwidth.update(_transfer_bandwidth(measured, ps_tasks))
     if not bandwidth:
         return None
@@ -71,6 +76,11 @@ def ps_traffic(measured: Measurements, load: pd.DataFrame | None = None) -> PsTr
         bandwidth_bps={ps: float(bandwidth.get(ps, fallback)) for ps in ps_tasks},
         workers=max(len(measured.workers), 1),
     )
+
+
+def _median_per(keys: np.ndarray, values: np.ndarray) -> dict[str, float]:
+    """The median of ``values`` per key (NaN left out), as a ``groupby(keys).median()``."""
+    return {str(key): median_of(values[keys == key]) for key in sorted(set(keys))}
 
 
 def _transfer_bandwidth(measured: Measurements, ps_tasks: list[str]) -> dict[str, float]:

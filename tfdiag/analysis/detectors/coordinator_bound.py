@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from tfdiag.analysis.findings import Finding, Recommendation, Severity
+from tfdiag.analysis.groups import TaskGroups, codes_of, grouped_rows, mean_of, median_of
 from tfdiag.analysis.measurements import Measurements
 from tfdiag.analysis.whatif import predicted_speedup
 
@@ -73,25 +74,46 @@ def closure_gaps(steps: pd.DataFrame, closures: pd.DataFrame | None) -> pd.DataF
     columns = ["task", "idle_ns", "tail_ns", "wait_ns", "pauses", "pause_ns", "closures"]
     if steps.empty or closures is None or closures.empty:
         return pd.DataFrame(columns=columns)
-    paired = steps[["task", "step", "begin_ns", "end_ns", "steps"]].astype({"task": str}).merge(
-        closures[["worker", "closure_id", "result_ns"]].astype({"worker": str}),
-        left_on=["task", "step"], right_on=["worker", "closure_id"])
+    begin, end, covered = (steps[name].to_numpy("float64") for name in ("begin_ns", "end_ns", "steps"))
+    result = closures["result_ns"].to_numpy("float64")
     rows = []
-    for task, own in paired.astype({"begin_ns": float, "end_ns": float, "result_ns": float}).groupby("task"):
-        own = own.sort_values("begin_ns")
-        idle = (own["begin_ns"] - own["end_ns"].shift()).clip(lower=0.0).iloc[1:]
-        if idle.empty:
+    for task, (step_rows, closure_rows) in sorted(_paired(steps, closures).items()):
+        order = np.argsort(begin[step_rows])  # the pairs of one worker by start
+        step_rows, closure_rows = step_rows[order], closure_rows[order]
+        own_begin, own_end, own_result = begin[step_rows], end[step_rows], result[closure_rows]
+        idle = np.clip(own_begin[1:] - own_end[:-1], 0.0, None)
+        if not len(idle):
             continue
-        wait = np.minimum((own["begin_ns"] - own["result_ns"].shift()).clip(lower=0.0).iloc[1:], idle)
-        pause = idle > np.maximum(PAUSE_FACTOR * float(idle.median()), PAUSE_MIN_NS)
-        per_step = max(float(own["steps"].mean()), 1.0)
+        wait = np.minimum(np.clip(own_begin[1:] - own_result[:-1], 0.0, None), idle)
+        pause = idle > np.maximum(PAUSE_FACTOR * median_of(idle), PAUSE_MIN_NS)
+        per_step = max(mean_of(covered[step_rows]), 1.0)
         rows.append({
-            "task": task, "idle_ns": float(idle[~pause].mean()) / per_step,
-            "tail_ns": float((own["result_ns"] - own["end_ns"]).clip(lower=0.0).median()),
-            "wait_ns": float(wait[~pause].mean()) / per_step,
-            "pauses": int(pause.sum()), "pause_ns": float(idle[pause].sum()), "closures": len(own),
+            "task": task, "idle_ns": mean_of(idle[~pause]) / per_step,
+            "tail_ns": median_of(np.clip(own_result - own_end, 0.0, None)),
+            "wait_ns": mean_of(wait[~pause]) / per_step,
+            "pauses": int(pause.sum()), "pause_ns": float(idle[pause].sum()), "closures": len(step_rows),
         })
     return pd.DataFrame(rows, columns=columns)
+
+
+def _paired(steps: pd.DataFrame, closures: pd.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per worker, the positions of its step rows and of their closures' rows, pair by pair
+    (``(task, step) == (worker, closure_id)``), in the steps' order."""
+    step_codes, step_tasks = codes_of(steps["task"])
+    closure_codes, workers = codes_of(closures["worker"])
+    worker_task = pd.Index([str(task) for task in step_tasks]).get_indexer([str(worker) for worker in workers])
+    closure_task = np.append(worker_task, -1)[closure_codes]  # a closure without a worker (code -1): none
+    ids, step_numbers = closures["closure_id"].to_numpy(), steps["step"].to_numpy()
+    pairs = {}
+    for code, own_closures in zip(*grouped_rows(closure_task, len(step_tasks))):
+        own_steps = np.flatnonzero(step_codes == code)
+        by_id = own_closures[np.argsort(ids[own_closures], kind="stable")]
+        low, high = (np.searchsorted(ids[by_id], step_numbers[own_steps], side) for side in ("left", "right"))
+        matches = high - low
+        if matches.sum():
+            starts = np.repeat(low - np.cumsum(matches) + matches, matches) + np.arange(matches.sum())
+            pairs[str(step_tasks[code])] = (np.repeat(own_steps, matches), by_id[starts])
+    return pairs
 
 
 def ps_round_trip_in_gap_ns(measured: Measurements, workers: pd.DataFrame, gaps: pd.DataFrame) -> pd.Series:
@@ -103,10 +125,20 @@ def ps_round_trip_in_gap_ns(measured: Measurements, workers: pd.DataFrame, gaps:
     to_ps = links[links["dst"].astype(str).str.startswith("ps:")] if not links.empty else links
     if to_ps.empty:
         return pd.Series(0.0, index=workers.index)
-    slowest_any = float(to_ps.groupby("dst")["rtt_min_ns"].median().max())
-    round_trip = workers["task"].map(to_ps.groupby("src")["rtt_min_ns"].max()).fillna(slowest_any)
+    src, dst = to_ps["src"].astype(str).to_numpy(), to_ps["dst"].astype(str).to_numpy()
+    rtt_min = to_ps["rtt_min_ns"].to_numpy("float64")
+    slowest_any = float(pd.Series({ps: median_of(rtt_min[dst == ps]) for ps in set(dst)}).max())
+    slowest_from = {}  # worker -> its round trip to its slowest ps
+    for task in set(src):
+        own = rtt_min[src == task]
+        if not np.isnan(own).all():
+            slowest_from[task] = float(np.nanmax(own))
+    round_trip = workers["task"].map(slowest_from).fillna(slowest_any)
     tail = workers["task"].map(gaps["tail_ns"]).fillna(0.0)
-    steps_per_closure = workers["task"].map(measured.steps.groupby("task", observed=True)["steps"].mean()).fillna(1.0)
+    groups = TaskGroups(measured.steps["task"])
+    covered = measured.steps["steps"].to_numpy()
+    per_closure = {task: mean_of(covered[rows]) for task, rows in zip(groups.names, groups.rows)}
+    steps_per_closure = workers["task"].map(per_closure).fillna(1.0)
     return np.minimum(tail, TAIL_PS_ROUND_TRIPS * round_trip) / steps_per_closure.clip(lower=1.0)
 
 

@@ -12,9 +12,11 @@ its closures stay in flight and no more results come from it.
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from tfdiag.analysis.findings import Finding, Recommendation, Severity
+from tfdiag.analysis.groups import TaskGroups
 from tfdiag.analysis.measurements import Measurements
 from tfdiag.analysis.step_stats import RECENT_ROWS
 
@@ -78,36 +80,44 @@ def detect(measured: Measurements) -> list[Finding]:
 
 def _in_rhythm(beats: pd.DataFrame) -> pd.DataFrame:
     """The beats that have another beat of their task within ``ISOLATED_BEAT_S``."""
-    times = beats.sort_values("time_ns").groupby("task", observed=True)["time_ns"]
+    time = beats["time_ns"].to_numpy()
     gap = ISOLATED_BEAT_S * 1e9
-    near = (times.diff().abs() <= gap) | (times.diff(-1).abs() <= gap)
-    return beats.loc[near[near].index]
+    near = np.zeros(len(beats), bool)
+    for rows in TaskGroups(beats["task"]).rows:
+        rows = rows[np.argsort(time[rows], kind="stable")]
+        close = np.abs(np.diff(time[rows])) <= gap  # each beat and the next of its task
+        near[rows[1:]] |= close
+        near[rows[:-1]] |= close
+    order = np.argsort(time)  # by time, as before
+    return beats.iloc[order[near[order]]]
 
 
 def _progress_state(measured: Measurements, beats: pd.DataFrame, subject: str, now_ns: int) -> dict:
     """When ``subject`` last made progress, at which step, and how long it may pause."""
     steps = measured.steps
-    own = steps[steps["task"] == subject] if not steps.empty else steps
-    ends = own["end_ns"].sort_values() if not own.empty else pd.Series(dtype="float64")
+    own = (steps["task"] == subject).to_numpy() if not steps.empty else np.zeros(0, bool)
+    ends = np.sort(steps["end_ns"].to_numpy()[own]) if own.any() else np.zeros(0)
     closures = measured.closures
-    results = pd.Series(dtype="float64")
+    results = np.zeros(0)
     if closures is not None and not closures.empty:
-        results = closures.loc[(closures["worker"] == subject) & closures["ok"].fillna(False).astype(bool), "result_ns"]
+        mine = (closures["worker"] == subject).to_numpy() & closures["ok"].fillna(False).astype(bool).to_numpy()
+        results = closures["result_ns"].to_numpy()[mine]
     counted = beats[(beats["subject"] == subject) & beats["progress"].notna()].sort_values("time_ns")
     final = counted["progress"].iloc[-1]
-    progress_times = ends if len(ends) >= len(results) else results.sort_values()
+    progress_times = ends if len(ends) >= len(results) else np.sort(results)
     # After the warm-up record, and only the latest: a long run's older rows are a sample
     # by step number (step_stats), whose gaps are stretched by its stride.
-    intervals = progress_times.diff().iloc[2:].dropna().iloc[-(RECENT_ROWS - 1):]
-    if progress_times.empty:  # only the beats counted it: the first beat that saw the final count
+    intervals = np.diff(progress_times)[1:]
+    intervals = pd.Series(intervals[~np.isnan(intervals)][-(RECENT_ROWS - 1):])
+    if not len(progress_times):  # only the beats counted it: the first beat that saw the final count
         last_ns = float(counted.loc[counted["progress"] == final, "time_ns"].iloc[0])
     else:  # a collector counts a step or closure after writing its record: the records are as recent
-        last_ns = max(float(series.max()) for series in (ends, results) if not series.empty)
+        last_ns = max(float(np.nanmax(times)) for times in (ends, results) if len(times) and not np.isnan(times).all())
     return {
         "task": subject,
         "since_ns": int(last_ns),
         "stalled_s": round((now_ns - last_ns) / 1e9, 1),
-        "last_step": None if own.empty else int(own["step"].max()),
+        "last_step": int(steps["step"][own].max()) if own.any() else None,
         "completed": int(final),
         "threshold_ns": stall_threshold_ns(intervals),
     }

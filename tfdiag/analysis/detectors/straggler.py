@@ -32,10 +32,13 @@ its records each), so a sampled run is judged as the same run unsampled.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
 from tfdiag.analysis.findings import Finding, Recommendation, Severity
+from tfdiag.analysis.groups import TaskGroups, mean_of, median_of
 from tfdiag.analysis.measurements import Measurements
 from tfdiag.analysis.step_stats import WINDOW_COLUMNS, window_counters
 from tfdiag.analysis.whatif import predicted_speedup, speedup_at_periods
@@ -96,13 +99,15 @@ def compared_workers(steps: pd.DataFrame, workers: pd.DataFrame | None = None, c
     a run may hold ten million step records.
     """
     sampled = set() if counters is None else set(counters.loc[counters["sampled"], "task"].astype(str))
-    timed = ~steps["warmup"] & ~steps["task"].astype(str).isin(sampled)
-    task, begin, end = steps["task"], steps["begin_ns"], steps["end_ns"]
-
-    def by_task(values: pd.Series, mask: pd.Series):
-        return values[mask].groupby(task[mask], observed=True)
-
-    firsts, lasts = by_task(begin, timed).min().astype(float), by_task(end, timed).max().astype(float)
+    groups = TaskGroups(steps["task"])
+    timed = ~steps["warmup"].to_numpy(bool)
+    for name, rows in zip(groups.names, groups.rows):
+        if name in sampled:
+            timed[rows] = False
+    begin, end = steps["begin_ns"].to_numpy(), steps["end_ns"].to_numpy()
+    timed_rows = {name: rows[timed[rows]] for name, rows in zip(groups.names, groups.rows) if timed[rows].any()}
+    firsts = pd.Series({name: float(begin[rows].min()) for name, rows in timed_rows.items()}, dtype=float)
+    lasts = pd.Series({name: float(end[rows].max()) for name, rows in timed_rows.items()}, dtype=float)
     if sampled:
         exact = _timed_extent(counters[counters["task"].astype(str).isin(sampled)], offsets or {})
         firsts, lasts = pd.concat([firsts, exact["first"]]), pd.concat([lasts, exact["last_end"]])
@@ -112,9 +117,10 @@ def compared_workers(steps: pd.DataFrame, workers: pd.DataFrame | None = None, c
     inside = timed & (begin >= start) & (end <= stop)
     window = (window_counters(counters[counters["task"].astype(str).isin(sampled)], offsets or {}, start, stop)
               if sampled else pd.DataFrame(columns=WINDOW_COLUMNS))
-    counts = pd.concat([by_task(inside, timed).sum().astype(float), window.set_index("task")["records"]])
+    counts = pd.concat([pd.Series({name: float(inside[rows].sum()) for name, rows in timed_rows.items()}, dtype=float),
+                        window.set_index("task")["records"]])
     overlap = bool((counts >= OVERLAP_RECORDS).all())
-    rows = _of_rows(steps, inside if overlap else timed, float(stop - start) if overlap else 0.0)
+    rows = _of_rows(steps, groups, inside if overlap else timed, float(stop - start) if overlap else 0.0)
     if not sampled:
         return rows
     if overlap:
@@ -132,36 +138,25 @@ def compared_workers(steps: pd.DataFrame, workers: pd.DataFrame | None = None, c
 COMPARED_COLUMNS = ["task", "records", "steps", "p50_ns", "mean_ns", "period_ns", "examples_per_step", "window_ns"]
 
 
-def _of_rows(steps: pd.DataFrame, chosen: pd.Series, window_ns: float) -> pd.DataFrame:
-    """``compared_workers``' columns from the rows ``chosen`` (a mask of ``steps``)."""
-    if not chosen.any():
-        return pd.DataFrame(columns=COMPARED_COLUMNS)
-    task, begin = steps["task"], steps["begin_ns"]
-
-    def by_task(values: pd.Series):
-        return values[chosen].groupby(task[chosen], observed=True)
-
-    # One column at a time, each grouping dropped before the next: a ten-million-row run
-    # must not hold several masked copies at once.
-    first, last, records = (by_task(begin).agg(name) for name in ("min", "max", "size"))
-    p50, mean = (by_task(steps["duration_ns"]).agg(name).astype(float) for name in ("median", "mean"))
-    steps_sum = by_task(steps["steps"]).sum().astype(float)
-    examples = by_task(steps["examples"]).sum().astype(float)
-    table = pd.DataFrame({
-        "records": records,
-        "steps": steps_sum.astype(int),
-        "p50_ns": p50,
-        "mean_ns": mean,
+def _of_rows(steps: pd.DataFrame, groups: TaskGroups, chosen: np.ndarray, window_ns: float) -> pd.DataFrame:
+    """``compared_workers``' columns from the rows ``chosen`` (a mask of ``steps``, grouped by ``groups``)."""
+    begin, duration = steps["begin_ns"].to_numpy(), steps["duration_ns"].to_numpy()
+    covered, examples = steps["steps"].to_numpy(), steps["examples"].to_numpy()
+    rows = []
+    for name, own in zip(groups.names, groups.rows):
+        own = own[chosen[own]]
+        if not len(own):
+            continue
+        records, steps_sum = len(own), float(covered[own].sum())
         # The mean gap between consecutive starts telescopes to (last - first) / (records - 1),
         # over the training steps each record covers.
-        "period_ns": ((last - first).astype(float) / (records - 1) / (steps_sum / records)).where(records > 1),
-        "examples_per_step": examples / steps_sum.clip(lower=1.0),
-        "window_ns": window_ns,
-    }).rename_axis("task").reset_index()
-    table = table[table["records"] > 0]  # a categorical's unused tasks
-    table["task"] = table["task"].astype(str)
-    table["period_ns"] = table["period_ns"].fillna(table["mean_ns"])
-    return table[COMPARED_COLUMNS].reset_index(drop=True)
+        period = (float(begin[own].max() - begin[own].min()) / (records - 1) / (steps_sum / records)
+                  if records > 1 else math.nan)
+        mean = mean_of(duration[own])
+        rows.append((name, records, int(steps_sum), median_of(duration[own]), mean,
+                     mean if math.isnan(period) else period, float(examples[own].sum()) / max(steps_sum, 1.0),
+                     window_ns))
+    return pd.DataFrame(rows, columns=COMPARED_COLUMNS)
 
 
 def _timed_extent(counters: pd.DataFrame, offsets: dict[str, int]) -> pd.DataFrame:

@@ -1,0 +1,19 @@
+"""The live-findings benchmark's replay: a recorded run evaluated as it grew, its cost and transitions."""
+
+from __future__ import annotations
+
+from benchmarks.live import replay
+from tests.analysis.test_live import GrowingRun
+
+
+def test_the_replay_reports_the_cost_the_parts_and_the_transitions_of_a_recorded_run(tmp_path):
+    run = GrowingRun(tmp_path / "run")
+    for second in range(5, 70, 5):  # worker:1 twice as slow from 30 s on
+        run.run_until(second, {"worker:0": 20.0, "worker:1": 20.0 if second <= 30 else 45.0})
+    run.close()
+    text = replay(run.path, 5.0)
+    assert "thread CPU per evaluation: median" in text and "under cProfile" in text
+    transitions = [line for line in text.splitlines() if line.startswith("- tfdiag: ")]
+    assert len(transitions) == 1 and "worker:1 straggler since step" in transitions[0]
+    for part in ("refresh (load.py)", "measure (measurements.py)", "detect_all (__init__.py)", "advise (advisor.py)"):
+        assert f"| {part} |" in text
