@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from tfdiag.analysis.groups import value_of_group
+
 
 def clock_offsets(links: pd.DataFrame, reference: str | None) -> dict[str, int]:
     """Offset in ns to subtract from each task's clock to get the reference clock.
@@ -37,6 +39,4 @@ def to_reference_clock(times_ns: pd.Series, clock_tasks: pd.Series, offsets: dic
     """Moves each time onto the reference clock (tasks with no known offset stay as they are)."""
     if not any(offsets.values()):
         return times_ns
-    # Mapping a categorical maps its few categories, not its millions of rows.
-    shift = clock_tasks.astype("category").map(lambda task: offsets.get(str(task), 0))
-    return times_ns - shift.astype("int64").to_numpy()
+    return times_ns - value_of_group(clock_tasks, offsets)  # one lookup per task, not per row
