@@ -5,9 +5,10 @@ worker up: the throughput of the windows in which every worker was stepping is w
 affected time (from a worker's failure to the next such window: its downtime and its
 warm-up after a restart) would have run at. On a host the workers share, a survivor steps
 faster alone, so counting each lost worker as 1/n of the capacity over-predicts (ps_ctl at
-200 steps with worker 1 killed and never back: 1.60x predicted, 1.42x measured on two
-busy cores); with workers on hosts of their own both give the same. Without such a window
-(the killed worker never stepped, or too few records) the capacity model stands.
+200 steps, worker 1 killed before it stepped and never back: 1.60x predicted, 1.42x
+measured on two busy cores); with workers on hosts of their own both give the same.
+Without such a window (the killed worker never stepped, as there, or too few records)
+the capacity model stands.
 """
 
 from __future__ import annotations
