@@ -63,3 +63,10 @@ def test_no_window_with_every_worker_up_falls_back_to_the_capacity_model(builder
 def test_a_clean_run_has_no_task_failure(builder):
     run = builder().steps("worker:0", count=100, step_ms=19).steps("worker:1", count=100, step_ms=19)
     assert all(f.kind != "task_failure" for f in analyze(run.write()).findings)
+
+
+def test_two_records_of_one_failure_at_the_same_time_cut_one_life(builder):
+    # The coordinator can log a worker's failure twice at once; the lives are the same.
+    run, _ = _killed_and_back(builder, alone_ms=20)
+    run.fault("worker:1", "failure", 1000)
+    assert _task_failure(run).recommendation.predicted_speedup == pytest.approx(5.0 / (5.0 - 2.02 / 2), rel=0.01)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from functools import reduce
 
+import numpy as np
 import pandas as pd
 
 from tfdiag.analysis.faults import FAILURE_KINDS
@@ -137,7 +138,7 @@ def _windows_restored(steps: pd.DataFrame, failures: pd.DataFrame, workers: list
 def _stepping(begin: pd.Series, end: pd.Series, failed_at: pd.Series) -> list[tuple[float, float]]:
     """A worker's spans of stepping: each life (its records between two of its failures),
     from its second record's start (the first warms up) to its last record's end."""
-    lives = pd.Series(pd.cut(begin, [-math.inf, *sorted(failed_at.astype("float64")), math.inf], labels=False),
+    lives = pd.Series(np.searchsorted(np.sort(failed_at.to_numpy(dtype="float64")), begin.to_numpy(), side="right"),
                       index=begin.index)
     spans = []
     for _, life in begin.groupby(lives):
