@@ -70,3 +70,16 @@ def test_two_records_of_one_failure_at_the_same_time_cut_one_life(builder):
     run, _ = _killed_and_back(builder, alone_ms=20)
     run.fault("worker:1", "failure", 1000)
     assert _task_failure(run).recommendation.predicted_speedup == pytest.approx(5.0 / (5.0 - 2.02 / 2), rel=0.01)
+
+
+def test_a_worker_killed_after_one_step_and_back_for_a_few_is_a_failure_not_a_straggler(builder):
+    # TF1 at 200 steps: worker:1 warms up, steps once, is killed at 0.4 s and restarted at
+    # 1.7 s, and steps 3 times (slowly, after its restart) before the run ends. Its records
+    # span the run, but it was away for 1.3 s of it: too little presence to judge it.
+    run = builder(strategy=None).steps("worker:0", count=100, step_ms=20)
+    run.steps("worker:1", count=2, step_ms=150, idle_ms=50)
+    run.steps("worker:1", count=3, step_ms=100, first_step=2, start_ns=START_NS + 1800 * MS)
+    run.fault("worker:1", "failure", 400).fault("worker:1", "restart", 1700)
+    report = analyze(run.write())
+    assert report.primary.kind == "task_failure" and report.primary.tasks == ("worker:1",)
+    assert "straggler" not in [f.kind for f in report.findings]

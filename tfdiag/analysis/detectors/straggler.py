@@ -204,6 +204,9 @@ def detect(measured: Measurements) -> list[Finding]:
     # Present from its first record (warm-up included) to its last: a worker that ran few
     # records over most of the run is slow; one that joined late ran few because it was absent.
     present = compared["task"].map(dict(zip(measured.workers["task"].astype(str), measured.workers["active_ns"])))
+    # Away after a failure until it came back (task_failure's) is not presence: a TF1 worker
+    # killed after one step and back for a few at the end spans the run with 5 records.
+    present = present - compared["task"].map(_downtime_ns(measured.faults)).fillna(0.0)
     spans_most = (compared["records"] >= 2) & (present >= MIN_SPAN_SHARE * float(measured.workers["active_ns"].max()))
     judged = compared[(compared["records"] >= MIN_RECORDS) | spans_most].reset_index(drop=True)
     if len(judged) < 2:
@@ -232,6 +235,14 @@ def detect(measured: Measurements) -> list[Finding]:
         slowdown = step_slowdown
     return [_finding(measured, judged, slow, slowdown, typical * scale, typical_period * scale, speedup,
                      starved=bool(by_period[slow.index].all() and not by_step[slow.index].any()), per_example=per_example)]
+
+
+def _downtime_ns(faults: pd.DataFrame) -> dict[str, float]:
+    """Per task, the time from each of its failures to its recovery or restart (ns)."""
+    if faults.empty:
+        return {}
+    back = faults[(faults["kind"] == "failure") & faults["recovered_after_s"].notna()]
+    return (back["recovered_after_s"].astype(float) * 1e9).groupby(back["task"].astype(str)).sum().to_dict()
 
 
 def _finding(measured, judged, slow, slowdown, typical, typical_period, speedup, *, starved, per_example) -> Finding:
