@@ -328,7 +328,8 @@ def main(argv=None) -> int:
             results[cell.key]["score"] = row
             results_file.write_text(json.dumps(results, indent=1, default=str))
             rows.append(row)
-            print(markdown(rows[-1:], "").splitlines()[-3], file=sys.stderr, flush=True)
+            print(next(line for line in markdown(rows[-1:], "").splitlines() if line.startswith(f"| {cell.job} |")),
+                  file=sys.stderr, flush=True)
     loads.append(os.getloadavg())
     command = "python benchmarks/matrix.py " + shlex.join(argv if argv is not None else sys.argv[1:])
     header = (f"`{command}` — {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, "
