@@ -19,7 +19,9 @@ Workers are compared fairly:
   the bar for the others — unless it has 2 and was present (first record, warm-up
   included, to last) for at least ``MIN_SPAN_SHARE`` of the longest worker's time: a
   worker so slow that it ran a few long closures over the whole run is the straggler
-  itself, where one that joined at the end is not judged;
+  itself, where one that joined at the end is not judged. One with fewer timed records
+  that had work for that share (time away after a failure not counted) is judged by its
+  pace: the time it had work per step it finished;
 - per example where workers' steps carry different numbers of examples (a skewed
   shard makes one worker's batches 3x larger and its steps about 3x longer: that is
   ``shard_imbalance``, not a slow worker).
