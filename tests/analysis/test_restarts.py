@@ -45,7 +45,22 @@ def test_a_task_that_closed_cleanly_before_its_next_session_did_not_fail():
 
 
 def test_one_session_per_task_or_no_heartbeats_at_all():
+    # A process's heartbeats come at or after its session's start (the hook stamps it first).
     two_tasks = pd.concat([_sessions(10.0, task="worker:0"), _sessions(12.0)])
-    assert restart_faults(two_tasks, _beats([10.0, 20.0])).empty
+    assert restart_faults(two_tasks, _beats([12.0, 20.0])).empty
     no_beats = restart_faults(_sessions(10.0, 40.0), pd.DataFrame())
     assert no_beats["time_ns"].tolist() == [int(10.5 * S), 40 * S]  # dated by the first session's readiness
+
+
+def test_a_worker_killed_before_its_session_was_ready_left_heartbeats_before_its_first_session():
+    # The hook began at 10 s (a heartbeat at open, another at 15 s) and the process died
+    # while its session waited for the chief: no session record. The restarted process's
+    # session starts at 23 s.
+    faults = restart_faults(_sessions(23.0), _beats([10.0, 15.0, 23.0, 28.0], closed_at=28.0))
+    assert faults[["kind", "time_ns"]].values.tolist() == [["failure", 15 * S], ["restart", 23 * S]]
+    assert "before its first session was ready" in faults["message"].iloc[0]
+
+
+def test_heartbeats_before_the_first_session_that_closed_cleanly_are_no_failure():
+    # A record_placement(logdir=...) call opened and closed the task's writer before the session.
+    assert restart_faults(_sessions(23.0), _beats([10.0, 11.0, 23.0], closed_at=11.0)).empty

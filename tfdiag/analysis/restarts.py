@@ -15,6 +15,14 @@ that opens and closes the task's writer before its session (e.g. a ``record_plac
 call with a logdir) leaves a clean-close row that reads as a clean stop of the earlier
 process: that restart is not seen.
 
+A process killed after its hook began but before its session was ready (a non-chief
+still waiting for the chief's variables when a ``kill-worker`` came) wrote heartbeats
+and no ``session`` record. Heartbeats of a task from before its first session, with no
+clean close among them, are such an earlier process: a failure and a restart too. A
+process that kept the task's writer open from before its own session (a collector
+opened earlier in the same process and not released) would read the same way; no
+collector of a TF1 session does that.
+
 The rows have the ``fault`` record's columns, so they join the run's own fault records
 before ``faults.fault_table``.
 
@@ -34,13 +42,14 @@ COLUMNS = ["task", "kind", "time_ns", "message"]
 
 
 def restart_faults(session: pd.DataFrame, heartbeat: pd.DataFrame, steps: pd.DataFrame | None = None) -> pd.DataFrame:
-    """A ``failure`` and a ``restart`` row per session of a task that followed an unclosed one.
+    """A ``failure`` and a ``restart`` row per session of a task that followed an unclosed one
+    (or unclosed heartbeats of a process that died before its session was ready).
 
     The failure is dated by the last sign of life of the earlier process: its last
     heartbeat or the end of its last ``step`` record (as logged, on the task's own clock),
     else its session's readiness; the restart by the later session's start.
     """
-    if session.empty or session["task"].value_counts().max() < 2:
+    if session.empty:
         return pd.DataFrame(columns=COLUMNS)
     beats = heartbeat if not heartbeat.empty else pd.DataFrame(columns=["task", "time_ns", "closed"])
     beats = beats.astype({"task": str})
@@ -50,17 +59,25 @@ def restart_faults(session: pd.DataFrame, heartbeat: pd.DataFrame, steps: pd.Dat
     for task, lives in session.astype({"task": str}).sort_values("begin_ns").groupby("task"):
         own = beats[beats["task"] == task]
         own_steps = steps[steps["task"] == task]
+        first = lives.iloc[0]
+        before = own[own["time_ns"] < first.begin_ns]
+        if not before.empty and not before["closed"].fillna(False).astype(bool).any():
+            ended = own_steps["end_ns"][own_steps["end_ns"] < first.begin_ns]
+            rows += _restart_rows(task, max([*before["time_ns"].astype("int64"), *ended.astype("int64")]),
+                                  int(first.begin_ns), "before its first session was ready")
         for earlier, later in zip(lives.itertuples(), lives.iloc[1:].itertuples()):
             between = own[(own["time_ns"] >= earlier.begin_ns) & (own["time_ns"] < later.begin_ns)]
             if between["closed"].fillna(False).astype(bool).any():
                 continue
             ended = own_steps["end_ns"][(own_steps["end_ns"] >= earlier.begin_ns) & (own_steps["end_ns"] < later.begin_ns)]
             signs = [int(earlier.ready_ns), *between["time_ns"].astype("int64"), *ended.astype("int64")]
-            last_seen = max(signs)
-            gone_s = (later.begin_ns - last_seen) / 1e9
-            rows.append({"task": task, "kind": "failure", "time_ns": last_seen,
-                         "message": f"{task} stopped without closing its session (no clean-close heartbeat) "
-                                    f"and started a new one {gone_s:.1f} s after it was last seen"})
-            rows.append({"task": task, "kind": "restart", "time_ns": int(later.begin_ns),
-                         "message": f"{task} started a new session"})
+            rows += _restart_rows(task, max(signs), int(later.begin_ns), "without closing its session")
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _restart_rows(task: str, last_seen: int, restarted: int, how: str) -> list[dict]:
+    gone_s = (restarted - last_seen) / 1e9
+    return [{"task": task, "kind": "failure", "time_ns": last_seen,
+             "message": f"{task} stopped {how} (no clean-close heartbeat) "
+                        f"and started a new session {gone_s:.1f} s after it was last seen"},
+            {"task": task, "kind": "restart", "time_ns": restarted, "message": f"{task} started a new session"}]

@@ -156,3 +156,16 @@ def test_window_counters_are_exact_for_the_segments_inside_the_window(builder):
     # The whole run: every segment inside, counts and sums exact.
     whole = window_counters(counters, {}, 0, 2**62).iloc[0]
     assert (whole["records"], whole["steps"], whole["examples"]) == (500, 500, 500 * 32)
+
+
+def test_a_worker_given_closures_all_run_that_finished_two_is_judged_by_its_pace(builder):
+    # ParameterServerStrategy: both workers get their first closure at once; worker:1 (starved)
+    # starts it 3.3 s later and finishes 2 closures of 10 steps by the end of the 4 s run.
+    run = builder().steps("worker:0", count=20, step_ms=190, idle_ms=10, closures=True)
+    run.steps("worker:1", count=2, step_ms=300, idle_ms=40, closures=True, start_ns=START_NS + 3300 * MS)
+    run.records.append(("closure", dict(worker="worker:1", closure_id=99, dispatch_ns=START_NS, result_ns=START_NS + 3300 * MS,
+                                        ok=True, error="")))
+    finding = next(f for f in analyze(run.write()).findings if f.kind == "straggler")
+    assert finding.tasks == ("worker:1",) and finding.severity.value == "critical"
+    # 4 s with work, 2 records: its period is 2 s a record against worker:0's 200 ms.
+    assert finding.evidence["step_period_ms"]["worker:1"] == pytest.approx(1970, rel=0.02)

@@ -3,9 +3,18 @@
 Under a synchronous strategy one slow pipeline gates every worker: the others wait for
 it inside the all-reduce (their own input wait stays small), so the finding names the
 workers whose *own* wait is large, and the prediction removes it from the shared step.
+
+The change advised is a parallel map and a prefetch. With ``num_parallel_calls=AUTOTUNE``
+tf.data runs at most one map call per thread of its runner pool, by default one per core
+of the host; so the input of a step spreads over the worker's host's cores (``cpu_count``
+of its system samples, 1 where none was sampled: then only the prefetch's overlap is
+predicted). Where the map computes and the host's cores are busy, the advisor's host-CPU
+bound holds the prediction to what the job can get.
 """
 
 from __future__ import annotations
+
+import pandas as pd
 
 from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.measurements import Measurements
@@ -33,7 +42,9 @@ def detect(measured: Measurements) -> list[Finding]:
     if bound.empty:
         return []
     input_ns = workers["mean_ns"] * workers["input_wait_frac"]
-    speedup = predicted_speedup(workers, _new_step_ns(workers, input_ns, measured.synchronous), measured.synchronous)
+    cores = host_cores(measured)
+    new_step_ns = _new_step_ns(workers, input_ns, cores, measured.synchronous)
+    speedup = predicted_speedup(workers, new_step_ns, measured.synchronous)
     worst = float(bound["input_wait_frac"].max())
     severity = Severity.CRITICAL if worst >= CRITICAL_INPUT_FRACTION else Severity.WARNING
     tasks = tuple(bound["task"])
@@ -59,6 +70,7 @@ def detect(measured: Measurements) -> list[Finding]:
                     row.task: round(float(row.mean_ns * row.input_wait_frac) / 1e6, 2) for row in bound.itertuples()
                 },
                 "step_time_ms_mean": {row.task: round(float(row.mean_ns) / 1e6, 2) for row in bound.itertuples()},
+                "map_parallelism": {str(task): int(cores[index]) for index, task in bound["task"].items()},
                 "threshold": WARNING_INPUT_FRACTION,
             },
             recommendation=Recommendation(
@@ -70,15 +82,31 @@ def detect(measured: Measurements) -> list[Finding]:
     ]
 
 
-def _new_step_ns(workers, input_ns, synchronous: bool):
-    """Each worker's step once prefetching overlaps its input with compute.
+def host_cores(measured: Measurements) -> pd.Series:
+    """Per worker (indexed like ``measured.workers``), the cores of its host: its own system
+    samples' ``cpu_count``, else the shared host's (workers that sample nothing, as under
+    ParameterServerStrategy), else 1."""
+    workers = measured.workers["task"].astype(str)
+    system = measured.run.frame("system")
+    if system.empty or "cpu_count" not in system:
+        return pd.Series(1.0, index=workers.index)
+    counted = system.dropna(subset=["cpu_count"])
+    by_task = counted.groupby(counted["task"].astype(str))["cpu_count"].max()
+    by_host = counted.groupby(counted["host"].astype(str))["cpu_count"].max()
+    shared = measured.shared_host.host if measured.shared_host is not None else None
+    fallback = float(by_host.get(shared, 1.0)) if shared is not None else 1.0
+    return workers.map(by_task).astype("float64").fillna(fallback).clip(lower=1.0)
 
-    A step then costs max(compute, input). Asynchronously a worker's compute is its step
-    less its own input wait. Synchronously the workers that were not waiting for input
+
+def _new_step_ns(workers, input_ns, cores, synchronous: bool):
+    """Each worker's step once a parallel map and a prefetch overlap its input with compute.
+
+    A step then costs max(compute, input / cores). Asynchronously a worker's compute is its
+    step less its own input wait. Synchronously the workers that were not waiting for input
     were waiting for the slowest one in the collective, so the shared compute (and
     collective) is the smallest step-less-input of any worker.
     """
     compute_ns = workers["mean_ns"] - input_ns
     if synchronous:
         compute_ns = compute_ns.clip(upper=float(compute_ns.min()))
-    return compute_ns.combine(input_ns, max)
+    return compute_ns.combine(input_ns / cores, max)

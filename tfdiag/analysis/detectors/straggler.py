@@ -19,7 +19,9 @@ Workers are compared fairly:
   the bar for the others — unless it has 2 and was present (first record, warm-up
   included, to last) for at least ``MIN_SPAN_SHARE`` of the longest worker's time: a
   worker so slow that it ran a few long closures over the whole run is the straggler
-  itself, where one that joined at the end is not judged;
+  itself, where one that joined at the end is not judged. One with fewer timed records
+  that had work for that share (time away after a failure not counted) is judged by its
+  pace: the time it had work per step it finished;
 - per example where workers' steps carry different numbers of examples (a skewed
   shard makes one worker's batches 3x larger and its steps about 3x longer: that is
   ``shard_imbalance``, not a slow worker).
@@ -199,8 +201,12 @@ def detect(measured: Measurements) -> list[Finding]:
     # Present from its first record (warm-up included) to its last: a worker that ran few
     # records over most of the run is slow; one that joined late ran few because it was absent.
     present = compared["task"].map(dict(zip(measured.workers["task"].astype(str), measured.workers["active_ns"])))
+    # Away after a failure until it came back (task_failure's) is not presence: a TF1 worker
+    # killed after one step and back for a few at the end spans the run with 5 records.
+    present = present - compared["task"].map(_downtime_ns(measured.faults)).fillna(0.0)
     spans_most = (compared["records"] >= 2) & (present >= MIN_SPAN_SHARE * float(measured.workers["active_ns"].max()))
-    judged = compared[(compared["records"] >= MIN_RECORDS) | spans_most].reset_index(drop=True)
+    judged = compared[(compared["records"] >= MIN_RECORDS) | spans_most]
+    judged = pd.concat([judged, _barely_stepping(measured, compared)], ignore_index=True)
     if len(judged) < 2:
         return []
     eps = judged["examples_per_step"]
@@ -227,6 +233,43 @@ def detect(measured: Measurements) -> list[Finding]:
         slowdown = step_slowdown
     return [_finding(measured, judged, slow, slowdown, typical * scale, typical_period * scale, speedup,
                      starved=bool(by_period[slow.index].all() and not by_step[slow.index].any()), per_example=per_example)]
+
+
+def _barely_stepping(measured: Measurements, compared: pd.DataFrame) -> pd.DataFrame:
+    """Workers that had work for ``MIN_SPAN_SHARE`` of the run but finished under 2 timed
+    records, as ``compared_workers`` rows judged by the pace they delivered: their period
+    is the time they had work per step they finished (their step, the whole run's).
+
+    Under ParameterServerStrategy a worker has work from its first closure's dispatch: at
+    200 steps of ps_ctl on the 2-core host at load 15, a worker under a CPU quota began its
+    first closure 3.3 s after its dispatch and finished 2 of the run's 21 in 4 s.
+    """
+    workers = measured.workers.assign(task=measured.workers["task"].astype(str))
+    first_begin = measured.steps.groupby(measured.steps["task"].astype(str), observed=True)["begin_ns"].min()
+    closures = measured.closures
+    waited = pd.Series(0.0, index=workers.index)
+    if closures is not None and not closures.empty:
+        first_dispatch = closures.groupby(closures["worker"].astype(str))["dispatch_ns"].min()
+        waited = (workers["task"].map(first_begin) - workers["task"].map(first_dispatch)).astype(float)
+        waited = waited.fillna(0.0).clip(lower=0.0)
+    present = workers["active_ns"] + waited - workers["task"].map(_downtime_ns(measured.faults)).fillna(0.0)
+    stepped = set(compared.loc[compared["records"] >= 2, "task"].astype(str))
+    few = workers[~workers["task"].isin(stepped) & (present >= MIN_SPAN_SHARE * float(workers["active_ns"].max()))
+                  & (workers["steps"] > 0)]
+    return pd.DataFrame({
+        "task": few["task"], "records": (few["records"] - 1).clip(lower=0), "steps": few["steps"],
+        "p50_ns": few["p50_ns"].astype(float), "mean_ns": few["mean_ns"].astype(float),
+        "period_ns": present[few.index] / few["steps"],
+        "examples_per_step": few["examples"] / few["steps"], "window_ns": 0.0,
+    }, columns=COMPARED_COLUMNS)
+
+
+def _downtime_ns(faults: pd.DataFrame) -> dict[str, float]:
+    """Per task, the time from each of its failures to its recovery or restart (ns)."""
+    if faults.empty:
+        return {}
+    back = faults[(faults["kind"] == "failure") & faults["recovered_after_s"].notna()]
+    return (back["recovered_after_s"].astype(float) * 1e9).groupby(back["task"].astype(str)).sum().to_dict()
 
 
 def _finding(measured, judged, slow, slowdown, typical, typical_period, speedup, *, starved, per_example) -> Finding:

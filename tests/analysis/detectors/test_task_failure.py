@@ -1,0 +1,85 @@
+"""task_failure's prediction: the run at the throughput it had while every worker was up.
+
+Records go through the real store writer (the ``builder`` fixture) and the whole analysis.
+"""
+
+import pytest
+
+from tfdiag.analysis import analyze
+from tests.runs import MS, START_NS
+
+S = 1000 * MS
+
+
+def _killed_and_back(builder, alone_ms: float):
+    """worker:1 steps 0-1 s, fails at 1 s, is back at 2.5 s and steps 3-5 s; worker:0 steps
+    all along, one step every ``alone_ms`` while worker:1 is gone, every 20 ms otherwise."""
+    run = builder()
+    run.steps("worker:0", count=50, step_ms=19)
+    alone = int((2 * S - MS) // (alone_ms * MS))
+    run.steps("worker:0", count=alone, step_ms=alone_ms - 1, first_step=50, start_ns=START_NS + S)
+    run.steps("worker:0", count=100, step_ms=19, first_step=50 + alone, start_ns=START_NS + 3 * S)
+    run.steps("worker:1", count=50, step_ms=19)
+    run.steps("worker:1", count=100, step_ms=19, first_step=50, start_ns=START_NS + 3 * S)
+    return run.fault("worker:1", "failure", 1000).fault("worker:1", "restart", 2500), alone
+
+
+def _task_failure(run):
+    return next(f for f in analyze(run.write()).findings if f.kind == "task_failure")
+
+
+def test_a_survivor_that_steps_faster_alone_lowers_what_the_failure_cost(builder):
+    # A shared host: worker:0 steps every 11 ms alone against 20 ms beside worker:1. With
+    # both up the run made 100 steps/s; from the failure (1 s) to worker:1's second step
+    # after its restart (3.02 s) it made worker:0's alone steps and worker:1's warm-up.
+    run, alone = _killed_and_back(builder, alone_ms=11)
+    finding = _task_failure(run)
+    restored = finding.evidence["all_workers_up"]
+    assert restored["steps_per_s"] == pytest.approx(100, rel=0.01)
+    assert restored["affected_s"] == pytest.approx(2.02, abs=0.01)
+    assert restored["steps_while_affected"] == alone + 2
+    repaired_s = 5.0 - 2.02 + (alone + 2) / 100
+    assert finding.recommendation.predicted_speedup == pytest.approx(5.0 / repaired_s, rel=0.01)
+    # Counting worker:1 as half the capacity for its 1.5 s away would predict 5 / 4.25.
+    assert finding.recommendation.predicted_speedup < 1.1
+
+
+def test_workers_on_hosts_of_their_own_cost_their_share_of_the_capacity(builder):
+    # worker:0 steps as fast alone: the window model is the capacity model over the time
+    # from the failure to worker:1 stepping again (2.02 s at half the capacity).
+    run, _ = _killed_and_back(builder, alone_ms=20)
+    finding = _task_failure(run)
+    assert finding.recommendation.predicted_speedup == pytest.approx(5.0 / (5.0 - 2.02 / 2), rel=0.01)
+
+
+def test_no_window_with_every_worker_up_falls_back_to_the_capacity_model(builder):
+    # worker:1 fails at once and never steps: no window has both workers.
+    run = builder().steps("worker:0", count=100, step_ms=19).fault("worker:1", "failure", 0)
+    finding = _task_failure(run)
+    assert "all_workers_up" not in finding.evidence
+    assert finding.recommendation.predicted_speedup == pytest.approx(2.0, rel=0.02)
+
+
+def test_a_clean_run_has_no_task_failure(builder):
+    run = builder().steps("worker:0", count=100, step_ms=19).steps("worker:1", count=100, step_ms=19)
+    assert all(f.kind != "task_failure" for f in analyze(run.write()).findings)
+
+
+def test_two_records_of_one_failure_at_the_same_time_cut_one_life(builder):
+    # The coordinator can log a worker's failure twice at once; the lives are the same.
+    run, _ = _killed_and_back(builder, alone_ms=20)
+    run.fault("worker:1", "failure", 1000)
+    assert _task_failure(run).recommendation.predicted_speedup == pytest.approx(5.0 / (5.0 - 2.02 / 2), rel=0.01)
+
+
+def test_a_worker_killed_after_one_step_and_back_for_a_few_is_a_failure_not_a_straggler(builder):
+    # TF1 at 200 steps: worker:1 warms up, steps once, is killed at 0.4 s and restarted at
+    # 1.7 s, and steps 3 times (slowly, after its restart) before the run ends. Its records
+    # span the run, but it was away for 1.3 s of it: too little presence to judge it.
+    run = builder(strategy=None).steps("worker:0", count=100, step_ms=20)
+    run.steps("worker:1", count=2, step_ms=150, idle_ms=50)
+    run.steps("worker:1", count=3, step_ms=100, first_step=2, start_ns=START_NS + 1800 * MS)
+    run.fault("worker:1", "failure", 400).fault("worker:1", "restart", 1700)
+    report = analyze(run.write())
+    assert report.primary.kind == "task_failure" and report.primary.tasks == ("worker:1",)
+    assert "straggler" not in [f.kind for f in report.findings]
