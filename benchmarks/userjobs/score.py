@@ -248,6 +248,7 @@ def main(argv=None) -> int:
                     run["report"] = analyze_json(run["logdir"])
     else:
         makers, results = runs(args), {}
+        args.workdir.mkdir(parents=True, exist_ok=True)
         for attempt in range(args.repeat):
             for name in needed:
                 if attempt and name == "tutorial hung":
@@ -255,10 +256,9 @@ def main(argv=None) -> int:
                 run = makers[name](args.workdir / f"{name.replace(' ', '-').replace(',', '').replace('/', '-')}-{attempt}")
                 results.setdefault(name, []).append({"logdir": str(run.logdir), "examples_per_s": run.examples_per_s,
                                                      "load": run.load, "report": run.report})
+                saved.write_text(json.dumps(results))  # after every run: a failed run loses only itself
                 print(f"{name} {attempt}: {run.examples_per_s} examples/s, primary "
                       f"{run.primary and _named(run.primary)}, load {run.load:.1f}", file=sys.stderr, flush=True)
-        args.workdir.mkdir(parents=True, exist_ok=True)
-        saved.write_text(json.dumps(results))
     rows = [score(case, results) for case in cases] + [score_clean(name, results) for name in CLEAN if name in results]
     print(f"load average (1 min) at the end of each run; {args.repeat} interleaved run(s) each")
     print(table(rows))
