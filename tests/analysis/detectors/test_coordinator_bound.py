@@ -93,3 +93,18 @@ def test_a_sampled_run_counts_only_the_gaps_between_consecutive_closures(builder
     idle = [next(f for f in analyze(loaded).findings if f.kind == "coordinator_bound").evidence["idle_frac"]
             for loaded in (exact, sampled)]
     assert idle[0] == idle[1]
+
+
+@pytest.mark.parametrize("starved_idle_ms, expected", [(8, 8 / 12), (40, 8 / 12)])
+def test_the_idle_share_is_judged_on_the_workers_without_a_loss_of_their_own(builder, starved_idle_ms, expected):
+    # worker:0 idles 8 ms between 4 ms closures; worker:1 the same, or 40 ms when a CPU quota
+    # stops it between closures. The coordinator's round (8 ms) is the same share of worker:0's
+    # period either way; worker:1's own loss is the straggler's.
+    run = builder()
+    run.steps("worker:0", count=300, step_ms=4, idle_ms=8, closures=True)
+    run.steps("worker:1", count=300 * 12 // (4 + starved_idle_ms), step_ms=4, idle_ms=starved_idle_ms, closures=True)
+    findings = analyze(run.write()).findings
+    finding = next(f for f in findings if f.kind == "coordinator_bound")
+    assert finding.evidence["idle_frac"]["worker:0"] == pytest.approx(expected, abs=0.01)
+    assert finding.title == f"Workers idle {expected:.0%} of the time between closures"
+    assert ("straggler" in [f.kind for f in findings]) == (starved_idle_ms > 8)
