@@ -50,10 +50,18 @@ def test_a_missing_finding_and_a_hung_job_without_its_first_stalled_task_fail():
     assert row["checks"] == {"named": True, "primary where its fix gains most": True, "first stalled": False}
 
 
-def test_a_clean_run_with_a_warning_fails_and_the_table_says_why():
-    rows = [score_clean("tutorial clean", {"tutorial clean": runs([finding("straggler", ["worker:1"])], 900.0)}),
+def test_a_clean_run_with_a_warning_fails_unless_its_advice_measured_a_gain():
+    coordinator = finding("coordinator_bound", ["worker:0", "worker:1"], predicted=1.6)
+    tutorial = {"tutorial clean": runs([coordinator, finding("straggler", ["worker:1"])], 900.0),
+                "tutorial 10 steps/closure": runs([], 1350.0)}
+    rows = [score_clean("tutorial clean", tutorial),
             score_clean("tf1 clean", {"tf1 clean": runs([finding("input_bound", ["worker:0"], "info")], 900.0)})]
     assert [row["ok"] for row in rows] == [False, True]
+    assert rows[0]["clean_fixes"]["10 steps/closure"]["measured"] == 1.5
     lines = table(rows).splitlines()
-    assert lines[2].endswith("| NO: straggler worker:1 [warning] |")
+    assert lines[2].endswith("| 10 steps/closure: 1.60x vs 1.50x (coordinator_bound) | 900 | 2.0 | "
+                             "NO: straggler worker:1 [warning] |")
     assert lines[3].endswith("| yes |")
+    tutorial["tutorial 10 steps/closure"] = runs([], 950.0)  # the advice did not pay: a false alarm too
+    assert score_clean("tutorial clean", tutorial)["warnings"] == ["coordinator_bound worker:0,worker:1 [warning]",
+                                                                  "straggler worker:1 [warning]"]
