@@ -8,12 +8,21 @@ a callback or hook its own steps) is stalled when its last progress (last step e
 closure result, or heartbeat count change) lies further behind the run's clock than
 ``stall_threshold_ns`` of its own rhythm. Only the coordinator sees a frozen PS worker:
 its closures stay in flight and no more results come from it.
+
+One frozen worker can hold the whole job (the tutorial-style PS loop with worker 1
+stopped: worker 0's closures stopped completing 0.2 s before worker 1's last one came
+back, since its steps wait on the parameter servers that wait on worker 1). Which worker
+stopped first then says nothing; which one stopped *answering* does: where the
+coordinator's RPC probe reached some task after the stall began, a stalled worker it has
+not reached since (directly or relayed from it) is *unresponsive* and named first, and
+the others are waiting (``_unresponsive``).
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
+from tfdiag.analysis.align import to_reference_clock
 from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.measurements import Measurements
 from tfdiag.analysis.step_stats import RECENT_ROWS
@@ -113,8 +122,26 @@ def _progress_state(measured: Measurements, beats: pd.DataFrame, subject: str, n
     }
 
 
+def _unresponsive(measured: Measurements, stalled: list[dict]) -> list[str]:
+    """The stalled workers the RPC probe has not reached since they stalled, when it reached
+    another task after the earliest stall (a probe answered shows the prober still ran)."""
+    probes = measured.run.frame("rpc")
+    if probes.empty:
+        return []
+    answered = to_reference_clock(probes["recv_ns"], probes["src"], measured.offsets)
+    since = min(state["since_ns"] for state in stalled)
+    if not (answered > since).any():
+        return []
+    latest = pd.concat([answered.groupby(probes["dst"].astype(str)).max(),
+                        answered.groupby(probes["src"].astype(str)).max()]).groupby(level=0).max()
+    return [state["task"] for state in stalled
+            if state["task"] in latest.index and latest[state["task"]] <= state["since_ns"]]
+
+
 def _stalled_finding(measured, beats, now_ns, stalled, progressing, stopped, last_beat) -> Finding:
-    stalled = sorted(stalled, key=lambda state: state["since_ns"])  # the first to stop first: where it began
+    unresponsive = _unresponsive(measured, stalled)
+    # Where the hang began: the workers that stopped answering, then the first to stop.
+    stalled = sorted(stalled, key=lambda state: (state["task"] not in unresponsive, state["since_ns"]))
     names = [state["task"] for state in stalled]
     whole_job = not progressing
     in_flight = _in_flight(beats, now_ns)
@@ -124,7 +151,12 @@ def _stalled_finding(measured, beats, now_ns, stalled, progressing, stopped, las
               f"before the latest heartbeat") if in_flight and in_flight["closures"] else ""
     others = "" if whole_job else f" while {', '.join(s['task'] for s in progressing)} kept progressing"
     gone = f"; {', '.join(stopped)} stopped writing without closing (died or frozen)" if stopped else ""
-    if len(stalled) > 1 and stalled[1]["since_ns"] > stalled[0]["since_ns"]:
+    waiting = [name for name in names if name not in unresponsive]
+    if unresponsive and waiting:
+        others += (f"; {', '.join(unresponsive)} stopped answering the coordinator's probes, which "
+                   f"{', '.join(waiting)} still answer{'s' if len(waiting) == 1 else ''}: "
+                   f"{'it waits' if len(waiting) == 1 else 'they wait'} for {', '.join(unresponsive)}")
+    elif len(stalled) > 1 and stalled[1]["since_ns"] > stalled[0]["since_ns"]:
         lag_s = (stalled[1]["since_ns"] - stalled[0]["since_ns"]) / 1e9
         others += f"; {names[0]} stopped first, {lag_s:.1f} s before the next"
     return Finding(
@@ -137,6 +169,7 @@ def _stalled_finding(measured, beats, now_ns, stalled, progressing, stopped, las
         evidence={
             "state": "whole_job" if whole_job else "partial",
             "first_stalled": names[0],
+            "unresponsive": unresponsive,
             "stalled": stalled,
             "progressing": [state["task"] for state in progressing],
             "in_flight": in_flight,
