@@ -267,6 +267,7 @@ def main(argv=None) -> int:
             for run in kept:
                 if run["examples_per_s"] is not None:  # the hung run keeps its report from while it hung
                     run["report"] = analyze_json(run["logdir"])
+        saved.write_text(json.dumps(results))
     else:
         makers = runs(args)
         results = json.loads(saved.read_text()) if args.resume else {}
