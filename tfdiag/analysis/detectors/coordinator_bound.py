@@ -68,8 +68,8 @@ def closure_gaps(steps: pd.DataFrame, closures: pd.DataFrame | None) -> pd.DataF
     a long run's step rows are a sample (``step_stats``), and a gap across closures left
     out of it is not idle time (the tutorial-style loop under a CPU quota, 1055 closures
     on worker:0 of which 650 rows kept: 15.7 ms "idle" per closure of a 12.8 ms period,
-    coordinator_bound predicted 14x). Columns: ``task``, ``idle_ns`` (mean, pauses left out, per
-    training step), ``tail_ns`` (median from a closure's end to its result on the
+    coordinator_bound predicted 14x). Columns: ``task``, ``idle_ns`` (mean, pauses left
+    out, per training step), ``tail_ns`` (median from a closure's end to its result on the
     coordinator), ``wait_ns`` (mean from the previous result to the start, pauses left
     out, per training step), ``pauses``, ``pause_ns`` (their total), ``closures``. Empty
     when no step pairs with a closure.
@@ -85,7 +85,8 @@ def closure_gaps(steps: pd.DataFrame, closures: pd.DataFrame | None) -> pd.DataF
     if steps.empty or closures is None or closures.empty:
         return pd.DataFrame(columns=columns)
     # Each closure's place among its worker's closures: consecutive places, consecutive closures.
-    ordered = closures[["worker", "closure_id", "result_ns"]].astype({"worker": str}).sort_values(["worker", "closure_id"])
+    ordered = closures[["worker", "closure_id", "result_ns"]].astype({"worker": str})
+    ordered = ordered.sort_values(["worker", "closure_id"])
     ordered["place"] = ordered.groupby("worker").cumcount()
     paired = steps[["task", "step", "begin_ns", "end_ns", "steps"]].astype({"task": str}).merge(
         ordered, left_on=["task", "step"], right_on=["worker", "closure_id"])

@@ -15,7 +15,7 @@ back, since its steps wait on the parameter servers that wait on worker 1). Whic
 stopped first then says nothing; which one stopped *answering* does: where the
 coordinator's RPC probe reached some task after the stall began, a stalled worker it has
 not reached since (directly or relayed from it) is *unresponsive* and named first, and
-the others are waiting (``_unresponsive``).
+the others are waiting (``_answering``).
 """
 
 from __future__ import annotations
@@ -122,24 +122,25 @@ def _progress_state(measured: Measurements, beats: pd.DataFrame, subject: str, n
     }
 
 
-def _unresponsive(measured: Measurements, stalled: list[dict]) -> list[str]:
-    """The stalled workers the RPC probe has not reached since they stalled, when it reached
-    another task after the earliest stall (a probe answered shows the prober still ran)."""
+def _answering(measured: Measurements, stalled: list[dict]) -> tuple[list[str], list[str]]:
+    """The stalled workers the RPC probe has not reached since they stalled (``unresponsive``)
+    and those it has, when it reached any task after the earliest stall (a probe answered
+    shows the prober still ran); a worker it never reached is in neither."""
     probes = measured.run.frame("rpc")
     if probes.empty:
-        return []
+        return [], []
     answered = to_reference_clock(probes["recv_ns"], probes["src"], measured.offsets)
-    since = min(state["since_ns"] for state in stalled)
-    if not (answered > since).any():
-        return []
+    if not (answered > min(state["since_ns"] for state in stalled)).any():
+        return [], []
     latest = pd.concat([answered.groupby(probes["dst"].astype(str)).max(),
                         answered.groupby(probes["src"].astype(str)).max()]).groupby(level=0).max()
-    return [state["task"] for state in stalled
-            if state["task"] in latest.index and latest[state["task"]] <= state["since_ns"]]
+    reached = {state["task"]: latest[state["task"]] > state["since_ns"]
+               for state in stalled if state["task"] in latest.index}
+    return [task for task, yes in reached.items() if not yes], [task for task, yes in reached.items() if yes]
 
 
 def _stalled_finding(measured, beats, now_ns, stalled, progressing, stopped, last_beat) -> Finding:
-    unresponsive = _unresponsive(measured, stalled)
+    unresponsive, answering = _answering(measured, stalled)
     # Where the hang began: the workers that stopped answering, then the first to stop.
     stalled = sorted(stalled, key=lambda state: (state["task"] not in unresponsive, state["since_ns"]))
     names = [state["task"] for state in stalled]
@@ -151,7 +152,7 @@ def _stalled_finding(measured, beats, now_ns, stalled, progressing, stopped, las
               f"before the latest heartbeat") if in_flight and in_flight["closures"] else ""
     others = "" if whole_job else f" while {', '.join(s['task'] for s in progressing)} kept progressing"
     gone = f"; {', '.join(stopped)} stopped writing without closing (died or frozen)" if stopped else ""
-    waiting = [name for name in names if name not in unresponsive]
+    waiting = [name for name in names if name in answering]
     if unresponsive and waiting:
         others += (f"; {', '.join(unresponsive)} stopped answering the coordinator's probes, which "
                    f"{', '.join(waiting)} still answer{'s' if len(waiting) == 1 else ''}: "
