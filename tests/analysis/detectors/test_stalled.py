@@ -152,6 +152,7 @@ def test_the_worker_that_stopped_answering_is_named_first_when_the_whole_job_sta
     assert finding.tasks == (frozen, waiting)
     assert finding.evidence["first_stalled"] == frozen and finding.evidence["unresponsive"] == [frozen]
     assert f"{frozen} stopped answering the coordinator's probes, which {waiting} still answers" in finding.summary
+    assert finding.title.endswith(f"; {frozen} not answering")
 
 
 def test_without_probes_after_the_stall_the_first_to_stop_is_named_first(builder):

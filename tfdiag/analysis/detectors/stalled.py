@@ -163,7 +163,8 @@ def _stalled_finding(measured, beats, now_ns, stalled, progressing, stopped, las
     return Finding(
         kind=KIND,
         severity=Severity.CRITICAL,
-        title=f"{'Whole job stalled' if whole_job else 'Stalled: ' + ', '.join(names)} for {longest:.0f} s",
+        title=f"{'Whole job stalled' if whole_job else 'Stalled: ' + ', '.join(names)} for {longest:.0f} s"
+              + (f"; {', '.join(unresponsive)} not answering" if unresponsive and waiting else ""),
         summary=f"{scope} made no progress for up to {longest:.0f} s{others}{detail}{gone}. "
                 "The run is still alive (heartbeats continue): a hung task, not a finished run.",
         tasks=tuple(names + [task for task in stopped if task not in names]),
