@@ -25,6 +25,7 @@ warning level or above, unless the change that finding advises was measured to p
 
     .venv/bin/python -m benchmarks.userjobs.score --workdir /tmp/users
     .venv/bin/python -m benchmarks.userjobs.score --workdir /tmp/users --rescore   # analyse the kept runs again
+    .venv/bin/python -m benchmarks.userjobs.score --workdir /tmp/users --resume --repeat 2 --only 1  # a second pair
 
 Every run's logdir and ``results.json`` (rates, load averages, the hung run's report)
 stay under ``--workdir``; ``--rescore`` re-analyses the finished runs with today's code
@@ -110,7 +111,8 @@ class Case:
     name: str
     fault: str  # the run with the fault
     expected: tuple[str, str]  # (finding kind, task it names)
-    fixes: dict = field(default_factory=dict)  # change: (its run, the finding kind that advises it)
+    # change: (its run, the finding kind that advises it); the first is the expected finding's own
+    fixes: dict = field(default_factory=dict)
     nonzero_rate: bool = False  # the report's examples/s must not be 0
     input_wait: bool = False  # the expected task's input wait must be above 0
 
