@@ -5,6 +5,7 @@
   of the caller's. Stopping it (or leaving its ``with`` block, or the interpreter exiting)
   always sends a last ``SIGCONT``: no process is left stopped.
 * :class:`stall` — ``SIGSTOP`` until released (the same guarantee).
+* :func:`on_task` — either of them on one task of a local cluster, once it started.
 * a delaying TCP proxy in front of a ps: the launcher's ``slow-ps=I:MS`` injection
   (``tfdiag.sample_jobs.launcher`` starts ``tfdiag.sample_jobs.proxy`` and rewrites ps I's
   address); :func:`slow_ps` spells that injection for a ``JobConfig``.
@@ -30,6 +31,16 @@ from tfdiag.sample_jobs.inject import SlowPs
 def slow_ps(ps: int, rtt_ms: float) -> str:
     """The ``JobConfig.inject`` entry that puts ``rtt_ms`` of round-trip latency in front of ps ``ps``."""
     return SlowPs(ps, float(rtt_ms)).spec
+
+
+def on_task(task: str, fault, *args):
+    """For a local cluster (``LocalCluster``): a function of the started cluster that
+    makes ``fault(pid, *args)`` on ``task``'s process (``runner.run_user_job``'s
+    ``while_running``), e.g. ``on_task("worker:1", cpu_quota, 20, 30)``."""
+    def make(cluster):
+        return fault(cluster.tasks[task].process.pid, *args)
+
+    return make
 
 
 def _family(pid: int) -> list[int]:

@@ -7,14 +7,12 @@ Keras 3 in one worker (Keras 3 ``fit`` under MultiWorkerMirroredStrategy fails a
 TensorFlow 2.21). ``--slow-input-worker I --input-ms MS`` makes worker I's pipeline sleep MS
 per batch (a slow host-side parse); the other workers' pipelines stay fast.
 
-The harness runs the job clean and with the slow input, interleaved (clean, slow, clean,
-slow, ...), as tasks of the sample-job launcher (``LocalCluster(task_command=...)``),
-analyses every run with ``tfdiag analyze --format json`` and prints a markdown table: the
-primary finding and the tasks it names, its predicted speed-up, the measured speed-up
-(clean examples/s over slow examples/s, from the step records) and the load average.
+It runs as the tasks of a local cluster (``runner.run_user_job``); run alone it runs once
+and prints the primary finding. ``benchmarks/userjobs/score.py`` scores it, clean and slow.
+Worker 0, the chief, prints the summary line (examples/s of the whole job over ``fit``).
 
 Example:
-    python benchmarks/userjobs/mwms_dict_fit.py --pairs 2 --steps 60 --slow-input-worker 1 --input-ms 40
+    .venv/bin/python -m benchmarks.userjobs.mwms_dict_fit --steps 200 --slow-input-worker 1 --input-ms 40
 """
 
 from __future__ import annotations
@@ -22,18 +20,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.userjobs.runner import UserRun, run_user_job
 from tfdiag.sample_jobs.jobs import JobConfig
-from tfdiag.sample_jobs.launcher import LocalCluster
 
 FEATURES_A, FEATURES_B = 32, 8
 GLOBAL_BATCH = 64
+# What every task runs (the launcher appends ``--config JSON``).
+TASK_COMMAND = [sys.executable, "-u", "-m", "benchmarks.userjobs.mwms_dict_fit", "--worker"]
 
 
 def dict_dataset(tf, worker: int, slow_worker: int | None, input_ms: float):
@@ -88,69 +86,45 @@ def run_worker(config: JobConfig) -> None:
     dataset = dict_dataset(tf, worker, extra.get("slow_worker"), extra.get("input_ms", 0.0))
     with strategy.scope():
         model = build_model(keras)
+    started = time.monotonic()
     model.fit(dataset, epochs=1, steps_per_epoch=config.steps, verbose=0,
               callbacks=[DiagnosticsCallback(config.logdir)])
+    wall_s = time.monotonic() - started
+    if worker == 0:  # the global batch, split among the workers' replicas
+        print(f"tfdiag-sample: steps={config.steps} wall_s={wall_s:.2f} "
+              f"examples_per_s={config.steps * GLOBAL_BATCH / wall_s:.1f}", flush=True)
 
 
-def run_once(logdir: Path, args, slow: bool) -> dict:
-    """Runs the job once and returns what ``tfdiag analyze`` found, with the load average."""
-    extra = {"keras": args.keras, "slow_worker": args.slow_input_worker if slow else None, "input_ms": args.input_ms}
-    workers = 1 if args.keras == "3" else args.workers
-    config = JobConfig("mwms_fit", str(logdir), steps=args.steps, workers=workers, extra=extra)
-    cluster = LocalCluster(config, task_command=[sys.executable, "-u", __file__, "--worker"])
-    with cluster:
-        if cluster.wait(timeout_s=args.timeout) != 0:
-            raise SystemExit(f"mwms_dict_fit failed; see {logdir}/tasks/")
-    load = os.getloadavg()[0]
-    tfdiag = Path(sys.executable).with_name("tfdiag")  # the console script beside this Python
-    analysed = subprocess.run([str(tfdiag), "analyze", str(logdir), "--format", "json"],
-                              capture_output=True, text=True)
-    if analysed.returncode != 0:
-        raise SystemExit(f"tfdiag analyze {logdir} failed: {analysed.stderr}")
-    return {"report": json.loads(analysed.stdout), "load": load}
-
-
-def summary(result: dict) -> dict:
-    """Primary finding, the tasks it names, its prediction, and the run's examples/s."""
-    report = result["report"]
-    findings = [f for f in report.get("findings", []) if f.get("severity") in ("warning", "critical")]
-    primary = findings[0] if findings else None
-    rate = report["summary"]["examples_per_s"] or 0.0
-    return {"primary": primary["kind"] if primary else "-", "tasks": ",".join(primary["tasks"]) if primary else "-",
-            "predicted": (primary.get("recommendation") or {}).get("predicted_speedup") if primary else None,
-            "rate": rate, "load": result["load"]}
+def run_job(logdir: str | Path, *, steps: int = 200, workers: int = 2, keras: str = "tf_keras",
+            slow_input_worker: int | None = None, input_ms: float = 40.0, timeout_s: float = 300.0) -> UserRun:
+    """Runs the job once on a local cluster and analyses it (``runner.run_user_job``);
+    worker ``slow_input_worker``'s pipeline sleeps ``input_ms`` per batch (None: no slow input)."""
+    extra = {"keras": keras, "slow_worker": slow_input_worker, "input_ms": input_ms}
+    return run_user_job(TASK_COMMAND, logdir, shape="mwms_fit", steps=steps, workers=1 if keras == "3" else workers,
+                        extra=extra, timeout_s=timeout_s)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pairs", type=int, default=2, help="interleaved (clean, slow) pairs")
-    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--keras", choices=("tf_keras", "3"), default="tf_keras")
-    parser.add_argument("--slow-input-worker", type=int, default=1)
+    parser.add_argument("--slow-input-worker", type=int, default=None)
     parser.add_argument("--input-ms", type=float, default=40.0)
     parser.add_argument("--timeout", type=float, default=300.0)
-    parser.add_argument("--logdir", default=None)
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--logdir", default=None, help="the run directory (default: a temp dir)")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # run as a cluster task
     parser.add_argument("--config", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         run_worker(JobConfig.from_json(args.config))
         return 0
-    root = Path(args.logdir or tempfile.mkdtemp(prefix="tfdiag-mwms-dict-"))
-    runs = {"clean": [], "slow": []}
-    for pair in range(args.pairs):
-        for kind in ("clean", "slow"):
-            runs[kind].append(summary(run_once(root / f"{kind}-{pair}", args, slow=kind == "slow")))
-    print("| run | primary finding | tasks | predicted speed-up | examples/s | load avg (1 min) |")
-    print("|---|---|---|---|---|---|")
-    for pair in range(args.pairs):
-        for kind in ("clean", "slow"):
-            r = runs[kind][pair]
-            predicted = f"{r['predicted']:.2f}" if r["predicted"] else "-"
-            print(f"| {kind} {pair} | {r['primary']} | {r['tasks']} | {predicted} | {r['rate']:.0f} | {r['load']:.2f} |")
-    measured = statistics.median(c["rate"] / s["rate"] for c, s in zip(runs["clean"], runs["slow"]) if s["rate"])
-    print(f"\nmeasured speed-up without the slow input (median over pairs): {measured:.2f}")
+    logdir = args.logdir or tempfile.mkdtemp(prefix="tfdiag-mwms-dict-")
+    run = run_job(logdir, steps=args.steps, workers=args.workers, keras=args.keras,
+                  slow_input_worker=args.slow_input_worker, input_ms=args.input_ms, timeout_s=args.timeout)
+    primary = run.primary
+    print(json.dumps({"logdir": logdir, "examples_per_s": run.examples_per_s,
+                      "primary": primary and {k: primary[k] for k in ("kind", "tasks", "severity")}}))
     return 0
 
 

@@ -17,7 +17,6 @@ Example:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
@@ -25,11 +24,13 @@ import tempfile
 import time
 
 from benchmarks import faults
-from tfdiag.sample_jobs.jobs import JobConfig, parse_summary
-from tfdiag.sample_jobs.launcher import LocalCluster
+from benchmarks.userjobs.runner import UserRun, run_user_job
+from tfdiag.sample_jobs.jobs import JobConfig
 from tfdiag.sample_jobs.task import run_server, wait_for_cluster
 
 FEATURES, HIDDEN, BATCH, EXAMPLES = 32, 128, 128, 4096
+# What every task runs (the launcher appends ``--config JSON``).
+TASK_COMMAND = [sys.executable, "-u", "-m", "benchmarks.userjobs.ps_tutorial", "--task"]
 
 
 def train(config: JobConfig) -> str:
@@ -103,26 +104,23 @@ def run_task(config: JobConfig) -> int:
 
 def run_job(logdir: str, *, workers: int = 2, ps: int = 2, steps: int = 300, steps_per_closure: int = 1,
             cpu_quota: tuple[int, float, float] | None = None, slow_ps: tuple[int, float] | None = None,
-            timeout_s: float = 600.0) -> tuple[int, float, float]:
-    """Runs the job once on a local cluster; returns ``(steps, wall_s, examples_per_s)``.
+            while_running=None, finished: bool = True, timeout_s: float = 600.0) -> UserRun:
+    """Runs the job once on a local cluster and analyses it (``runner.run_user_job``).
 
     ``cpu_quota=(I, ON_MS, OFF_MS)`` holds worker I to ON out of every ON+OFF ms;
-    ``slow_ps=(I, RTT_MS)`` puts a delaying proxy in front of ps I.
+    ``slow_ps=(I, RTT_MS)`` puts a delaying proxy in front of ps I; ``while_running``
+    is any other outside fault (``runner.run_user_job``), ``finished=False`` when it
+    ends the job itself.
     """
-    config = JobConfig("ps_ctl", logdir, steps=steps, ps=ps, workers=workers,
-                       inject=(faults.slow_ps(*slow_ps),) if slow_ps else (),
-                       extra={"steps_per_closure": steps_per_closure})
-    cluster = LocalCluster(config, task_command=[sys.executable, "-u", "-m", "benchmarks.userjobs.ps_tutorial", "--task"])
-    with cluster, contextlib.ExitStack() as stack:  # entering the cluster starts its tasks
-        if cpu_quota:
-            worker, on_ms, off_ms = cpu_quota
-            stack.enter_context(faults.cpu_quota(cluster.tasks[f"worker:{worker}"].process.pid, on_ms, off_ms))
-        code = cluster.wait(timeout_s)
-        stack.close()
-        summary = parse_summary(cluster.summary_line() or "")
-    if code != 0 or summary is None:
-        raise RuntimeError(f"ps_tutorial failed (exit {code}); see {logdir}/tasks/")
-    return summary
+    if cpu_quota:
+        if while_running:
+            raise ValueError("run_job takes cpu_quota or while_running, not both")
+        worker, on_ms, off_ms = cpu_quota
+        while_running = faults.on_task(f"worker:{worker}", faults.cpu_quota, on_ms, off_ms)
+    return run_user_job(TASK_COMMAND, logdir, shape="ps_ctl", steps=steps, workers=workers, ps=ps,
+                        inject=(faults.slow_ps(*slow_ps),) if slow_ps else (),
+                        extra={"steps_per_closure": steps_per_closure}, while_running=while_running,
+                        timeout_s=timeout_s, finished=finished)
 
 
 def main(argv=None) -> int:
@@ -142,11 +140,12 @@ def main(argv=None) -> int:
     quota = tuple(float(x) for x in args.cpu_quota.split(":")) if args.cpu_quota else None
     slow = tuple(float(x) for x in args.slow_ps.split(":")) if args.slow_ps else None
     logdir = args.logdir or tempfile.mkdtemp(prefix="tfdiag-ps-tutorial-")
-    steps, wall_s, rate = run_job(logdir, workers=args.workers, ps=args.ps, steps=args.steps,
-                                  steps_per_closure=args.steps_per_closure,
-                                  cpu_quota=(int(quota[0]), quota[1], quota[2]) if quota else None,
-                                  slow_ps=(int(slow[0]), slow[1]) if slow else None)
-    print(json.dumps({"logdir": logdir, "steps": steps, "wall_s": wall_s, "examples_per_s": rate}))
+    run = run_job(logdir, workers=args.workers, ps=args.ps, steps=args.steps, steps_per_closure=args.steps_per_closure,
+                  cpu_quota=(int(quota[0]), quota[1], quota[2]) if quota else None,
+                  slow_ps=(int(slow[0]), slow[1]) if slow else None)
+    primary = run.primary
+    print(json.dumps({"logdir": logdir, "examples_per_s": run.examples_per_s,
+                      "primary": primary and {k: primary[k] for k in ("kind", "tasks", "severity")}}))
     return 0
 
 

@@ -197,9 +197,9 @@ def run_throughput(steps: pd.DataFrame, counters: pd.DataFrame | None = None,
     return step_ms, examples_per_s
 
 
-def closure_tail_ns(steps: pd.DataFrame, closures: pd.DataFrame) -> pd.Series:
-    """Per worker, the median time from a closure's end on the worker to its result on the
-    coordinator (``result_ns - end_ns``, both on the reference clock), indexed by task.
+def closure_tail_ns(steps: pd.DataFrame, closures: pd.DataFrame, quantile: float = 0.5) -> pd.Series:
+    """Per worker, the median (or ``quantile``) time from a closure's end on the worker to its
+    result on the coordinator (``result_ns - end_ns``, both on the reference clock), indexed by task.
 
     That tail is part of the idle time between a worker's closures that is not the
     coordinator's: the closure's outstanding parameter-server work (variable updates still
@@ -216,4 +216,4 @@ def closure_tail_ns(steps: pd.DataFrame, closures: pd.DataFrame) -> pd.Series:
         closures[["worker", "closure_id", "result_ns"]].astype({"worker": str}),
         left_on=["task", "step"], right_on=["worker", "closure_id"])
     tail = (paired["result_ns"].astype("float64") - paired["end_ns"].astype("float64")).clip(lower=0.0)
-    return tail.groupby(paired["task"]).median()
+    return tail.groupby(paired["task"]).quantile(quantile)

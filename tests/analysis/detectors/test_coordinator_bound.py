@@ -6,7 +6,8 @@ from tests.runs import MS, START_NS
 from tfdiag.analysis import analyze
 from tfdiag.analysis.breakdown import step_table
 from tfdiag.analysis.detectors.coordinator_bound import closure_gaps
-from tfdiag.analysis.load import load_run
+from tfdiag.analysis.load import RunLoader, load_run
+from tfdiag.analysis.step_stats import StepAccumulator
 
 
 def _gaps(path):
@@ -67,3 +68,43 @@ def test_gaps_are_per_training_step_when_a_closure_runs_several(builder):
     gaps = _gaps(run.write())
     assert gaps.loc["worker:0", "idle_ns"] == pytest.approx(1.1 * MS, rel=1e-3)
     assert gaps.loc["worker:0", "wait_ns"] == pytest.approx(1.0 * MS, rel=1e-3)
+
+
+def test_a_sampled_run_counts_only_the_gaps_between_consecutive_closures(builder):
+    # Past the cap a worker's step rows are a sample (step_stats); a gap from one kept row
+    # to the next spans closures left out, and is not idle time. Two workers take turns at
+    # the closure queue: 4 ms closures 8 ms apart on each.
+    run = builder()
+    for worker in ("worker:0", "worker:1"):
+        run.steps(worker, count=400, step_ms=4, idle_ms=8)
+    begins = sorted((r["begin_ns"], r["task"], r["step"]) for kind, r in run.records if kind == "step")
+    ids = {(task, step): closure for closure, (_, task, step) in enumerate(begins)}
+    run.records = [(kind, dict(r, step=ids[(r["task"], r["step"])])) for kind, r in run.records]
+    run.records += [("closure", dict(worker=r["task"], closure_id=r["step"], dispatch_ns=r["begin_ns"] - MS,
+                                     result_ns=r["end_ns"] + MS, ok=True, error="")) for _, r in list(run.records)]
+    path = run.write(by_task=True, frame_records=50)
+    exact = RunLoader(path).refresh()
+    sampled = RunLoader(path, StepAccumulator(sampled_rows=16, recent_rows=8, segments=8)).refresh()
+    assert len(sampled.frame("step")) < len(exact.frame("step")) // 4
+    for loaded in (exact, sampled):
+        gaps = closure_gaps(step_table(loaded.frame("step"), {}), loaded.frame("closure")).set_index("task")
+        assert gaps["idle_ns"].tolist() == pytest.approx([8 * MS, 8 * MS], rel=1e-3)
+    # 8 ms idle of a 12 ms period, less the tail's round trips: no more than two thirds.
+    idle = [next(f for f in analyze(loaded).findings if f.kind == "coordinator_bound").evidence["idle_frac"]
+            for loaded in (exact, sampled)]
+    assert idle[0] == idle[1]
+
+
+@pytest.mark.parametrize("starved_idle_ms, expected", [(8, 8 / 12), (40, 8 / 12)])
+def test_the_idle_share_is_judged_on_the_workers_without_a_loss_of_their_own(builder, starved_idle_ms, expected):
+    # worker:0 idles 8 ms between 4 ms closures; worker:1 the same, or 40 ms when a CPU quota
+    # stops it between closures. The coordinator's round (8 ms) is the same share of worker:0's
+    # period either way; worker:1's own loss is the straggler's.
+    run = builder()
+    run.steps("worker:0", count=300, step_ms=4, idle_ms=8, closures=True)
+    run.steps("worker:1", count=300 * 12 // (4 + starved_idle_ms), step_ms=4, idle_ms=starved_idle_ms, closures=True)
+    findings = analyze(run.write()).findings
+    finding = next(f for f in findings if f.kind == "coordinator_bound")
+    assert finding.evidence["idle_frac"]["worker:0"] == pytest.approx(expected, abs=0.01)
+    assert finding.title == f"Workers idle {expected:.0%} of the time between closures"
+    assert ("straggler" in [f.kind for f in findings]) == (starved_idle_ms > 8)

@@ -1,5 +1,8 @@
 """``slow_link``: a slow path to a ps delays every source; a busy host delays only some probes."""
 
+import pytest
+
+from tests.runs import MS
 from tfdiag.analysis import analyze
 
 
@@ -24,3 +27,18 @@ def test_a_slow_path_to_a_ps_seen_from_every_source_is_slow_link(builder):
     finding = next(f for f in analyze(run.write()).findings if f.kind == "slow_link")
     assert finding.tasks == ("ps:1",)
     assert finding.evidence["rtt_ms_min"] == {"chief:0->ps:1": 15.0, "worker:0->ps:1": 15.3, "worker:1->ps:1": 14.2}
+
+
+@pytest.mark.parametrize("fastest_tail_ms, saved_ms", [(36, 36), (80, 50)])
+def test_the_tail_saves_its_fastest_closures_time_up_to_two_round_trips(builder, fastest_tail_ms, saved_ms):
+    # One step per closure behind a 25 ms link: 30 ms steps 60 ms apart, results coming back
+    # 10 ms later than the fastest tail in three closures of four (a busy coordinator).
+    run = builder()
+    for worker in ("worker:0", "worker:1"):
+        run.steps(worker, step_ms=30, idle_ms=60, closures=True)
+        run.rpc(worker, "ps:0", 0.4).rpc(worker, "ps:1", 25.4)
+    run.records = [(kind, dict(r, result_ns=r["result_ns"] - MS + int((fastest_tail_ms + 10 * (r["closure_id"] % 4 > 0)) * MS))
+                    if kind == "closure" else r) for kind, r in run.records]
+    [finding] = [f for f in analyze(run.write()).findings if f.kind == "slow_link"]
+    # 25 ms saved inside the step, ``saved_ms`` in the tail: period 90 ms -> 65 - saved.
+    assert finding.recommendation.predicted_speedup == pytest.approx(90 / (65 - saved_ms), rel=0.01)

@@ -125,3 +125,43 @@ def test_one_beat_with_a_damaged_time_does_not_make_a_live_run_hang(builder):
     run.records.append(("heartbeat", dict(task="chief:0", time_ns=2**61, subject="worker:1", progress=100,
                                           in_flight=None, oldest_in_flight_ns=None, closed=False)))
     assert [f for f in analyze(run.write()).findings if f.severity is not Severity.INFO] == []
+
+
+def _probes(run, src, dst, until_ms, every_ms=2_000):
+    """The coordinator's RPC probe answered by ``dst`` every ``every_ms`` up to ``until_ms``."""
+    for at_ms in range(0, until_ms, every_ms):
+        send = START_NS + at_ms * MS
+        run.records.append(("rpc", dict(src=src, dst=dst, send_ns=send, remote_ns=send + MS // 2, recv_ns=send + MS,
+                                        payload_bytes=0)))
+
+
+@pytest.mark.parametrize("frozen, waiting", [("worker:1", "worker:0"), ("worker:0", "worker:1")])
+def test_the_worker_that_stopped_answering_is_named_first_when_the_whole_job_stalls(builder, frozen, waiting):
+    # A frozen worker holds the parameter servers and through them the other worker, whose
+    # last closure came back 1 s earlier; only the frozen one stops answering the probe.
+    run = builder()
+    run.steps(waiting, count=100, step_ms=20, closures=True)  # to ~2.1 s
+    run.steps(frozen, count=150, step_ms=20, closures=True)  # to ~3.2 s
+    run.heartbeats("chief:0", until_ms=60_000, subjects=WORKERS, in_flight=(2, 2_100))
+    _probes(run, "chief:0", waiting, until_ms=60_000)
+    _probes(run, "chief:0", "ps:0", until_ms=60_000)
+    _probes(run, "chief:0", frozen, until_ms=3_000)
+    _probes(run, frozen, "ps:0", until_ms=3_000)  # relayed: read on the frozen worker
+    [finding] = _stalled(analyze(run.write()))
+    assert finding.evidence["state"] == "whole_job"
+    assert finding.tasks == (frozen, waiting)
+    assert finding.evidence["first_stalled"] == frozen and finding.evidence["unresponsive"] == [frozen]
+    assert f"{frozen} stopped answering the coordinator's probes, which {waiting} still answers" in finding.summary
+    assert finding.title.endswith(f"; {frozen} not answering")
+
+
+def test_without_probes_after_the_stall_the_first_to_stop_is_named_first(builder):
+    # The prober itself stopped (or none ran): no task is known to be unresponsive.
+    run = builder()
+    run.steps("worker:0", count=150, step_ms=20, closures=True)
+    run.steps("worker:1", count=100, step_ms=20, closures=True)
+    run.heartbeats("chief:0", until_ms=60_000, subjects=WORKERS, in_flight=(2, 2_100))
+    for worker in WORKERS:
+        _probes(run, "chief:0", worker, until_ms=2_000)
+    [finding] = _stalled(analyze(run.write()))
+    assert finding.tasks == ("worker:1", "worker:0") and finding.evidence["unresponsive"] == []

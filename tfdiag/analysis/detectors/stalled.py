@@ -8,6 +8,14 @@ a callback or hook its own steps) is stalled when its last progress (last step e
 closure result, or heartbeat count change) lies further behind the run's clock than
 ``stall_threshold_ns`` of its own rhythm. Only the coordinator sees a frozen PS worker:
 its closures stay in flight and no more results come from it.
+
+One frozen worker can hold the whole job (the tutorial-style PS loop with worker 1
+stopped: worker 0's closures stopped completing 0.2 s before worker 1's last one came
+back, since its steps wait on the parameter servers that wait on worker 1). Which worker
+stopped first then says nothing; which one stopped *answering* does: where the
+coordinator's RPC probe reached some task after the stall began, a stalled worker it has
+not reached since (directly or relayed from it) is *unresponsive* and named first, and
+the others are waiting (``_answering``).
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tfdiag.analysis.align import to_reference_clock
 from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.groups import TaskGroups
 from tfdiag.analysis.measurements import Measurements
@@ -123,8 +132,27 @@ def _progress_state(measured: Measurements, beats: pd.DataFrame, subject: str, n
     }
 
 
+def _answering(measured: Measurements, stalled: list[dict]) -> tuple[list[str], list[str]]:
+    """The stalled workers the RPC probe has not reached since they stalled (``unresponsive``)
+    and those it has, when it reached any task after the earliest stall (a probe answered
+    shows the prober still ran); a worker it never reached is in neither."""
+    probes = measured.run.frame("rpc")
+    if probes.empty:
+        return [], []
+    answered = to_reference_clock(probes["recv_ns"], probes["src"], measured.offsets)
+    if not (answered > min(state["since_ns"] for state in stalled)).any():
+        return [], []
+    latest = pd.concat([answered.groupby(probes["dst"].astype(str)).max(),
+                        answered.groupby(probes["src"].astype(str)).max()]).groupby(level=0).max()
+    reached = {state["task"]: latest[state["task"]] > state["since_ns"]
+               for state in stalled if state["task"] in latest.index}
+    return [task for task, yes in reached.items() if not yes], [task for task, yes in reached.items() if yes]
+
+
 def _stalled_finding(measured, beats, now_ns, stalled, progressing, stopped, last_beat) -> Finding:
-    stalled = sorted(stalled, key=lambda state: state["since_ns"])  # the first to stop first: where it began
+    unresponsive, answering = _answering(measured, stalled)
+    # Where the hang began: the workers that stopped answering, then the first to stop.
+    stalled = sorted(stalled, key=lambda state: (state["task"] not in unresponsive, state["since_ns"]))
     names = [state["task"] for state in stalled]
     whole_job = not progressing
     in_flight = _in_flight(beats, now_ns)
@@ -134,19 +162,26 @@ def _stalled_finding(measured, beats, now_ns, stalled, progressing, stopped, las
               f"before the latest heartbeat") if in_flight and in_flight["closures"] else ""
     others = "" if whole_job else f" while {', '.join(s['task'] for s in progressing)} kept progressing"
     gone = f"; {', '.join(stopped)} stopped writing without closing (died or frozen)" if stopped else ""
-    if len(stalled) > 1 and stalled[1]["since_ns"] > stalled[0]["since_ns"]:
+    waiting = [name for name in names if name in answering]
+    if unresponsive and waiting:
+        others += (f"; {', '.join(unresponsive)} stopped answering the coordinator's probes, which "
+                   f"{', '.join(waiting)} still answer{'s' if len(waiting) == 1 else ''}: "
+                   f"{'it waits' if len(waiting) == 1 else 'they wait'} for {', '.join(unresponsive)}")
+    elif len(stalled) > 1 and stalled[1]["since_ns"] > stalled[0]["since_ns"]:
         lag_s = (stalled[1]["since_ns"] - stalled[0]["since_ns"]) / 1e9
         others += f"; {names[0]} stopped first, {lag_s:.1f} s before the next"
     return Finding(
         kind=KIND,
         severity=Severity.CRITICAL,
-        title=f"{'Whole job stalled' if whole_job else 'Stalled: ' + ', '.join(names)} for {longest:.0f} s",
+        title=f"{'Whole job stalled' if whole_job else 'Stalled: ' + ', '.join(names)} for {longest:.0f} s"
+              + (f"; {', '.join(unresponsive)} not answering" if unresponsive and waiting else ""),
         summary=f"{scope} made no progress for up to {longest:.0f} s{others}{detail}{gone}. "
                 "The run is still alive (heartbeats continue): a hung task, not a finished run.",
         tasks=tuple(names + [task for task in stopped if task not in names]),
         evidence={
             "state": "whole_job" if whole_job else "partial",
             "first_stalled": names[0],
+            "unresponsive": unresponsive,
             "stalled": stalled,
             "progressing": [state["task"] for state in progressing],
             "in_flight": in_flight,
