@@ -169,3 +169,18 @@ def test_a_worker_given_closures_all_run_that_finished_two_is_judged_by_its_pace
     assert finding.tasks == ("worker:1",) and finding.severity.value == "critical"
     # 4 s with work, 2 records: its period is 2 s a record against worker:0's 200 ms.
     assert finding.evidence["step_period_ms"]["worker:1"] == pytest.approx(1970, rel=0.02)
+
+
+def test_a_worker_that_failed_and_never_came_back_is_not_judged_by_its_pace(builder):
+    # The run above, but worker:1 finished its 2 closures and failed (no restart in the run):
+    # it finished little because it was gone, which is task_failure's.
+    run = builder().steps("worker:0", count=20, step_ms=190, idle_ms=10, closures=True)
+    run.steps("worker:1", count=2, step_ms=300, idle_ms=40, closures=True, start_ns=START_NS + 3300 * MS)
+    run.records.append(("closure", dict(worker="worker:1", closure_id=99, dispatch_ns=START_NS, result_ns=START_NS + 3300 * MS,
+                                        ok=True, error="")))
+    run.fault("worker:1", "failure", 3950)
+    kinds = _kinds(analyze(run.write()))
+    assert "straggler" not in kinds and "task_failure" in kinds
+    # Come back before the end (a restart record), it is judged by its pace again.
+    run.fault("worker:1", "restart", 3990)
+    assert "straggler" in _kinds(analyze(run.write()))

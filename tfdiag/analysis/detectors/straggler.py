@@ -242,7 +242,10 @@ def _barely_stepping(measured: Measurements, compared: pd.DataFrame) -> pd.DataF
 
     Under ParameterServerStrategy a worker has work from its first closure's dispatch: at
     200 steps of ps_ctl on the 2-core host at load 15, a worker under a CPU quota began its
-    first closure 3.3 s after its dispatch and finished 2 of the run's 21 in 4 s.
+    first closure 3.3 s after its dispatch and finished 2 of the run's 21 in 4 s. A worker
+    that failed and had not come back by the end is not judged by its pace: it finished
+    little because it was gone (``task_failure`` names it; ps_ctl with worker 1 killed at
+    step 50 of 200 and restarted after the run ended: 1 closure, "15.6x less often").
     """
     workers = measured.workers.assign(task=measured.workers["task"].astype(str))
     first_begin = measured.steps.groupby(measured.steps["task"].astype(str), observed=True)["begin_ns"].min()
@@ -254,8 +257,10 @@ def _barely_stepping(measured: Measurements, compared: pd.DataFrame) -> pd.DataF
         waited = waited.fillna(0.0).clip(lower=0.0)
     present = workers["active_ns"] + waited - workers["task"].map(_downtime_ns(measured.faults)).fillna(0.0)
     stepped = set(compared.loc[compared["records"] >= 2, "task"].astype(str))
-    few = workers[~workers["task"].isin(stepped) & (present >= MIN_SPAN_SHARE * float(workers["active_ns"].max()))
-                  & (workers["steps"] > 0)]
+    faults = measured.faults
+    gone = set(faults.loc[(faults["kind"] == "failure") & faults["recovered_after_s"].isna(), "task"].astype(str))
+    few = workers[~workers["task"].isin(stepped | gone)
+                  & (present >= MIN_SPAN_SHARE * float(workers["active_ns"].max())) & (workers["steps"] > 0)]
     return pd.DataFrame({
         "task": few["task"], "records": (few["records"] - 1).clip(lower=0), "steps": few["steps"],
         "p50_ns": few["p50_ns"].astype(float), "mean_ns": few["mean_ns"].astype(float),
