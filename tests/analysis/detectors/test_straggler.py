@@ -184,3 +184,17 @@ def test_a_worker_that_failed_and_never_came_back_is_not_judged_by_its_pace(buil
     # Come back before the end (a restart record), it is judged by its pace again.
     run.fault("worker:1", "restart", 3990)
     assert "straggler" in _kinds(analyze(run.write()))
+
+
+def test_a_worker_away_between_a_failure_and_its_restart_is_judged_on_the_time_it_was_up(builder):
+    # Both workers start a step every 20 ms; worker:1 is away from 1 s to 3 s (killed, restarted).
+    def run(with_faults):
+        made = builder().steps("worker:0", count=250, step_ms=18, idle_ms=2)
+        made.steps("worker:1", count=50, step_ms=18, idle_ms=2)
+        made.steps("worker:1", count=100, step_ms=18, idle_ms=2, first_step=50, start_ns=START_NS + 3000 * MS)
+        return made.fault("worker:1", "failure", 1000).fault("worker:1", "restart", 3000) if with_faults else made
+
+    # Without the fault records the gap is the worker's own: a step every 34 ms over its span.
+    assert "straggler" in _kinds(analyze(run(False).write()))
+    kinds = _kinds(analyze(run(True).write()))
+    assert "straggler" not in kinds and "task_failure" in kinds
