@@ -275,11 +275,8 @@ def _without_time_away(measured: Measurements, compared: pd.DataFrame) -> pd.Dat
     failure to its recovery or restart inside the worker's span of step records is left out
     (a TF1 worker killed 2.3 s into an 800-step run and back 5.5 s later started a step every
     45 ms over its span, every 20 ms while it was up, as its peer did)."""
-    faults = measured.faults
-    if faults.empty or compared.empty:
-        return compared
-    back = faults[(faults["kind"] == "failure") & faults["recovered_after_s"].notna()]
-    if back.empty:
+    away_spans = _time_away(measured.faults)
+    if away_spans.empty or compared.empty:
         return compared
     steps = measured.steps
     begins = steps.groupby(steps["task"].astype(str), observed=True)["begin_ns"].agg(["min", "max"])
@@ -288,21 +285,27 @@ def _without_time_away(measured: Measurements, compared: pd.DataFrame) -> pd.Dat
         if task not in begins.index or compared["records"].iloc[row] < 2:
             continue
         first, last = (float(value) for value in begins.loc[task])
-        own = back[back["task"].astype(str) == task]
-        down_from = own["time_ns"].astype(float).to_numpy()
-        down_to = down_from + own["recovered_after_s"].astype(float).to_numpy() * 1e9
-        away = float(np.clip(np.minimum(down_to, last) - np.maximum(down_from, first), 0.0, None).sum())
-        if away and last > first:
+        own = away_spans[away_spans["task"] == task]
+        away = float(np.nansum(np.clip(np.minimum(own["to_ns"], last) - np.maximum(own["from_ns"], first), 0.0, None)))
+        if away and last > first:  # a damaged log's NaN times compare False: nothing left out
             period[row] = max(period[row] * (1.0 - away / (last - first)), float(compared["mean_ns"].iloc[row]))
     return compared.assign(period_ns=period)
 
 
+def _time_away(faults: pd.DataFrame) -> pd.DataFrame:
+    """Each failure that was followed by a recovery or restart: ``task``, ``from_ns``, ``to_ns``."""
+    back = faults[(faults["kind"] == "failure") & faults["recovered_after_s"].notna()] if not faults.empty else faults
+    if back.empty:
+        return pd.DataFrame(columns=["task", "from_ns", "to_ns"])
+    start = back["time_ns"].astype(float)
+    return pd.DataFrame({"task": back["task"].astype(str), "from_ns": start,
+                         "to_ns": start + back["recovered_after_s"].astype(float) * 1e9})
+
+
 def _downtime_ns(faults: pd.DataFrame) -> dict[str, float]:
     """Per task, the time from each of its failures to its recovery or restart (ns)."""
-    if faults.empty:
-        return {}
-    back = faults[(faults["kind"] == "failure") & faults["recovered_after_s"].notna()]
-    return (back["recovered_after_s"].astype(float) * 1e9).groupby(back["task"].astype(str)).sum().to_dict()
+    away = _time_away(faults)
+    return (away["to_ns"] - away["from_ns"]).groupby(away["task"]).sum().to_dict()
 
 
 def _finding(measured, judged, slow, slowdown, typical, typical_period, speedup, *, starved, per_example) -> Finding:
