@@ -11,7 +11,8 @@ free until it ends. Read back from the coordinator's task file:
 - ``cleared_s``: seconds from the quota's end to its ``cleared`` record;
 - ``false``: any finding announced before the quota began (a clean window);
 - the live thread's cost, from the ``note`` it writes when the job closes: evaluations,
-  thread CPU ms per evaluation and per minute, share of one core;
+  how far apart on average (the budget spaces them: ``--share``), thread CPU ms per
+  evaluation and per minute, share of one core;
 - the load average (``os.getloadavg``) at the start and the end.
 
     tools/loopback-only .venv/bin/python benchmarks/live.py --repeats 2   # results as JSON lines, then a table
@@ -49,14 +50,14 @@ try:
     from faults import cpu_quota  # run as a script: benchmarks/ is sys.path[0]
 except ImportError:  # imported as benchmarks.live: tests/collectors/test_live.py uses wait_for
     from benchmarks.faults import cpu_quota
-from tfdiag.collectors.live import DEFAULT_INTERVAL_S, ENV_VAR
+from tfdiag.collectors.live import DEFAULT_INTERVAL_S, ENV_VAR, SHARE_ENV_VAR
 from tfdiag.events import task_name
 from tfdiag.sample_jobs.jobs import JobConfig
 from tfdiag.sample_jobs.launcher import LocalCluster
 from tfdiag.store import MANIFEST_NAME, log_dir, read_task_file, task_files
 
-COST = re.compile(r"live findings: (\d+) evaluations every ([\d.]+) s, ([\d.]+) ms CPU each, (\d+) ms CPU per minute "
-                  r"\(([\d.]+)% of a core\)")
+COST = re.compile(r"live findings: (\d+) evaluations every ([\d.]+) s or more \(every ([\d.]+) s on average, .*?\), "
+                  r"([\d.]+) ms CPU each, (\d+) ms CPU per minute \(([\d.]+)% of a core\)")
 
 
 def records(run_dir: Path, kind: str) -> list[dict]:
@@ -78,6 +79,8 @@ def wait_for(read, timeout_s: float):
 def one_run(workdir: Path, args) -> dict:
     config = JobConfig("ps_ctl", str(workdir / "run"), steps=args.steps, ps=1, workers=2)
     os.environ[ENV_VAR] = str(args.interval)
+    if args.share:
+        os.environ[SHARE_ENV_VAR] = str(args.share)
     load_before = os.getloadavg()[0]
     with open(workdir / "launcher.log", "w") as out:
         cluster = LocalCluster(config, stderr=out)
@@ -110,9 +113,10 @@ def one_run(workdir: Path, args) -> dict:
         "false": [f"{r['state']} {r['kind']} ({r['tasks']})" for r in false],
         "other": [f"{r['state']} {r['kind']} ({r['tasks']})" for r in found if r is not began and r is not cleared],
         "evaluations": int(cost[1]) if cost else None,
-        "cpu_ms_per_evaluation": float(cost[3]) if cost else None,
-        "cpu_ms_per_minute": int(cost[4]) if cost else None,
-        "core_pct": float(cost[5]) if cost else None,
+        "seconds_apart": float(cost[3]) if cost else None,
+        "cpu_ms_per_evaluation": float(cost[4]) if cost else None,
+        "cpu_ms_per_minute": int(cost[5]) if cost else None,
+        "core_pct": float(cost[6]) if cost else None,
         "load": [round(load_before, 2), round(os.getloadavg()[0], 2)],
     }
 
@@ -197,13 +201,13 @@ def table(rows: list[dict], args) -> str:
     lines = [f"ps_ctl, 2 workers, 1 ps; live findings every {args.interval:g} s; worker 1 at "
              f"{args.on_ms:g}/{args.on_ms + args.off_ms:g} ms CPU from {args.clean:g} s after its first step for "
              f"{args.starved:g} s", "",
-             "| run | announced after | cleared after | false before | CPU per evaluation | CPU per minute | share of a core | load (start, end) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| run | announced after | cleared after | false before | evaluations apart | CPU per evaluation | CPU per minute | share of a core | load (start, end) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for number, row in enumerate(rows, 1):
         def seconds(value):
             return "never" if value is None else f"{value:.1f} s"
         lines.append(f"| {number} | {seconds(row['announced_s'])} | {seconds(row['cleared_s'])} | "
-                     f"{', '.join(row['false']) or 'none'} | {row['cpu_ms_per_evaluation']} ms | "
+                     f"{', '.join(row['false']) or 'none'} | {seconds(row['seconds_apart'])} | {row['cpu_ms_per_evaluation']} ms | "
                      f"{row['cpu_ms_per_minute']} ms | {row['core_pct']} % | {row['load'][0]}, {row['load'][1]} |")
     return "\n".join(lines)
 
@@ -212,6 +216,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--interval", type=float, default=DEFAULT_INTERVAL_S, help="seconds between live evaluations")
+    parser.add_argument("--share", type=float, default=None,
+                        help=f"share of a core the evaluations may use (${SHARE_ENV_VAR}); default: the live budget")
     parser.add_argument("--clean", type=float, default=30.0, help="seconds of steps before the quota")
     parser.add_argument("--starved", type=float, default=50.0, help="seconds under the quota")
     parser.add_argument("--on-ms", type=float, default=20.0)

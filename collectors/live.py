@@ -2,7 +2,7 @@
 
 One process of a job runs it: the one that writes the manifest (the chief, the
 ParameterServerStrategy coordinator, or worker 0), started by ``DiagnosticsCallback``,
-``DiagnosticsHook`` or ``instrument_coordinator``. Every ``interval_s`` it calls
+``DiagnosticsHook`` or ``instrument_coordinator``. Every ``interval_s`` or more it calls
 ``tfdiag.analysis.live.LiveFindings.evaluate`` (the last ``WINDOW_S`` seconds of every
 task file, read incrementally), logs each finding that began or cleared on the
 ``tfdiag`` logger (WARNING, so a default logging setup prints it on stderr), and writes it
@@ -14,9 +14,12 @@ thread: pandas and ``tfdiag.analysis`` are imported there, on first use, never w
 (``docs/architecture.md``, "Import rules"). An error stops the thread after one warning;
 training never sees it.
 
-Cost (declared: a ``note`` record at the end, and ``cost()``): the thread's own CPU time
-(``time.thread_time_ns``) per evaluation and per minute; ``docs/benchmarks.md`` has the
-measured figures.
+Cost: held to the ``live`` share of a core in ``collectors/budget.py`` (or
+``$TFDIAG_LIVE_CPU_SHARE``): after an
+evaluation the thread waits ``interval_s``, or longer where that evaluation's CPU time
+(``time.thread_time_ns``) would exceed the share in that time (``pause_s``), so a bigger
+window or a slower host makes the findings come less often, never cost more. Declared: a
+``note`` record at the end, and ``cost()``; ``docs/benchmarks.md`` has the measured figures.
 
 Example:
     >>> thread = LiveThread("logs/run1", writer, interval_s=5.0).start()  # doctest: +SKIP
@@ -34,18 +37,22 @@ from tfdiag.collectors import budget
 
 logger = logging.getLogger("tfdiag")
 
-# Seconds between evaluations when live findings are on and no interval is given: with two
-# evaluations to announce and a 20-s window, a worker that became 2x slower is announced
-# within about 20-30 s of its onset, for about 1 % of one core on the 2-core machine under
-# load (twice that at 5 s; docs/benchmarks.md, "Live findings"), charged to "live" in
-# collectors/budget.py.
+# Seconds between evaluations when live findings are on and no interval is given, at the
+# least: with two evaluations to announce and a 20-s window, a worker that became 2x slower
+# is announced within about 20-30 s of its onset where evaluations are cheap enough for
+# 10 s; at about 45 ms each on the 2-core machine the budget spaces them about 22 s apart
+# (docs/benchmarks.md, "Live findings").
 DEFAULT_INTERVAL_S = 10.0
 # Read when the caller passes no interval: seconds between evaluations ("on": the
-# default interval); unset, 0 or "off": off. Off by default: an evaluation costs about
-# 45 ms of CPU on a two-worker window, most of it the tables' and the detectors' pandas
-# calls, more than twice the "live" budget at 10 s, and the analysis adds pandas to the process
-# (docs/benchmarks.md, "Where an evaluation's CPU goes").
+# default interval); unset, 0 or "off": off. Off by default: the analysis adds pandas to
+# the process, and an evaluation costs about 45 ms of CPU on a two-worker window, most of
+# it the tables' and the detectors' pandas calls (docs/benchmarks.md, "Where an
+# evaluation's CPU goes").
 ENV_VAR = "TFDIAG_LIVE_FINDINGS"
+# Read when the thread starts: the share of one core the evaluations may use (a fraction,
+# e.g. 0.01), for a user who wants findings every few seconds and will pay for them;
+# unset: the ``live`` budget of collectors/budget.py.
+SHARE_ENV_VAR = "TFDIAG_LIVE_CPU_SHARE"
 STOP_TIMEOUT_S = 10.0
 
 
@@ -72,6 +79,28 @@ def interval_from(option: float | None) -> float | None:
     return float(option) if option and option > 0 else None
 
 
+def core_share() -> float:
+    """The share of one core live evaluations may use: ``$TFDIAG_LIVE_CPU_SHARE``, else the
+    ``live`` budget.
+
+    >>> core_share() == budget.COMPONENTS["live"].core_share  # doctest: +SKIP
+    True
+    """
+    declared = budget.COMPONENTS["live"].core_share
+    text = os.environ.get(SHARE_ENV_VAR, "").strip()
+    if not text:
+        return declared
+    try:
+        share = float(text)
+    except ValueError:
+        share = 0.0
+    if not 0 < share <= 1:
+        logger.warning("tfdiag: %s=%r is not a share of a core in (0, 1]; live findings use %g.", SHARE_ENV_VAR, text,
+                       declared)
+        return declared
+    return share
+
+
 def start(logdir, writer, option: float | None) -> LiveThread | None:
     """Starts live findings for ``logdir`` unless ``option`` (see ``interval_from``) turns
     them off; None when off or when the thread cannot start (logged). Never raises."""
@@ -86,15 +115,17 @@ def start(logdir, writer, option: float | None) -> LiveThread | None:
 
 
 class LiveThread:
-    """Runs ``LiveFindings.evaluate`` every ``interval_s`` on a daemon thread until ``stop``
-    (or until ``writer`` closes)."""
+    """Runs ``LiveFindings.evaluate`` every ``interval_s`` or more (``pause_s``: within the
+    ``live`` budget) on a daemon thread until ``stop`` (or until ``writer`` closes)."""
 
     def __init__(self, logdir, writer, interval_s: float = DEFAULT_INTERVAL_S):
         self.logdir = logdir
         self.writer = writer
         self.interval_s = interval_s
+        self.core_share = core_share()
         self.ticks = 0  # evaluations run (a window with too little data included)
         self.cpu_ns = 0  # thread CPU time of those evaluations
+        self._last_cpu_ns = 0  # of the last one, which sets the pause after it
         self.setup_cpu_ns = 0  # thread CPU time of the first import of the analysis
         self.transitions = 0
         self.paused = lambda: False  # evaluations are skipped while true (benchmarks/overhead_ab.py's phases)
@@ -117,7 +148,8 @@ class LiveThread:
         self._done.set()
         self._thread.join(timeout_s)
         cost = self.cost()
-        sentence = (f"live findings: {cost['evaluations']} evaluations every {self.interval_s:g} s, "
+        sentence = (f"live findings: {cost['evaluations']} evaluations every {self.interval_s:g} s or more "
+                    f"(every {cost['seconds_apart']:.1f} s on average, within {self.core_share:.1%} of a core), "
                     f"{cost['cpu_ms_per_evaluation']:.1f} ms CPU each, {cost['cpu_ms_per_minute']:.0f} ms CPU per "
                     f"minute ({cost['cpu_share']:.2%} of a core), {cost['setup_cpu_ms']:.0f} ms to import the analysis")
         logger.info("tfdiag: %s", sentence)
@@ -126,12 +158,20 @@ class LiveThread:
         except Exception as error:  # noqa: BLE001 - a collector never breaks training
             logger.warning("tfdiag: cannot record the live findings' cost (%r).", error)
 
+    def pause_s(self) -> float:
+        """Seconds until the next evaluation: ``interval_s``, or longer where the last one
+        used more CPU than ``core_share`` allows in that time, so that every evaluation and
+        the pause after it stay within the share (an evaluation of 45 ms at the 0.2 % of
+        ``collectors/budget.py``: the next one 22.5 s later)."""
+        return max(self.interval_s, self._last_cpu_ns / 1e9 / self.core_share)
+
     def cost(self) -> dict:
         """Evaluations so far and their thread CPU time: per evaluation, per minute of the
         thread's life, and as a share of one core."""
         alive_ns = max(time.monotonic_ns() - self._started_ns, 1)
         per_evaluation = self.cpu_ns / self.ticks / 1e6 if self.ticks else 0.0
         return {"evaluations": self.ticks, "cpu_ms_per_evaluation": per_evaluation,
+                "seconds_apart": alive_ns / 1e9 / self.ticks if self.ticks else 0.0,
                 "cpu_ms_per_minute": self.cpu_ns / alive_ns * 60e3, "cpu_share": self.cpu_ns / alive_ns,
                 "setup_cpu_ms": self.setup_cpu_ns / 1e6, "transitions": self.transitions}
 
@@ -145,7 +185,7 @@ class LiveThread:
             logger.warning("tfdiag: live findings are off: cannot start the analysis (%r).", error)
             return
         self.setup_cpu_ns = time.thread_time_ns() - begin
-        while not self._done.wait(self.interval_s) and not self.writer.closed:
+        while not self._done.wait(self.pause_s()) and not self.writer.closed:
             if self.paused():
                 continue
             begin = time.thread_time_ns()
@@ -161,6 +201,7 @@ class LiveThread:
                 logger.warning("tfdiag: live findings stopped after an error: %r", error)
                 return
             finally:
-                self.cpu_ns += time.thread_time_ns() - begin
+                self._last_cpu_ns = time.thread_time_ns() - begin
+                self.cpu_ns += self._last_cpu_ns
                 self.ticks += 1
             self.transitions += len(transitions)

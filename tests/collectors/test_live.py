@@ -62,7 +62,8 @@ def test_the_interval_comes_from_the_argument_then_the_environment(monkeypatch, 
     assert live.interval_from(option) == expected
 
 
-def test_the_thread_announces_a_straggler_records_it_and_declares_its_cost(tmp_path, caplog):
+def test_the_thread_announces_a_straggler_records_it_and_declares_its_cost(tmp_path, caplog, monkeypatch):
+    monkeypatch.setenv(live.SHARE_ENV_VAR, "1")  # every 0.3 s, whatever an evaluation costs
     write_straggling_steps(tmp_path)
     writer = writers.acquire(tmp_path, "chief:0")
     with caplog.at_level(logging.INFO, logger="tfdiag"):
@@ -80,7 +81,33 @@ def test_the_thread_announces_a_straggler_records_it_and_declares_its_cost(tmp_p
     cost = thread.cost()
     assert cost["evaluations"] >= 2 and cost["cpu_ms_per_evaluation"] > 0
     (note,) = [n for n in records(tmp_path, "note") if n["message"].startswith("live findings:")]
-    assert f"{cost['evaluations']} evaluations every 0.3 s" in note["message"]
+    assert f"{cost['evaluations']} evaluations every 0.3 s or more" in note["message"]
+
+
+def test_evaluations_are_spaced_to_stay_within_the_live_share_of_a_core(tmp_path, monkeypatch):
+    """Asked for every 0.05 s, evaluations of a 20-s two-worker window (tens of ms each)
+    come only as often as a 5 % share of a core pays for."""
+    monkeypatch.setenv(live.SHARE_ENV_VAR, "0.05")
+    write_straggling_steps(tmp_path)
+    writer = writers.acquire(tmp_path, "chief:0")
+    thread = live.start(tmp_path, writer, 0.05)
+    time.sleep(4)
+    thread.stop()
+    writers.release(writer)
+    cost = thread.cost()
+    assert cost["evaluations"] >= 2
+    assert cost["seconds_apart"] > 3 * 0.05  # stretched...
+    assert cost["cpu_share"] <= 0.05 * 1.2  # ...to the share (the last pause may be cut short by stop)
+    assert thread.pause_s() == pytest.approx(max(0.05, thread._last_cpu_ns / 1e9 / 0.05))  # noqa: SLF001
+
+
+@pytest.mark.parametrize("env, expected", [(None, 0.002), ("0.01", 0.01), ("2", 0.002), ("lots", 0.002)])
+def test_the_share_comes_from_the_environment_else_the_budget(monkeypatch, env, expected):
+    if env is None:
+        monkeypatch.delenv(live.SHARE_ENV_VAR, raising=False)
+    else:
+        monkeypatch.setenv(live.SHARE_ENV_VAR, env)
+    assert live.core_share() == expected
 
 
 @pytest.mark.cluster
@@ -91,6 +118,7 @@ def test_a_worker_starved_mid_run_is_announced_within_30_s(tmp_path, monkeypatch
     # Every 5 s (the default is 10 s: announcing takes two evaluations after the ~8 s the
     # window needs to cross the threshold, up to ~30 s at 10 s; benchmarks/live.py measures that).
     monkeypatch.setenv(live.ENV_VAR, "5")  # the tasks inherit it
+    monkeypatch.setenv(live.SHARE_ENV_VAR, "0.05")  # so that the evaluations can come every 5 s
     config = JobConfig("ps_ctl", str(tmp_path / "run"), steps=1_000_000, ps=1, workers=2)
     with open(tmp_path / "launcher.log", "w") as out:
         cluster = LocalCluster(config, stderr=out)
