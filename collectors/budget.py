@@ -7,8 +7,8 @@ the steps (``per_step_us``: CPU µs per step of ``model.fit`` or per closure of 
 fraction of one core, whatever the step rate). ``benchmarks/overhead_ab.py`` measures
 each component, reports it against its declaration, and exits non-zero when the whole
 exceeds the budget. A new collector adds its entry here (and charges the ledger, below);
-``live`` is reserved for the live findings thread, which runs the detectors in the chief
-every few seconds.
+``live`` is the live findings thread's, which runs the detectors in the chief and
+paces itself to stay within it.
 
 The ledger: collector threads charge the CPU time of their own work to their component
 (``time.thread_time_ns()`` before and after, about 1 µs a charge, background threads
@@ -69,7 +69,8 @@ COMPONENTS: dict[str, Budget] = {
     "writer": Budget(core_share=0.001, what="flush thread: Arrow frames once a second"),
     "hooks": Budget(per_step_us=60, jobs=("fit",), what="callback batch hooks, all-reduce probe every 100 steps"),
     "step_input": Budget(per_step_us=20, jobs=("fit",), what="in-graph input-arrival stamp, read in batches"),
-    "live": Budget(core_share=0.002, what="reserved: live findings (detectors every few seconds in the chief)"),
+    # collectors/live.py spaces its evaluations so that each one's CPU stays within this share.
+    "live": Budget(core_share=0.002, what="live findings: the detectors in the chief, paced to this share"),
 }
 
 
