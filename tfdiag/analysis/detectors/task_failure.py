@@ -19,6 +19,7 @@ from functools import reduce
 import numpy as np
 import pandas as pd
 
+from tfdiag.analysis.closure_gaps import job_pace
 from tfdiag.analysis.faults import FAILURE_KINDS
 from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.measurements import Measurements
@@ -57,6 +58,10 @@ def detect(measured: Measurements) -> list[Finding]:
         speedup = span_s / restored["repaired_s"] if restored["repaired_s"] > 0 else None
     else:
         speedup = span_s / (span_s - lost_s) if span_s > lost_s > 0 else None
+    # No worker restored makes the job faster than the coordinator's loop hands out closures.
+    pace = job_pace(measured)
+    if speedup is not None and pace is not None:
+        speedup = min(speedup, pace.limit())
     unrecovered = [row.task for row in failures.itertuples() if math.isnan(row.recovered_after_s)]
     tasks = tuple(dict.fromkeys(failures["task"]))
     recovery = (
