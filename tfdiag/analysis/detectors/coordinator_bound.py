@@ -114,9 +114,11 @@ def detect(measured: Measurements) -> list[Finding]:
     typical = float(np.median(idle[(period <= OWN_LOSS_RATIO * float(period.min())).to_numpy()]))
     if typical < WARNING_IDLE_FRACTION:
         return []
-    # With k steps per closure the coordinator's round, and its loop, are paid once per k steps.
-    saving = pd.Series((gap * (1 - 1 / STEPS_PER_CLOSURE)).to_numpy(), index=workers["task"].astype(str))
-    own = (pace.own_ns - saving.reindex(pace.own_ns.index).fillna(0.0)).clip(lower=1.0)
+    # With k steps per closure the coordinator's round, and its loop, are paid once per k
+    # steps: each worker's own time between closures (its wait for the loop is the loop's).
+    gap_of = pd.Series(gap.to_numpy(), index=workers["task"].astype(str)).reindex(gaps.index).fillna(0.0)
+    saving = np.minimum(gap_of, gaps["own_ns"] - gaps["run_ns"])
+    own = gaps["own_ns"] - saving * (1 - 1 / STEPS_PER_CLOSURE)
     speedup = pace.speedup(own, pace.loop_ns / STEPS_PER_CLOSURE)
     return [
         Finding(
