@@ -169,23 +169,24 @@ def loop_round_trips(loop_ns: float, round_trip_ns: float) -> int:
     return int(loop_ns // round_trip_ns)
 
 
-def loop_link_saving_ns(links: pd.DataFrame, loop_ns: float, ps: str, peers_ns: float) -> float:
-    """What a link to ``ps`` as fast as its peers' (``peers_ns``) would save the coordinator's
-    loop per closure (``loop_ns``): the loop's round trips to ``ps`` (``loop_round_trips``,
-    at the coordinator's own fastest probe of it) times the excess of each. 0 when the
-    coordinator did not probe ``ps`` or its loop did not set the pace (``loop_ns`` 0).
+def loop_link_saving(links: pd.DataFrame, loop_ns: float, ps: str, peers_ns: float) -> tuple[int, float]:
+    """The coordinator's loop's round trips to ``ps`` per closure (``loop_ns``), and what a
+    link as fast as its peers' (``peers_ns``) would save it: ``loop_round_trips`` at the
+    coordinator's own fastest probe of ``ps``, times the excess of each. ``(0, 0.0)`` when
+    the coordinator did not probe ``ps`` or its loop did not set the pace (``loop_ns`` 0).
 
     >>> links = pd.DataFrame({"src": ["chief:0", "worker:0"], "dst": ["ps:1", "ps:1"], "rtt_min_ns": [26.7, 26.3]})
-    >>> round(loop_link_saving_ns(links, 83.5, "ps:1", 0.7), 1)  # three round trips of 26 more
-    78.0
+    >>> loop_link_saving(links, 83.5, "ps:1", 0.7)  # three round trips of 26 more
+    (3, 78.0)
     """
     if links.empty or loop_ns <= 0:
-        return 0.0
+        return 0, 0.0
     own = links[(links["dst"].astype(str) == ps) & ~links["src"].astype(str).str.startswith("worker:")]
     if own.empty:
-        return 0.0
+        return 0, 0.0
     round_trip = float(own["rtt_min_ns"].min())
-    return loop_round_trips(loop_ns, round_trip) * max(round_trip - peers_ns, 0.0)
+    round_trips = loop_round_trips(loop_ns, round_trip)
+    return round_trips, round_trips * max(round_trip - peers_ns, 0.0)
 
 
 @dataclass(frozen=True)

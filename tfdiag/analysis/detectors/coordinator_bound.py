@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tfdiag.analysis.closure_gaps import TAIL_PS_ROUND_TRIPS, JobPace, closure_gaps, job_pace, loop_link_saving_ns
+from tfdiag.analysis.closure_gaps import TAIL_PS_ROUND_TRIPS, JobPace, closure_gaps, job_pace, loop_link_saving
 from tfdiag.analysis.detectors.slow_link import slow_ps
 from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.groups import TaskGroups, mean_of, median_of
@@ -84,7 +84,7 @@ def loop_link_share(measured: Measurements, pace: JobPace) -> float:
     if pace.loop_ns <= 0:
         return 0.0
     per_closure = pace.loop_ns * pace.steps_per_closure
-    savings = [loop_link_saving_ns(measured.link_latency, per_closure, ps, peers)
+    savings = [loop_link_saving(measured.link_latency, per_closure, ps, peers)[1]
                for ps, (_, peers) in slow_ps(measured.link_latency).items()]
     return min(max(savings, default=0.0) / per_closure, 1.0)
 

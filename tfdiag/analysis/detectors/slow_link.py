@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from tfdiag.analysis.breakdown import closure_tail_ns
-from tfdiag.analysis.closure_gaps import TAIL_PS_ROUND_TRIPS, job_pace, loop_link_saving_ns
+from tfdiag.analysis.closure_gaps import TAIL_PS_ROUND_TRIPS, job_pace, loop_link_saving
 from tfdiag.analysis.detectors.evidence import task_list
 from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.links import MIN_LINK_SAMPLES
@@ -155,7 +155,8 @@ def _probed_speedup(measured: Measurements, dst: str, extra: float, rtt_peers: f
         return predicted_speedup(measured.workers, measured.workers["mean_ns"] - saving - tail_saving,
                                  measured.synchronous), {}
     per_closure = pace.loop_ns * pace.steps_per_closure
-    loop_saving = loop_link_saving_ns(measured.link_latency, per_closure, dst, rtt_peers) / pace.steps_per_closure
+    round_trips, loop_saving = loop_link_saving(measured.link_latency, per_closure, dst, rtt_peers)
+    loop_saving /= pace.steps_per_closure
     own = pace.own_ns - pd.Series((saving + tail_saving).to_numpy(), index=measured.workers["task"].astype(str))
     own = own.reindex(pace.own_ns.index).fillna(pace.own_ns)
     # The run's start and model.fit's epoch ends read and write the same variables through
@@ -165,7 +166,7 @@ def _probed_speedup(measured: Measurements, dst: str, extra: float, rtt_peers: f
     speedup = pace.speedup(own, pace.loop_ns - loop_saving, pace.fixed_ns * shorter)
     return speedup, {
         "coordinator_loop_ms_per_closure": round(per_closure / 1e6, 2),
-        "coordinator_loop_round_trips": int(round(loop_saving * pace.steps_per_closure / extra)) if extra > 0 else 0,
+        "coordinator_loop_round_trips": round_trips,
     }
 
 

@@ -8,7 +8,8 @@ faster alone, so counting each lost worker as 1/n of the capacity over-predicts 
 200 steps, worker 1 killed before it stepped and never back: 1.60x predicted, 1.42x
 measured on two busy cores); with workers on hosts of their own both give the same.
 Without such a window (the killed worker never stepped, as there, or too few records)
-the capacity model stands.
+the capacity model stands. Under ParameterServerStrategy either is held to what the
+coordinator's loop allows (``closure_gaps.JobPace.limit``).
 """
 
 from __future__ import annotations
