@@ -16,8 +16,10 @@ to its next one. The gap is, in order:
 ``closure_gaps`` measures these per worker; ``coordinator_loop_ns`` is the loop's time
 per closure where the workers waited for it; ``JobPace`` turns both into the run's
 throughput: the workers' own paces (closure, tail, handover) added as rates, held to the
-coordinator's loop, plus the time neither explains (start-up, ``model.fit``'s epoch
-ends: *fixed*). A fix changes the paces or the loop; the fixed time stays.
+coordinator's loop, plus a *fixed* time (the start, pauses such as ``model.fit``'s epoch
+ends). A change on the workers or the loop changes the paces or the loop; only a faster
+link also shortens the fixed time (``slow_link``: the start and epoch ends make the same
+calls as the steps).
 """
 
 from __future__ import annotations
