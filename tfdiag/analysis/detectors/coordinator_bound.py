@@ -6,13 +6,17 @@ coordinator before that thread starts the next one. On a busy host each of those
 threads waits for a core, which makes the round longer, not less the coordinator's:
 ``ps_ctl`` with one step per closure idled 77 % between closures at load 17-22 (a
 24-28 ms median from a closure's end to its result, 1.7-4.8 ms from the result to the
-next closure), and ten steps per closure measured 2.63x. Two parts of the idle time are
-not that round, and are left out:
+next closure), and ten steps per closure measured 2.63x. Three parts of the idle time
+are not that round, and are left out (the split is ``closure_gaps``'):
 
 - after a closure's last timestamp the worker still waits for its variable updates on
   the parameter servers: ``TAIL_PS_ROUND_TRIPS`` round trips to the slowest ps (its
   fastest probe), at most the tail, once per closure (``ps_round_trip_ms_per_step``): a
   slow link is ``slow_link``'s;
+- the wait for the coordinator's loop (``schedule()`` after the previous result) holds
+  the loop's own round trips to a slow ps (``model.fit`` makes them between closures):
+  their share of the loop's time is the link's (ps_fit behind 26.7 ms: 94 % of an 83.5 ms
+  loop, the idle share 60 % with them and 9 % without);
 - a wait far longer than the worker's usual one (``model.fit``'s epoch ends, a
   checkpoint, an evaluation, ``coordinator.join()``) is a *pause*: more steps per
   closure would not remove it, so pauses are counted apart (ps_fit's epoch ends: 360-645
@@ -22,6 +26,8 @@ And the coordinator serves every worker alike, so no worker's share is taken lar
 the least idle worker's (the rest is that worker's own loss: a CPU quota stops the
 worker, and its next closure waits to start: ``straggler``), and the share is judged on
 the workers without such a loss (periods within ``OWN_LOSS_RATIO`` of the shortest).
+The prediction goes through the job's pace (``closure_gaps.JobPace``): each worker's own
+time between closures and the loop's time paid once per ``STEPS_PER_CLOSURE`` steps.
 """
 
 from __future__ import annotations
