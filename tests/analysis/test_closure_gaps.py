@@ -99,3 +99,14 @@ def test_the_pace_keeps_the_fixed_time_and_holds_to_the_loop():
     assert pace.speedup(own_ns=pace.own_ns / 2) == pytest.approx(4000 / 3000)
     assert pace.speedup(own_ns=pace.own_ns / 4) == pytest.approx(4000 / 3000)
     assert pace.limit() == pytest.approx(4000 / 3000)
+
+
+def test_a_worker_that_never_stepped_is_restored_at_the_others_pace_with_the_start_kept(builder):
+    # worker:1 fails at once and never steps; worker:0 runs 100 closures of 20 ms, 2 ms apart,
+    # all scheduled 1 s before the first started (the job's start).
+    run = builder().steps("worker:0", count=100, step_ms=20, idle_ms=2, closures=True).fault("worker:1", "failure", 0)
+    run.records = [(kind, dict(r, dispatch_ns=START_NS - 1000 * MS) if kind == "closure" else r) for kind, r in run.records]
+    finding = next(f for f in analyze(run.write()).findings if f.kind == "task_failure")
+    # 100 steps at 22 ms after 1 s of start; with worker:1 at the same pace, at 11 ms: the
+    # capacity model (half the workers for the whole run) would say 2x.
+    assert finding.recommendation.predicted_speedup == pytest.approx((1000 + 2200) / (1000 + 1100), rel=0.02)
