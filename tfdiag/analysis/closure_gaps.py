@@ -270,7 +270,7 @@ def paced_speedup(measured, tasks: pd.Series, period_ratio: pd.Series) -> float 
     its period (a repaired straggler), through the ``JobPace``: held to the coordinator's
     loop, the run's fixed time kept. None without closure records.
 
-    ParameterServerStrategy's ``model.fit`` (ps_fit) spends 2.1-2.3 s of a 5.3-5.7 s run
+    ParameterServerStrategy's ``model.fit`` (ps_fit) spends 2.1-2.4 s of a 5.3-5.7 s run
     outside its steps (start-up, five epoch ends), which no faster worker shortens.
     """
     pace = job_pace(measured)

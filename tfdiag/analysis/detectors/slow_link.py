@@ -160,8 +160,8 @@ def _probed_speedup(measured: Measurements, dst: str, extra: float, rtt_peers: f
     own = pace.own_ns - pd.Series((saving + tail_saving).to_numpy(), index=measured.workers["task"].astype(str))
     own = own.reindex(pace.own_ns.index).fillna(pace.own_ns)
     # The run's start and model.fit's epoch ends read and write the same variables through
-    # the same links as its steps: they shorten as the steps do (ps_fit behind 26.7 ms: 6.3
-    # s of fixed time, 2.1 s without the delay; behind 12.7 ms: 3.9 s and 2.2 s).
+    # the same links as its steps: they shorten as the steps do (ps_fit behind 26.7 ms: 3.1
+    # s of start and pauses, 2.1 s without the delay; behind 12.7 ms: 2.7 s and 2.2 s).
     shorter = pace.step_time_ns(own, pace.loop_ns - loop_saving) / pace.step_time_ns()
     speedup = pace.speedup(own, pace.loop_ns - loop_saving, pace.fixed_ns * shorter)
     return speedup, {
