@@ -156,6 +156,13 @@ class RunBuilder:
         return self.path
 
 
+def scheduled_ahead(run: RunBuilder) -> RunBuilder:
+    """Every closure of ``run`` scheduled at its start, as a loop that schedules the whole run
+    up front (the tutorial's) does: no worker waits for the coordinator's loop."""
+    run.records = [(kind, dict(r, dispatch_ns=START_NS) if kind == "closure" else r) for kind, r in run.records]
+    return run
+
+
 def _writer_of(values: dict) -> str:
     """The task that writes a record in a real job: the one it is about."""
     return values.get("task") or values.get("worker") or values.get("src") or "chief:0"

@@ -5,7 +5,7 @@ import pytest
 from tests.runs import MS, START_NS
 from tfdiag.analysis import analyze
 from tfdiag.analysis.breakdown import step_table
-from tfdiag.analysis.detectors.coordinator_bound import closure_gaps
+from tfdiag.analysis.closure_gaps import closure_gaps
 from tfdiag.analysis.load import RunLoader, load_run
 from tfdiag.analysis.step_stats import StepAccumulator
 

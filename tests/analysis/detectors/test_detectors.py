@@ -2,6 +2,7 @@
 
 import pytest
 
+from tests.runs import scheduled_ahead
 from tfdiag.analysis import analyze
 
 
@@ -132,7 +133,7 @@ def test_coordinator_bound(builder):
     run = builder()
     for worker in ("worker:0", "worker:1"):
         run.steps(worker, step_ms=4, idle_ms=8, closures=True)
-    finding = analyze(run.write()).primary
+    finding = analyze(scheduled_ahead(run).write()).primary
     assert finding.kind == "coordinator_bound"
     assert finding.evidence["idle_frac"]["worker:0"] == pytest.approx(8 / 12, abs=0.01)
     # The 8 ms between closures paid once per 10 steps: period 12 ms -> 4.8 ms.
@@ -227,7 +228,7 @@ def _one_step_closures_behind_a_slow_ps(builder, tail_ms):
     ends = {(r["task"], r["step"]): r["end_ns"] for kind, r in run.records if kind == "step"}
     run.records = [(kind, dict(r, result_ns=ends[(r["worker"], r["closure_id"])] + int(tail_ms * 1e6)) if kind == "closure" else r)
                    for kind, r in run.records]
-    return run
+    return scheduled_ahead(run)
 
 
 def test_a_slow_ps_link_between_closures_is_slow_link_not_coordinator_bound(builder):

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from tfdiag.analysis.breakdown import closure_tail_ns
-from tfdiag.analysis.detectors.coordinator_bound import TAIL_PS_ROUND_TRIPS
+from tfdiag.analysis.closure_gaps import TAIL_PS_ROUND_TRIPS, job_pace, loop_link_saving
 from tfdiag.analysis.detectors.evidence import task_list
 from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.links import MIN_LINK_SAMPLES
@@ -36,21 +36,26 @@ CRITICAL_EXTRA_NS = 20_000_000
 
 
 def detect(measured: Measurements) -> list[Finding]:
-    links = measured.link_latency
+    return [_finding(measured, dst, rtt, peers) for dst, (rtt, peers) in slow_ps(measured.link_latency).items()]
+
+
+def slow_ps(links: pd.DataFrame) -> dict[str, tuple[float, float]]:
+    """The ps behind a slow link: ``{ps: (its fastest round trip, its peers')}`` (ns), from a
+    ``link_latency_table``."""
     if links.empty:
-        return []
+        return {}
     # Probes to workers are answered by the worker's own busy threads, so their round
     # trips measure its load as much as the network; they are left to `straggler`.
     to_ps = links[links["dst"].str.startswith("ps:") & (links["samples"] >= MIN_LINK_SAMPLES)]
     per_dst = to_ps.groupby("dst")["rtt_min_ns"].median()
     if len(per_dst) < 2:
-        return []
-    findings = []
+        return {}
+    slow = {}
     for dst, rtt in per_dst.items():
         peers = float(np.median(per_dst.drop(dst)))
         if _slow(rtt, peers) and _slow_from_every_source(to_ps, str(dst), peers):
-            findings.append(_finding(measured, str(dst), float(rtt), peers))
-    return findings
+            slow[str(dst)] = (float(rtt), peers)
+    return slow
 
 
 def _slow(rtt: float, peers: float) -> bool:
@@ -93,7 +98,8 @@ def _finding(measured: Measurements, dst: str, rtt: float, peers: float) -> Find
         measured_by = (f"Traced tensor transfers (RecvTensor) from {dst} to {task_list(sorted(sources['src']))} take "
                        f"at least {rtt / 1e6:.1f} ms against {peers / 1e6:.1f} ms from the other parameter servers")
     else:
-        speedup = _probed_speedup(measured, dst, extra)
+        speedup, cost = _probed_speedup(measured, dst, extra, peers)
+        evidence.update(cost)
         measured_by = (f"The RPC probe from {task_list(sorted(sources['src']))} measures round trips of at least "
                        f"{rtt / 1e6:.1f} ms to {dst} against {peers / 1e6:.1f} ms to the other parameter servers")
     return Finding(
@@ -114,10 +120,18 @@ def _finding(measured: Measurements, dst: str, rtt: float, peers: float) -> Find
     )
 
 
-def _probed_speedup(measured: Measurements, dst: str, extra: float) -> float | None:
-    """The ps traffic model with the link's latency lowered to its peers' (the probe's path)."""
+def _probed_speedup(measured: Measurements, dst: str, extra: float, rtt_peers: float) -> tuple[float | None, dict]:
+    """The link's cost per step from the probe's round trips, and its evidence.
+
+    In each closure the ps traffic model with the link's latency lowered to its peers', in
+    its tail up to ``TAIL_PS_ROUND_TRIPS`` of them; under ParameterServerStrategy also in
+    the coordinator's loop, where the workers waited for it (``closure_gaps``): its round
+    trips to ``dst`` estimated from its time per closure. The job's pace
+    (``closure_gaps.JobPace``) turns them into the run's throughput; its fixed time (the
+    start, ``model.fit``'s epoch ends) shortens as its steps do.
+    """
     if measured.workers.empty:
-        return None
+        return None, {}
     traffic = ps_traffic(measured)
     if traffic is not None:
         fixed = dict(traffic.rtt_ns, **{dst: max(traffic.rtt_ns.get(dst, 0.0) - extra, 0.0)})
@@ -136,7 +150,24 @@ def _probed_speedup(measured: Measurements, dst: str, extra: float) -> float | N
     steps_per_closure = measured.steps.groupby("task", observed=True)["steps"].mean()
     tail_saving = (measured.workers["task"].map(tail).fillna(0.0).clip(upper=TAIL_PS_ROUND_TRIPS * extra)
                    / measured.workers["task"].map(steps_per_closure).fillna(1.0).clip(lower=1.0))
-    return predicted_speedup(measured.workers, measured.workers["mean_ns"] - saving - tail_saving, measured.synchronous)
+    pace = job_pace(measured)
+    if pace is None:
+        return predicted_speedup(measured.workers, measured.workers["mean_ns"] - saving - tail_saving,
+                                 measured.synchronous), {}
+    per_closure = pace.loop_ns * pace.steps_per_closure
+    round_trips, loop_saving = loop_link_saving(measured.link_latency, per_closure, dst, rtt_peers)
+    loop_saving /= pace.steps_per_closure
+    own = pace.own_ns - pd.Series((saving + tail_saving).to_numpy(), index=measured.workers["task"].astype(str))
+    own = own.reindex(pace.own_ns.index).fillna(pace.own_ns)
+    # The run's start and model.fit's epoch ends read and write the same variables through
+    # the same links as its steps: they shorten as the steps do (ps_fit behind 26.7 ms: 3.1
+    # s of start and pauses, 2.1 s without the delay; behind 12.7 ms: 2.7 s and 2.2 s).
+    shorter = pace.step_time_ns(own, pace.loop_ns - loop_saving) / pace.step_time_ns()
+    speedup = pace.speedup(own, pace.loop_ns - loop_saving, pace.fixed_ns * shorter)
+    return speedup, {
+        "coordinator_loop_ms_per_closure": round(per_closure / 1e6, 2),
+        "coordinator_loop_round_trips": round_trips,
+    }
 
 
 def _traced_speedup(measured: Measurements, dst: str, extra: float) -> tuple[float | None, dict]:

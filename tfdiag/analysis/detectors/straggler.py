@@ -39,6 +39,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from tfdiag.analysis.closure_gaps import paced_speedup
 from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.groups import TaskGroups, mean_of, median_of
 from tfdiag.analysis.measurements import Measurements
@@ -225,13 +226,17 @@ def detect(measured: Measurements) -> list[Finding]:
         return []
     if by_period[slow.index].any():
         # What if the stragglers started steps as often (per example) as the other workers?
-        speedup = speedup_at_periods(judged, judged["period_ns"].where(~by_period, typical_period * scale))
+        new_period = judged["period_ns"].where(~by_period, typical_period * scale)
+        speedup = speedup_at_periods(judged, new_period)
         slowdown = period_slowdown.where(by_period, step_slowdown)
     else:
         # What if the stragglers stepped like the typical worker?
         new_mean = judged["mean_ns"].where(~by_step, typical_of_others(judged["mean_ns"] / scale) * scale)
+        new_period = judged["period_ns"] - (judged["mean_ns"] - new_mean)
         speedup = predicted_speedup(judged, new_mean, measured.synchronous)
         slowdown = step_slowdown
+    if not measured.synchronous:  # under ParameterServerStrategy: the job's pace (closure_gaps)
+        speedup = paced_speedup(measured, judged["task"], new_period / judged["period_ns"]) or speedup
     return [_finding(measured, judged, slow, slowdown, typical * scale, typical_period * scale, speedup,
                      starved=bool(by_period[slow.index].all() and not by_step[slow.index].any()), per_example=per_example)]
 
