@@ -45,13 +45,14 @@ callback enqueues nothing. Nothing raised in the stamp reaches training.
 Example:
     >>> stamps = StepStamps()
     >>> stamps.take()
-    ([], [], [])
+    ([], [], [], [])
 """
 
 from __future__ import annotations
 
 import bisect
 import logging
+import math
 
 logger = logging.getLogger("tfdiag")
 
@@ -65,52 +66,59 @@ class StepStamps:
     def __init__(self):
         self.queue = None  # set by stamp_train_step
 
-    def take(self) -> tuple[list[int], list[int], list[int]]:
-        """``(started_ns, ready_ns, rows)`` of every stamp since the last ``take``, in order.
-        Never raises."""
+    def take(self) -> tuple[list[int], list[int], list[int | None], list[int]]:
+        """``(started_ns, ready_ns, gradients_ns, rows)`` of every stamp since the last
+        ``take``, in order (``gradients_ns`` None where the step applied no gradients
+        through the model's optimizer). Never raises."""
         queue = self.queue
         if queue is None:
-            return [], [], []
+            return [], [], [], []
         try:
             size = int(queue.size())
             if not size:
-                return [], [], []
-            started, ready, rows = queue.dequeue_many(size)
-            return _nanoseconds(started), _nanoseconds(ready), rows.numpy().tolist()
+                return [], [], [], []
+            started, ready, gradients, rows = queue.dequeue_many(size)
+            return (_nanoseconds(started), _nanoseconds(ready), _nanoseconds(gradients),
+                    rows.numpy().tolist())
         except Exception as error:  # noqa: BLE001 - a collector never breaks training
             logger.warning("tfdiag: cannot read the input-wait stamps (%r); they are off.", error)
             self.queue = None
-            return [], [], []
+            return [], [], [], []
 
 
-def _nanoseconds(seconds) -> list[int]:
-    return [int(round(t * 1e9)) for t in seconds.numpy().tolist()]
+def _nanoseconds(seconds) -> list[int | None]:
+    return [None if math.isnan(t) else int(round(t * 1e9)) for t in seconds.numpy().tolist()]
 
 
 def match_stamps(steps: list[tuple[int, int]], started_ns: list[int], ready_ns: list[int],
-                 rows: list[int]) -> list[tuple[int | None, int | None, int]]:
+                 gradients_ns: list[int | None], rows: list[int]
+                 ) -> list[tuple[int | None, int | None, int | None, int]]:
     """For each ``(begin_ns, end_ns)`` step, the first stamp whose element time is inside it
-    (its start and element times) and the rows of all of them.
+    (its start, element and gradients times) and the rows of all of them.
 
-    Stamps are in order (a queue's). A step without a stamp gets ``(None, None, 0)``.
+    Stamps are in order (a queue's). A step without a stamp gets ``(None, None, None, 0)``.
 
-    >>> match_stamps([(0, 10), (10, 20), (20, 30)], [1, 2, 21], [3, 4, 25], [8, 8, 8])
-    [(1, 3, 16), (None, None, 0), (21, 25, 8)]
+    >>> match_stamps([(0, 10), (10, 20), (20, 30)], [1, 2, 21], [3, 4, 25], [5, 6, None], [8, 8, 8])
+    [(1, 3, 5, 16), (None, None, None, 0), (21, 25, None, 8)]
     """
     matched = []
     for begin_ns, end_ns in steps:
         first, last = bisect.bisect_left(ready_ns, begin_ns), bisect.bisect_right(ready_ns, end_ns)
-        matched.append((started_ns[first], ready_ns[first], sum(rows[first:last])) if first < last
-                       else (None, None, 0))
+        matched.append((started_ns[first], ready_ns[first], gradients_ns[first], sum(rows[first:last]))
+                       if first < last else (None, None, None, 0))
     return matched
 
 
 class _State:
-    """A stamped model: its own ``train_step`` and the queue its stamps go to."""
+    """A stamped model: its own ``train_step`` and its optimizer's own ``apply_gradients``,
+    the queue its stamps go to, and the gradients stamps of the step being traced."""
 
-    def __init__(self, own, queue):
+    def __init__(self, own, optimizer, own_apply, queue):
         self.own = own  # the model's own train_step attribute, if it had one (else the class's is used)
+        self.optimizer = optimizer  # the optimizer whose apply_gradients is wrapped, or None
+        self.own_apply = own_apply  # its own apply_gradients attribute, if it had one
         self.queue = queue
+        self.tracing: list | None = None  # while a train_step traces: its gradients stamps
 
 
 def _uses_xla(model) -> bool:
@@ -122,18 +130,18 @@ def stamp_train_step(model, stamps: StepStamps | None, rows_of) -> bool:
     """Makes ``model``'s train step stamp into a queue that ``stamps`` reads; ``None`` detaches it.
 
     ``rows_of(element)`` returns the element's leading dimension as an int64 tensor
-    (built in-graph). Attaching remakes the train function once per ``fit`` (traced at
-    its first step); detaching restores the model's own ``train_step`` and remakes it
-    again. Returns whether stamps will arrive.
+    (built in-graph). Attaching wraps the model's ``train_step`` and its optimizer's
+    ``apply_gradients`` and remakes the train function once per ``fit`` (traced at its
+    first step); detaching restores both and remakes it again. Returns whether stamps
+    will arrive.
     """
     state = getattr(model, _STATE_ATTRIBUTE, None)
     if stamps is None:
         if state is not None:
             try:
-                if state.own is None:
-                    delattr(model, "train_step")
-                else:
-                    setattr(model, "train_step", state.own)
+                _restore(model, "train_step", state.own)
+                if state.optimizer is not None:
+                    _restore(state.optimizer, "apply_gradients", state.own_apply)
                 delattr(model, _STATE_ATTRIBUTE)
                 model.make_train_function(force=True)
             except Exception as error:  # noqa: BLE001
@@ -144,9 +152,11 @@ def stamp_train_step(model, stamps: StepStamps | None, rows_of) -> bool:
     import tensorflow as tf
 
     if state is None:
-        queue = tf.queue.FIFOQueue(2**31 - 1, [tf.float64, tf.float64, tf.int64], shapes=[[], [], []],
-                                   name="tfdiag_input_ready")
-        state = _State(vars(model).get("train_step"), queue)
+        queue = tf.queue.FIFOQueue(2**31 - 1, [tf.float64, tf.float64, tf.float64, tf.int64],
+                                   shapes=[[], [], [], []], name="tfdiag_input_ready")
+        optimizer = getattr(model, "optimizer", None)
+        state = _State(vars(model).get("train_step"), optimizer,
+                       None if optimizer is None else vars(optimizer).get("apply_gradients"), queue)
     original = state.own or type(model).train_step.__get__(model, type(model))
     queue = state.queue
 
@@ -157,12 +167,24 @@ def stamp_train_step(model, stamps: StepStamps | None, rows_of) -> bool:
         anchor = [tf.reshape(t, [-1])[:1] for t in tf.nest.flatten(data, expand_composites=True)[:1]]
         with tf.control_dependencies(anchor):
             ready = tf.timestamp()
-        queue.enqueue([started, ready, rows_of(data)], name="tfdiag_input_ready")
-        return original(data)
+        state.tracing = []
+        try:
+            outputs = original(data)
+        finally:
+            applied, state.tracing = state.tracing, None
+        # The last gradients the step applied, if they were applied in this graph (not in a
+        # nested function or branch, whose tensors this graph cannot read).
+        graph = tf.compat.v1.get_default_graph()
+        applied = [stamp for stamp in applied if stamp.graph is graph]
+        gradients = applied[-1] if applied else tf.constant(math.nan, tf.float64)
+        queue.enqueue([started, ready, gradients, rows_of(data)], name="tfdiag_input_ready")
+        return outputs
 
     try:
         setattr(model, "train_step", train_step)
         setattr(model, _STATE_ATTRIBUTE, state)
+        if state.optimizer is not None:
+            setattr(state.optimizer, "apply_gradients", _stamped_apply_gradients(tf, state))
         # Keras 3 binds train_step when it makes the train function (before on_train_begin);
         # tf-keras looks it up when tracing. Remaking it (public API) serves both.
         model.make_train_function(force=True)
@@ -172,3 +194,27 @@ def stamp_train_step(model, stamps: StepStamps | None, rows_of) -> bool:
     stamps.queue = queue
     stamps.take()  # stamps of an earlier fit
     return True
+
+
+def _stamped_apply_gradients(tf, state: _State):
+    """The optimizer's ``apply_gradients``, which first stamps when all the gradients it was
+    given exist: this worker's own, before the cross-worker reduction inside it."""
+    own_apply = state.own_apply or type(state.optimizer).apply_gradients.__get__(state.optimizer)
+
+    def apply_gradients(grads_and_vars, *args, **kwargs):
+        grads_and_vars = list(grads_and_vars)
+        if state.tracing is not None:
+            gradients = [gradient for gradient, _ in grads_and_vars if gradient is not None]
+            with tf.control_dependencies(tf.nest.flatten(gradients, expand_composites=True)):
+                state.tracing.append(tf.timestamp(name="tfdiag_gradients_ready"))
+        return own_apply(grads_and_vars, *args, **kwargs)
+
+    return apply_gradients
+
+
+def _restore(owner, name: str, own) -> None:
+    """Puts back ``owner``'s own attribute ``name`` (or removes ours where it had none)."""
+    if own is None:
+        delattr(owner, name)
+    else:
+        setattr(owner, name, own)
