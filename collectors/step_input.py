@@ -38,9 +38,10 @@ reduction, the update and its wait for slower workers. Verified on ``mwms_fit`` 
 2 workers, 200 steps, load average 2.5) with worker 1 sleeping 40 ms in its forward
 pass: worker 0 computed a median 4.1 ms and spent 58.5 ms of its 63.3 ms step after it
 (its wait for worker 1, then the reduction), worker 1 computed 44.1 ms and spent 18.0 ms
-after it; clean, both computed about 4 ms with 19.4 ms after. ``tests/collectors/test_step_input.py`` checks both Kerases in one
-process (an optimizer that waits inside ``apply_gradients`` leaves ``compute_ns`` short;
-a slow forward pass makes it long) and the two-worker run.
+after it; clean, both computed about 4 ms with 19.4 ms after.
+``tests/collectors/test_step_input.py`` checks both Kerases in one process (an optimizer
+that waits inside ``apply_gradients`` leaves ``compute_ns`` short; a slow forward pass
+makes it long) and the two-worker run.
 
 Cost (``benchmarks/stamp_cost.py``; budget ``step_input`` in ``collectors/budget.py``): the
 earlier stamp, a ``tf.py_function`` per replica per step (a host callback into Python,
@@ -74,6 +75,7 @@ from __future__ import annotations
 import bisect
 import logging
 import math
+import threading
 
 logger = logging.getLogger("tfdiag")
 
@@ -139,7 +141,9 @@ class _State:
         self.optimizer = optimizer  # the optimizer whose apply_gradients is wrapped, or None
         self.own_apply = own_apply  # its own apply_gradients attribute, if it had one
         self.queue = queue
-        self.tracing: list | None = None  # while a train_step traces: its gradients stamps
+        # While a train_step traces, its gradients stamps (per thread: MirroredStrategy
+        # traces each replica's step in a thread of its own).
+        self.tracing = threading.local()
 
 
 def _uses_xla(model) -> bool:
@@ -188,11 +192,11 @@ def stamp_train_step(model, stamps: StepStamps | None, rows_of) -> bool:
         anchor = [tf.reshape(t, [-1])[:1] for t in tf.nest.flatten(data, expand_composites=True)[:1]]
         with tf.control_dependencies(anchor):
             ready = tf.timestamp()
-        state.tracing = []
+        state.tracing.stamps = applied = []
         try:
             outputs = original(data)
         finally:
-            applied, state.tracing = state.tracing, None
+            state.tracing.stamps = None
         # The last gradients the step applied, if they were applied in this graph (not in a
         # nested function or branch, whose tensors this graph cannot read).
         graph = tf.compat.v1.get_default_graph()
@@ -225,11 +229,11 @@ def _stamped_apply_gradients(tf, state: _State):
 
     def apply_gradients(grads_and_vars, *args, **kwargs):
         grads_and_vars = list(grads_and_vars)
-        if state.tracing is not None:
+        if getattr(state.tracing, "stamps", None) is not None:
             try:
                 gradients = [gradient for gradient, _ in grads_and_vars if gradient is not None]
                 with tf.control_dependencies(tf.nest.flatten(gradients, expand_composites=True)):
-                    state.tracing.append(tf.timestamp(name="tfdiag_gradients_ready"))
+                    state.tracing.stamps.append(tf.timestamp(name="tfdiag_gradients_ready"))
             except Exception as error:  # noqa: BLE001 - the step goes on without the stamp
                 logger.warning("tfdiag: cannot stamp this model's gradients (%r).", error)
         return own_apply(grads_and_vars, *args, **kwargs)
