@@ -48,8 +48,10 @@ earlier stamp, a ``tf.py_function`` per replica per step (a host callback into P
 under the GIL), took 270 µs of CPU a step of ``mwms_fit``'s model on a loaded machine;
 the enqueue was within the noise of the same blocks, and a drain of 200 stamps took
 about 0.5 ms (docs/benchmarks.md, "Collector overhead"). With the gradients stamp, on a
-1 ms step (``--model-size 16 --batch 16``, load average 6.5-10): -12 µs against the
-plain step, within the noise; the py_function +189 µs.
+1 ms step (``--model-size 16 --batch 16``, load average 6.5-10), two runs read -12 and
++95 µs against the plain step (the py_function +189 and +120 µs), with blocks of the
+same function ±100 µs apart: the stamps' cost is not resolved below that on a loaded
+2-core host.
 
 Why not the alternatives: bracketing ``GetNext`` with ``tf.timestamp()`` needs the train
 function rebuilt (its body is private and differs between the Kerases); sampled profiler
