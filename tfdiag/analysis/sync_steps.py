@@ -15,9 +15,10 @@ where ``shared`` is the step less the own time of the worker that gates it (the 
 A change that alters some workers' own times gives the step ``shared`` plus the new
 largest own time. Measured on ``mwms_fit`` (2 workers, 200 steps, load average 2.5)
 with an in-graph sleep of 40 ms on worker 1: own times 4.8 and 45.1 ms, steps of
-64.4 ms on both; worker 0's remaining 59.7 ms was its wait, worker 1's 19.3 ms the
-shared part (predicted without the sleep: 19.3 + 5.3 ms, 2.6x); the clean run's steps
-took 25.9 ms (own 5.3 and 5.5 ms, shared 20.4 ms; 2.5x).
+64.4 ms on both; worker 0 spent the remaining 59.7 ms waiting for worker 1 and in the
+shared part, worker 1 the remaining 19.3 ms in the shared part alone (predicted without
+the sleep: 19.3 + 5.3 ms, a step 2.6x shorter); the clean run's steps took 25.9 ms (own
+5.3 and 5.5 ms, shared 20.4 ms; 2.5x shorter).
 
 Means, not medians, make the prediction: throughput is total time over steps. Only the
 records with a ``compute_ns`` count (the first step of a ``fit``, and every step of a
