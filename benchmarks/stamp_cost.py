@@ -2,13 +2,17 @@
 
 One process, ``mwms_fit``'s model and input (tf-keras, no strategy), three train
 functions of the same model called in interleaved blocks of ``--steps`` steps:
-``plain`` (no stamp), ``queue`` (``collectors/step_input.py``: ``tf.timestamp()`` and a
-``FIFOQueue`` enqueue in-graph, drained once per block as the callback does about once
-a second) and ``py_function`` (the earlier mechanism: a ``tf.py_function`` per replica
-per step that read the clock in Python). Prints the median CPU µs per step of each
-(this process's CPU: TensorFlow's threads included) and of one drain.
+``plain`` (no stamp), ``queue`` (``collectors/step_input.py``: ``tf.timestamp()`` at the
+function's start, at the element's arrival and once the gradients exist, in the
+optimizer's ``apply_gradients``, and a ``FIFOQueue`` enqueue in-graph, drained once per
+block as the callback does about once a second) and ``py_function`` (the earlier
+mechanism: a ``tf.py_function`` per replica per step that read the clock in Python).
+Prints the median CPU µs per step of each (this process's CPU: TensorFlow's threads
+included) and of one drain. ``--model-size`` and ``--batch`` shrink the step, so that a
+few µs are not lost in its noise.
 
     python benchmarks/stamp_cost.py --blocks 10 --steps 500
+    python benchmarks/stamp_cost.py --blocks 10 --steps 500 --model-size 16 --batch 16
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--blocks", type=int, default=10, help="blocks per mechanism, interleaved")
     parser.add_argument("--steps", type=int, default=500, help="steps per block")
+    parser.add_argument("--model-size", type=int, default=0, help="hidden width (default: the job's)")
+    parser.add_argument("--batch", type=int, default=0, help="examples per step (default: the job's)")
     args = parser.parse_args(argv)
 
     from tfdiag.collectors.batch_size import examples_in
@@ -51,7 +57,8 @@ def main(argv=None) -> int:
     from tfdiag.sample_jobs.jobs import JobConfig
 
     tf, keras = import_tf_keras()
-    config = JobConfig("mwms_fit", tempfile.mkdtemp(prefix="tfdiag-stamp-cost-"))
+    config = JobConfig("mwms_fit", tempfile.mkdtemp(prefix="tfdiag-stamp-cost-"), model_size=args.model_size,
+                       batch=args.batch)
     files = click_model.write_data(config.logdir)
     dataset = click_model.make_dataset(tf, files, config.batch_size, config.plan)
     model = click_model.build_model(keras, config.hidden)
@@ -82,7 +89,7 @@ def main(argv=None) -> int:
             cpu[name].append((time.process_time() - start) / args.steps)
             if name == "queue":
                 start = time.process_time()
-                taken, _ = stamps.take()
+                taken = stamps.take()[0]
                 drains.append(time.process_time() - start)
                 assert len(taken) == args.steps, len(taken)
         py_stamps.clear()

@@ -69,7 +69,7 @@ class DiagnosticsCallback(_KerasCallback):
 
     Each record holds the task, a step number counted from 0 over the whole ``fit``,
     ``begin_ns``/``end_ns`` (``time.time_ns()`` at ``on_train_batch_begin`` and
-    ``on_train_batch_end``), ``input_wait_ns`` and ``examples``.
+    ``on_train_batch_end``), ``input_wait_ns``, ``compute_ns`` and ``examples``.
 
     Both Kerases call ``next()`` on the input iterator inside the compiled train function,
     so no Python hook sees the wait for input: the callback wraps the model's
@@ -77,7 +77,11 @@ class DiagnosticsCallback(_KerasCallback):
     worker's element arrived and another when the train function started; ``input_wait_ns``
     is the time between the two (0 when
     the model is XLA-compiled and no stamp comes, and in the first step, whose time before
-    the element may be tracing). ``examples`` is ``examples_per_step``
+    the element may be tracing). A third stamp, taken in the optimizer's
+    ``apply_gradients`` once this worker's gradients exist, gives ``compute_ns``: from the
+    element to the gradients, before the cross-worker reduction (under a synchronous
+    strategy the rest of the step is mostly the wait for slower workers); null where no
+    stamp came. ``examples`` is ``examples_per_step``
     when given, else the examples this worker's replicas received (the leading dimension
     of the element, whatever its structure).
 
@@ -227,11 +231,13 @@ class DiagnosticsCallback(_KerasCallback):
         stamped = match_stamps([(begin, end) for _, begin, end in steps], *self._stamps.take())
         try:
             writer = self._writer_or_default()
-            for (step, begin_ns, end_ns), (started_ns, ready_ns, examples) in zip(steps, stamped):
+            for (step, begin_ns, end_ns), (started_ns, ready_ns, gradients_ns, examples) in zip(steps, stamped):
                 # The first step of a fit may trace the train function before the element is fetched.
                 timed = ready_ns is not None and step > 0
                 # The wait starts when the train function did, not at the Python hook before it.
                 since_ns = max(started_ns or begin_ns, begin_ns)
+                # From the element to this worker's own gradients, before the cross-worker reduction.
+                computed = timed and gradients_ns is not None
                 writer.append(
                     "step",
                     task=writer.task,
@@ -241,6 +247,7 @@ class DiagnosticsCallback(_KerasCallback):
                     input_wait_ns=min(max(ready_ns - since_ns, 0), end_ns - begin_ns) if timed else 0,
                     examples=self.examples_per_step or examples,
                     clock_task=writer.task,
+                    compute_ns=min(max(gradients_ns - ready_ns, 0), end_ns - begin_ns) if computed else None,
                 )
         except Exception as error:  # noqa: BLE001
             self._fail(error)

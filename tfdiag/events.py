@@ -60,6 +60,7 @@ STEP = RecordKind(
         ("clock_task", "string"),  # whose clock begin/end are on
         ("device_ns", "int64"),  # device (GPU) compute time of the step where known, else null
         ("steps", "int64"),  # training steps the record covers (a closure may run several); null: 1
+        ("compute_ns", "int64"),  # from the input element to this worker's own gradients; null: not stamped
     ),
 )
 

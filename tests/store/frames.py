@@ -22,6 +22,7 @@ def step_batch(rows: int = 10, task: str = "worker:0", first_step: int = 0, **ov
         "examples": [8] * rows,
         "clock_task": [task] * rows,
         "device_ns": [None] * rows,
+        "compute_ns": [None] * rows,
         "steps": [1] * rows,
     }
     columns.update(overrides)

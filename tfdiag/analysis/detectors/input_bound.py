@@ -3,6 +3,11 @@
 Under a synchronous strategy one slow pipeline gates every worker: the others wait for
 it inside the all-reduce (their own input wait stays small), so the finding names the
 workers whose *own* wait is large, and the prediction removes it from the shared step.
+Where every worker's step records carry its own compute (``compute_ns``, stamped before
+the all-reduce under ``model.fit``), the prediction is made on the workers' own times
+(``sync_steps``): the step is the largest own time plus the shared reduction; with a
+prefetch it becomes the largest compute plus the shared reduction, or the slowest input
+spread over its host's cores, whichever is longer.
 
 The change advised is a parallel map and a prefetch. With ``num_parallel_calls=AUTOTUNE``
 tf.data runs at most one map call per thread of its runner pool, by default one per core
@@ -18,6 +23,7 @@ import pandas as pd
 
 from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.measurements import Measurements
+from tfdiag.analysis.sync_steps import own_times, shared_ns
 from tfdiag.analysis.whatif import predicted_speedup
 
 KIND = "input_bound"
@@ -43,8 +49,12 @@ def detect(measured: Measurements) -> list[Finding]:
         return []
     input_ns = workers["mean_ns"] * workers["input_wait_frac"]
     cores = host_cores(measured)
-    new_step_ns = _new_step_ns(workers, input_ns, cores, measured.synchronous)
-    speedup = predicted_speedup(workers, new_step_ns, measured.synchronous)
+    own = own_times(measured.run.frame("step")) if measured.synchronous else None
+    if own is not None and len(own) == len(workers):  # every worker's own compute, stamped before the all-reduce
+        speedup = _synchronous_speedup(own, dict(zip(workers["task"].astype(str), cores)))
+    else:
+        speedup = predicted_speedup(workers, _new_step_ns(workers, input_ns, cores, measured.synchronous),
+                                    measured.synchronous)
     worst = float(bound["input_wait_frac"].max())
     severity = Severity.CRITICAL if worst >= CRITICAL_INPUT_FRACTION else Severity.WARNING
     tasks = tuple(bound["task"])
@@ -110,3 +120,14 @@ def _new_step_ns(workers, input_ns, cores, synchronous: bool):
     if synchronous:
         compute_ns = compute_ns.clip(upper=float(compute_ns.min()))
     return compute_ns.combine(input_ns / cores, max)
+
+
+def _synchronous_speedup(own: pd.DataFrame, cores: dict[str, float]) -> float:
+    """The synchronous step once every worker prefetches its input in parallel
+    (``sync_steps``): the workers' own compute with the shared reduction after it, or the
+    slowest input spread over its host's cores, whichever is longer (a prefetch fills the
+    next element over the whole step). A wait that a prefetch already hides is not in the
+    stamps, so nothing is predicted for it."""
+    per_core = own["input_ns"] / own["task"].map(cores).fillna(1.0)
+    new_step = max(shared_ns(own) + float(own["compute_ns"].max()), float(per_core.max()))
+    return float(own["step_ns"].max()) / max(new_step, 1.0)

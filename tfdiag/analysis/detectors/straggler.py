@@ -44,6 +44,7 @@ from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.groups import TaskGroups, mean_of, median_of
 from tfdiag.analysis.measurements import Measurements
 from tfdiag.analysis.step_stats import WINDOW_COLUMNS, window_counters
+from tfdiag.analysis.sync_steps import own_times, shared_ns, speedup_with_own
 from tfdiag.analysis.whatif import predicted_speedup, speedup_at_periods
 
 KIND = "straggler"
@@ -198,6 +199,10 @@ def _slower(values: pd.Series, typical: pd.Series, scale: pd.Series) -> pd.Serie
 def detect(measured: Measurements) -> list[Finding]:
     if len(measured.workers) < 2:
         return []
+    if measured.synchronous:
+        own = own_times(measured.run.frame("step"))
+        if len(own) == len(measured.workers):  # every worker's own compute, stamped before the all-reduce
+            return _synchronous(measured, own)
     compared = _without_time_away(measured, compared_workers(measured.steps, measured.workers,
                                                              measured.run.step_counters, measured.offsets))
     # Present from its first record (warm-up included) to its last: a worker that ran few
@@ -377,3 +382,58 @@ def _finding(measured, judged, slow, slowdown, typical, typical_period, speedup,
             predicted_speedup=speedup,
         ),
     )
+
+
+def _synchronous(measured: Measurements, own: pd.DataFrame) -> list[Finding]:
+    """Synchronous workers judged by their own compute before the all-reduce (``sync_steps``):
+    median compute against the typical other worker's, per example where their batches
+    differ; predicted as if the stragglers computed as fast (input waits kept: a slow
+    pipeline is ``input_bound``'s)."""
+    judged = own[own["records"] >= MIN_RECORDS].reset_index(drop=True)
+    if len(judged) < 2:
+        return []
+    eps = judged["examples_per_step"]
+    per_example = bool((eps > 0).all() and eps.max() / eps.min() > EXAMPLES_PER_STEP_SPREAD)
+    scale = eps if per_example else pd.Series(1.0, index=judged.index)
+    compute = judged["compute_p50_ns"] / scale
+    typical = typical_of_others(compute)
+    is_slow = _slower(compute, typical, scale)
+    if not is_slow.any():
+        return []
+    new_compute = judged["compute_ns"].where(~is_slow, typical_of_others(judged["compute_ns"] / scale) * scale)
+    new_own = judged["input_ns"] + new_compute
+    slow, slowdown = judged[is_slow], compute / typical
+    tasks, names, worst = tuple(slow["task"]), ", ".join(slow["task"]), float(slowdown[is_slow].max())
+    unit = "per example" if per_example else "per step"
+
+    def ms(value) -> float:
+        return round(float(value) / 1e6, 2)
+
+    return [Finding(
+        kind=KIND,
+        severity=Severity.CRITICAL if worst >= CRITICAL_SLOWDOWN else Severity.WARNING,
+        title=f"{names} {'computes' if len(tasks) == 1 else 'compute'} {worst:.1f}x longer {unit} than the other "
+              "workers; every synchronous step waits for it",
+        summary=(f"Before the all-reduce, {names} computes for a median {ms(slow['compute_p50_ns'].max())} ms a step "
+                 f"against {ms((typical * scale)[is_slow].min())} ms for the other workers, which wait for it: every "
+                 f"worker's step takes {ms(judged['step_ns'].max())} ms."),
+        tasks=tasks,
+        evidence={
+            "compute_ms_p50": {row.task: ms(row.compute_p50_ns) for row in judged.itertuples()},
+            "typical_compute_ms": ms((typical * scale)[is_slow].min()),
+            "own_ms_mean": {row.task: ms(row.own_ns) for row in judged.itertuples()},
+            "input_wait_ms_mean": {row.task: ms(row.input_ns) for row in judged.itertuples()},
+            "slowdown": {row.task: round(float(slowdown[row.Index]), 2) for row in slow.itertuples()},
+            "compared": unit,
+            "examples_per_step": {row.task: round(float(row.examples_per_step), 1) for row in judged.itertuples()},
+            "step_ms_mean": ms(judged["step_ns"].max()),
+            "shared_ms": ms(shared_ns(judged)),
+            "predicted_step_ms": ms(shared_ns(judged) + new_own.max()),
+            "compared_steps": {row.task: int(row.records) for row in judged.itertuples()},
+        },
+        recommendation=Recommendation(
+            action=f"Bring {names} up to the speed of the other workers.",
+            change=f"Fix or replace the host of {names}; every synchronous step waits for it.",
+            predicted_speedup=speedup_with_own(judged, new_own),
+        ),
+    )]

@@ -1,0 +1,67 @@
+"""straggler and input_bound under a synchronous strategy, judged by each worker's own time.
+
+Every worker's step lasts as long as the slowest one's; the records' ``compute_ns`` (from
+the input element to the worker's own gradients, before the all-reduce) says who computed
+longer. Records go through the real store writer (the ``builder`` fixture) and the whole
+analysis.
+"""
+
+import pytest
+
+from tfdiag.analysis import analyze
+
+WORKERS = ("worker:0", "worker:1")
+MS = 1_000_000
+
+
+def _sync_run(builder, step_ms: float, own: dict, examples: dict | None = None):
+    """Steps of ``step_ms`` on both workers; ``own[worker] = (input_ms, compute_ms)``."""
+    run = builder(strategy="MultiWorkerMirroredStrategy", ps=0)
+    for worker in WORKERS:
+        input_ms, compute_ms = own[worker]
+        run.steps(worker, step_ms=step_ms, input_ms=input_ms, examples=(examples or {}).get(worker, 32))
+        run.allreduce(worker, 2.0, size=4096)
+    for kind, record in run.records:
+        if kind == "step" and record["step"] > 0:  # the first step of a fit has no stamp
+            record["compute_ns"] = int(own[record["task"]][1] * MS)
+    return run
+
+
+def _warnings(report):
+    return [f.kind for f in report.findings if f.severity.value in ("warning", "critical")]
+
+
+def test_a_worker_that_computes_longer_is_named_with_the_step_it_would_allow(builder):
+    # mwms_fit with an in-graph sleep of 40 ms on worker 1: both steps 64 ms; worker 1
+    # computes 44 ms before the all-reduce, worker 0 4 ms and then waits for it.
+    report = analyze(_sync_run(builder, 64.0, {"worker:0": (0.5, 4.0), "worker:1": (0.5, 44.0)}).write())
+    finding = report.primary
+    assert finding.kind == "straggler" and finding.tasks == ("worker:1",)
+    assert finding.severity.value == "critical"
+    # Shared: 64 - 44.5 = 19.5 ms; worker 1 computing 4 ms: 19.5 + 4.5 = 24 ms a step.
+    assert finding.evidence["shared_ms"] == pytest.approx(19.5)
+    assert finding.recommendation.predicted_speedup == pytest.approx(64 / 24, rel=0.01)
+    assert "input_bound" not in _warnings(report)
+
+
+def test_a_clean_synchronous_run_with_stamps_has_no_warning(builder):
+    report = analyze(_sync_run(builder, 25.0, {"worker:0": (0.6, 4.0), "worker:1": (0.5, 4.3)}).write())
+    assert _warnings(report) == []
+
+
+def test_a_slow_input_is_input_bound_not_a_straggler(builder):
+    # Worker 1 waits 40 ms for its element and computes as fast as worker 0: its input, not
+    # its compute, gates the step. A prefetch fills the next element over the whole step:
+    # the step becomes max(shared 20 + compute 4, input 40 over 1 core) = 40 ms.
+    report = analyze(_sync_run(builder, 64.0, {"worker:0": (0.5, 4.0), "worker:1": (40.0, 4.0)}).write())
+    assert "straggler" not in [f.kind for f in report.findings]
+    finding = report.primary
+    assert finding.kind == "input_bound" and finding.tasks == ("worker:1",)
+    assert finding.recommendation.predicted_speedup == pytest.approx(64 / 40, rel=0.01)
+
+
+def test_a_worker_with_larger_batches_is_compared_per_example(builder):
+    # A skewed shard: worker 1 reads 3x the examples and computes 3x longer: not slower per example.
+    run = _sync_run(builder, 40.0, {"worker:0": (0.5, 5.0), "worker:1": (0.5, 15.0)},
+                    examples={"worker:0": 32, "worker:1": 96})
+    assert "straggler" not in [f.kind for f in analyze(run.write()).findings]
