@@ -135,9 +135,9 @@ def measure(run: LoadedRun) -> Measurements:
 
 
 def _faults_with_restarts(run: LoadedRun) -> pd.DataFrame:
-    """The run's fault records plus the TF1 restarts its session and heartbeat records show."""
+    """The run's fault records plus the restarts its session, system and heartbeat records show."""
     faults = run.frame("fault")
-    restarts = restart_faults(run.frame("session"), run.frame("heartbeat"), run.frame("step"))
+    restarts = restart_faults(run.frame("session"), run.frame("heartbeat"), run.frame("step"), run.frame("system"))
     if restarts.empty:
         return faults
     return pd.concat([faults[restarts.columns] if not faults.empty else None, restarts], ignore_index=True)
