@@ -88,7 +88,7 @@ class Measurements:
 
     @cached_property
     def faults(self) -> pd.DataFrame:
-        """``faults.fault_table`` of the fault records and the TF1 restarts."""
+        """``faults.fault_table`` of the fault records and the restarts the tasks' own records show."""
         return fault_table(_faults_with_restarts(self.run))
 
     @cached_property
