@@ -18,7 +18,8 @@ Injections: ``input-delay`` and ``shard-skew`` act in the per-worker dataset fun
 on worker I; ``hot-ps=I`` adds the hot block (``hot_wide`` and ``hot_narrow``, a 4 MB
 kernel each) created colocated with a variable on ps I; ``--tune partitioner=N`` sets
 the strategy's ``variable_partitioner`` (tf-keras supports sharded variables);
-``slow-ps`` and ``kill-worker`` are done by the launcher. ``--tune strategy=mwms`` runs ``mwms_fit`` instead.
+``slow-ps`` and ``kill-worker`` are done by the launcher. ``--tune strategy=mwms`` runs
+``mwms_fit`` instead.
 """
 
 from __future__ import annotations
