@@ -154,14 +154,16 @@ class Cell:
     @property
     def fix(self) -> tuple[tuple[str, ...], str]:
         """The recommended change for the planted cause: (--tune options, description).
-        A kind ``advice.TUNE_FOR_FINDING`` has no rule for is repaired: the fault removed."""
+        A kind ``advice.TUNE_FOR_FINDING`` has no rule for is repaired: the fault removed;
+        so is one the job takes no ``--tune`` for (``shard-skew`` under PS and TF1: every
+        worker then reads the same batch), so that its prediction is measured too."""
         kind = self.expected[0]
         if kind is None:  # a clean or hidden cell: nothing to fix
             return (), ""
         if kind not in TUNE_FOR_FINDING:
             return (), "fault removed"
         options = tune_options(kind, self.config(Path("-"), 1))
-        return options, " ".join(f"--tune {o}" for o in options) or f"no --tune for {self.job}"
+        return options, " ".join(f"--tune {o}" for o in options) or f"fault removed (no --tune for {self.job})"
 
 
 def cells(jobs, injections) -> list[Cell]:
@@ -200,8 +202,8 @@ def measure(cell: Cell, workdir: Path, steps: int, repeats: int) -> dict:
     runs = {"base": [], "fixed": []}
     for attempt in range(repeats):
         sides = [("base", cell.inject, (), cell.kind == "cpu-starve")]
-        if description and not description.startswith("no --tune"):
-            removed = description == "fault removed"
+        if description:
+            removed = description.startswith("fault removed")
             sides.append(("fixed", () if removed else cell.inject, tune, cell.kind == "cpu-starve" and not removed))
         for side, inject, options, starve in sides:
             logdir = workdir / f"{slug}-{side}-{attempt}"

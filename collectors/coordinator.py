@@ -466,7 +466,10 @@ class InstrumentedCoordinator:
 
     def _write_step(self, closure_id: int, worker: str, row: list[float]) -> None:
         begin, end, wait, examples, steps = row  # closure_timing.STATS
-        examples = self.examples_per_step if self.examples_per_step is not None else int(examples)
+        # What the worker's elements held, counted in-graph, wins: under tf-keras
+        # ``model.fit`` each worker's dataset function sets its own batch, which the
+        # examples_per_step a user passes (one batch size) need not be.
+        examples = int(examples) if examples >= 0 else (self.examples_per_step or 0)
         self._writer.append(
             "step",
             task=worker,
@@ -491,8 +494,9 @@ def instrument_coordinator(coordinator, logdir, examples_per_step: int | None = 
         coordinator: the ``ClusterCoordinator``.
         logdir: the run directory; the coordinator's task file and the manifest go to
             ``logdir/plugins/tfdiag/``.
-        examples_per_step: examples one closure consumes; by default the leading
-            dimension of the elements its iterators yield.
+        examples_per_step: examples one closure consumes where its elements do not
+            say; the leading dimension of the elements its iterators yield, counted
+            in-graph on the worker, is used wherever it is known.
         probe_interval_s: seconds between RPC probe rounds; after three rounds of
             every link, each round probes the next link in turn (coordinator → every
             task, worker → every ps), so each link is probed every

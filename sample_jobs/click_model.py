@@ -32,8 +32,8 @@ RECORD_BYTES = 4 * RECORD_FLOATS
 DATA_FILES = 8
 RECORDS_PER_FILE = 4096
 SEED = 1234
-# hot-ps: a dense layer of HOT_UNITS units on the trunk; at the default width its kernel
-# is 256 x 4096 float32 = 4 MB, read and updated every step.
+# hot-ps: a dense layer of HOT_UNITS units on the trunk and one back to its width; at the
+# default width each kernel is 256 x 4096 float32 = 4 MB, read and updated every step.
 HOT_UNITS = 4096
 
 
@@ -99,7 +99,8 @@ def build_model(keras, hidden: int, *, extra_layers=(), hot_scope=None, output_d
 
     ``extra_layers`` are applied to the trunk input in order (e.g. an injected per-worker
     delay, or a custom layer); ``hot_scope`` (a context manager factory) wraps the
-    creation of the wide ``hot`` layer, which exists only when it is given.
+    creation of the hot block (``hot_wide`` to HOT_UNITS units and ``hot_narrow`` back,
+    a 4 MB kernel each), which exists only when it is given.
     """
     history = keras.Input(shape=(HISTORY,), name="history")
     context = keras.Input(shape=(CONTEXT,), name="context")
@@ -111,10 +112,14 @@ def build_model(keras, hidden: int, *, extra_layers=(), hot_scope=None, output_d
     x = keras.layers.Dense(hidden, activation="relu", name="trunk1")(x)
     x = keras.layers.Dense(hidden, activation="relu", name="trunk2")(x)
     if hot_scope is not None:
+        # Both 4 MB kernels of the hot block in the scope: one built outside it went to the
+        # other ps by round robin, and the two ps then held equal shares.
         with hot_scope():
             wide = keras.layers.Dense(HOT_UNITS, activation="relu", name="hot_wide")
             wide.build((None, hidden))
-        x = keras.layers.Dense(hidden, name="hot_narrow")(wide(x))
+            narrow = keras.layers.Dense(hidden, name="hot_narrow")
+            narrow.build((None, HOT_UNITS))
+        x = narrow(wide(x))
     click = keras.layers.Dense(1, activation="sigmoid", name="click", dtype=output_dtype)(x)
     conversion = keras.layers.Dense(1, activation="sigmoid", name="conversion", dtype=output_dtype)(x)
     return keras.Model(inputs={"history": history, "context": context},

@@ -27,6 +27,9 @@ trains with ``BackupAndRestore`` (a backup in ``LOGDIR/backup`` at the end of ev
 epoch), and with ``kill-worker=I@STEP+restart`` the launcher restarts worker I and every
 worker that failed after it, as an orchestrator restarts a failed job; they resume
 from the last epoch backed up. Without ``+restart`` the job ends with an error.
+The summary line of a restarted job counts from the first attempt's ``fit`` (its start
+is kept in ``LOGDIR/backup.started`` until training completes) and every step of the
+finished epochs, the restored ones included: the time lost to a failure is in it.
 """
 
 from __future__ import annotations
@@ -123,8 +126,29 @@ def run(config: JobConfig) -> JobSummary:
         callbacks.append(progress)
 
     epochs, steps_per_epoch = click_model.epochs_for(config.steps)
-    start = time.perf_counter()
+    started = Path(config.logdir) / "backup.started"
+    start = first_start(started) if worker == 0 else time.time()
     history = model.fit(dataset, epochs=epochs, steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=0)
-    wall_s = time.perf_counter() - start
+    wall_s = time.time() - start
+    if worker == 0:
+        started.unlink(missing_ok=True)
     logger.info("mwms_fit: loss by epoch %s", [round(v, 4) for v in history.history.get("loss", [])])
-    return JobSummary(steps=counter.steps, wall_s=wall_s, examples=counter.steps * sum(worker_batches(config, workers)))
+    # Epochs before the first this process ran were restored from the backup.
+    steps = counter.steps + (history.epoch[0] if history.epoch else epochs) * steps_per_epoch
+    return JobSummary(steps=steps, wall_s=wall_s, examples=steps * sum(worker_batches(config, workers)))
+
+
+def first_start(path: Path) -> float:
+    """When the first attempt at this training began (``time.time()``), kept in ``path``.
+
+    >>> import tempfile
+    >>> path = Path(tempfile.mkdtemp()) / "backup.started"
+    >>> first_start(path) == first_start(path)
+    True
+    """
+    try:
+        return float(path.read_text())
+    except (OSError, ValueError):
+        now = time.time()
+        path.write_text(repr(now))
+        return now

@@ -15,10 +15,11 @@ the coordinator, which says nothing about the workers).
 
 Injections: ``input-delay`` and ``shard-skew`` act in the per-worker dataset function
 (worker I reads batches F times larger); ``slow-worker`` is an identity layer that sleeps
-on worker I; ``hot-ps=I`` adds a 4 MB ``hot_wide`` layer created colocated with a
-variable on ps I; ``--tune partitioner=N`` sets the strategy's ``variable_partitioner``
-(tf-keras supports sharded variables); ``slow-ps`` and ``kill-worker`` are done by the
-launcher. ``--tune strategy=mwms`` runs ``mwms_fit`` instead.
+on worker I; ``hot-ps=I`` adds the hot block (``hot_wide`` and ``hot_narrow``, a 4 MB
+kernel each) created colocated with a variable on ps I; ``--tune partitioner=N`` sets
+the strategy's ``variable_partitioner`` (tf-keras supports sharded variables);
+``slow-ps`` and ``kill-worker`` are done by the launcher. ``--tune strategy=mwms`` runs
+``mwms_fit`` instead.
 """
 
 from __future__ import annotations

@@ -64,3 +64,36 @@ def test_a_worker_killed_before_its_session_was_ready_left_heartbeats_before_its
 def test_heartbeats_before_the_first_session_that_closed_cleanly_are_no_failure():
     # A record_placement(logdir=...) call opened and closed the task's writer before the session.
     assert restart_faults(_sessions(23.0), _beats([10.0, 11.0, 23.0], closed_at=11.0)).empty
+
+
+def _samples(*lives, task="worker:1", host="vm"):
+    """System samples of ``task``: one (pid, [times]) per process."""
+    rows = [(task, host, pid, int(t * S)) for pid, times in lives for t in times]
+    return pd.DataFrame(rows, columns=["task", "host", "pid", "time_ns"])
+
+
+def test_a_fit_worker_killed_and_restarted_is_a_new_process_without_a_clean_close():
+    # mwms_fit kill-worker=1@50+restart: no session records; process 100 sampled until 12 s,
+    # its steps ran to 12.4 s, and process 200 sampled from 18 s (its first step after).
+    steps = pd.DataFrame({"task": ["worker:1"] * 3, "end_ns": [11 * S, int(12.4 * S), 19 * S]})
+    system = _samples((100, [10.0, 11.0, 12.0]), (200, [18.0, 19.0, 20.0]))
+    faults = restart_faults(pd.DataFrame(), _beats([10.0, 18.0, 20.5], closed_at=20.5), steps, system)
+    assert faults[["task", "kind", "time_ns"]].values.tolist() == [
+        ["worker:1", "failure", int(12.4 * S)], ["worker:1", "restart", 18 * S]]
+    assert "new process (pid 200 on vm)" in faults["message"].iloc[0]
+
+
+def test_a_new_process_after_a_clean_close_or_side_by_side_is_no_restart():
+    closed_first = _beats([10.0, 12.5, 18.0], closed_at=12.5)  # the first process closed normally
+    assert restart_faults(pd.DataFrame(), closed_first, None, _samples((100, [10.0, 12.0]), (200, [18.0]))).empty
+    side_by_side = _samples((100, [10.0, 12.0, 14.0]), (200, [11.0, 13.0]))  # two processes claim one task
+    assert restart_faults(pd.DataFrame(), _beats([10.0]), None, side_by_side).empty
+    one_each = pd.concat([_samples((100, [10.0, 12.0]), task="worker:0"), _samples((200, [10.5, 12.5]))])
+    assert restart_faults(pd.DataFrame(), _beats([10.0]), None, one_each).empty
+
+
+def test_a_task_with_sessions_is_read_by_its_sessions_alone():
+    # A TF1 worker restarted: its sessions say so; its samples' new pid is the same restart.
+    system = _samples((100, [10.0, 12.0]), (200, [40.5, 41.0]))
+    faults = restart_faults(_sessions(10.0, 40.0), _beats([10.0, 15.0, 20.0, 40.0]), None, system)
+    assert faults["kind"].tolist() == ["failure", "restart"] and faults["time_ns"].tolist() == [20 * S, 40 * S]

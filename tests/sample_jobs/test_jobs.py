@@ -155,6 +155,18 @@ def test_every_listed_injection_runs_and_the_run_is_readable(tmp_path, job):
     assert not run.skipped and "worker:0" in set(run.frame("step")["task"])
 
 
+def test_ps_fit_counts_each_workers_examples_and_puts_the_hot_block_on_one_ps(tmp_path):
+    # DiagnosticsCallback is given one batch size; what each worker's closures consumed
+    # is counted in-graph. Both 4 MB kernels of the hot block sit on ps 0.
+    result = sample(tmp_path / "run", "ps_fit", batch=64, inject=["shard-skew=1:3", "hot-ps=0"])
+    workers = workers_of(result.logdir)
+    per_step = {task: w["examples"] / w["steps"] for task, w in workers.items()}
+    assert per_step["worker:0"] == pytest.approx(64, rel=0.1)
+    assert per_step["worker:1"] == pytest.approx(192, rel=0.1)
+    hot = log_lines(result, "chief:0", r"variable \S*kernel:0 \[(?:\d+, 4096|4096, \d+)\] on (\S+)")
+    assert len(hot) == 2 and all("/job:ps/replica:0/task:0/" in device for device in hot), hot
+
+
 def test_mwms_shard_skew_is_examples_per_worker(tmp_path):
     result = sample(tmp_path / "run", "mwms_fit", steps=10, batch=256, inject=["shard-skew=1:2"])
     workers = workers_of(result.logdir)

@@ -88,7 +88,7 @@ class Measurements:
 
     @cached_property
     def faults(self) -> pd.DataFrame:
-        """``faults.fault_table`` of the fault records and the TF1 restarts."""
+        """``faults.fault_table`` of the fault records and the restarts the tasks' own records show."""
         return fault_table(_faults_with_restarts(self.run))
 
     @cached_property
@@ -135,9 +135,9 @@ def measure(run: LoadedRun) -> Measurements:
 
 
 def _faults_with_restarts(run: LoadedRun) -> pd.DataFrame:
-    """The run's fault records plus the TF1 restarts its session and heartbeat records show."""
+    """The run's fault records plus the restarts its session, system and heartbeat records show."""
     faults = run.frame("fault")
-    restarts = restart_faults(run.frame("session"), run.frame("heartbeat"), run.frame("step"))
+    restarts = restart_faults(run.frame("session"), run.frame("heartbeat"), run.frame("step"), run.frame("system"))
     if restarts.empty:
         return faults
     return pd.concat([faults[restarts.columns] if not faults.empty else None, restarts], ignore_index=True)

@@ -14,8 +14,9 @@ def ps_load_table(placement: pd.DataFrame, transfer: pd.DataFrame) -> pd.DataFra
     held = placement[placement["task"].astype(str).str.startswith("ps:")] if not placement.empty else placement
     if held.empty:
         return pd.DataFrame(columns=columns)
-    # A variable is recorded once per collector that saw it; count it once.
-    held = held.drop_duplicates(subset=["variable", "task"])
+    # A variable is recorded once per collector that saw it; count it once. Names alone
+    # are not unique: tf-keras layers built outside a call name their kernels "kernel:0".
+    held = held.drop_duplicates(subset=["variable", "task", "shape"])
     moved = {}
     if not transfer.empty:
         for column in ("src", "dst"):

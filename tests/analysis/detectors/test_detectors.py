@@ -59,10 +59,23 @@ def test_straggler_in_sync_training_uses_the_slowest_worker(builder):
 
 
 def test_shard_imbalance(builder):
-    run = _clean(builder).shard("worker:0", 1000).shard("worker:1", 3000)
+    # Synchronous: an epoch lasts as long as the largest shard.
+    run = builder(strategy="MultiWorkerMirroredStrategy", ps=0)
+    run.steps("worker:0", step_ms=20).steps("worker:1", step_ms=20)
+    run.shard("worker:0", 1000).shard("worker:1", 3000)
     finding = analyze(run.write()).primary
     assert finding.kind == "shard_imbalance" and finding.tasks == ("worker:1",)
     assert finding.recommendation.predicted_speedup == pytest.approx(3000 / 2000)
+
+
+def test_shard_imbalance_in_async_training_predicts_the_update_rate(builder):
+    # worker:1's batches are 3x larger and its steps 40 ms against 20: balanced, it would
+    # step like worker:0, and the rates 1/21 + 1/41 become 2/21.
+    run = builder()
+    run.steps("worker:0", count=120, step_ms=20, examples=512).steps("worker:1", count=60, step_ms=40, examples=1536)
+    finding = analyze(run.write()).primary
+    assert finding.kind == "shard_imbalance" and finding.tasks == ("worker:1",)
+    assert finding.recommendation.predicted_speedup == pytest.approx((2 / 21) / (1 / 21 + 1 / 41), rel=0.02)
 
 
 def test_ps_hotspot_predicts_the_gain_of_partitioning(builder):

@@ -21,6 +21,16 @@ def test_larger_batches_from_a_skewed_shard_are_shard_imbalance_not_a_straggler(
     assert "straggler" not in _kinds(report)
 
 
+def test_smaller_batches_dearer_per_example_but_shorter_steps_are_no_straggler(builder):
+    # ps_fit shard-skew=1:3: a step's fixed cost makes worker:0's 512-example steps (20 ms)
+    # twice as dear per example as worker:1's 1536-example steps (32 ms).
+    run = builder()
+    run.steps("worker:0", count=120, step_ms=20, examples=512).steps("worker:1", count=75, step_ms=32, examples=1536)
+    report = analyze(run.write())
+    assert "straggler" not in _kinds(report)
+    assert report.primary.kind == "shard_imbalance" and report.primary.tasks == ("worker:1",)
+
+
 def test_a_worker_slower_per_example_is_a_straggler_whatever_its_batch(builder):
     # 3x the examples per step but 6x the step time: twice as slow per example.
     run = builder()

@@ -83,3 +83,39 @@ def test_a_worker_killed_after_one_step_and_back_for_a_few_is_a_failure_not_a_st
     report = analyze(run.write())
     assert report.primary.kind == "task_failure" and report.primary.tasks == ("worker:1",)
     assert "straggler" not in [f.kind for f in report.findings]
+
+
+def _samples(run, task, pid, from_s, to_s):
+    """``system`` records of one process of ``task``, every 0.5 s from ``from_s`` to ``to_s``."""
+    for i in range(int((to_s - from_s) / 0.5) + 1):
+        run.records.append(("system", dict(host="vm", task=task, time_ns=START_NS + int((from_s + i * 0.5) * S),
+                                           cpu_pct=50.0, mem_used_frac=0.5, net_sent_bytes=0, net_recv_bytes=0,
+                                           disk_read_bytes=0, disk_write_bytes=0, pid=pid)))
+
+
+def test_a_restarted_fit_worker_is_named_by_its_new_process(builder):
+    # mwms_fit kill-worker=1@50+restart: synchronous steps 0-1 s; worker:1's process is
+    # killed, worker:0's fails after it, both come back as new processes at 2.5 s and step
+    # from 3 s. No coordinator, no session: only the system samples' pids say so.
+    run = builder(strategy="MultiWorkerMirroredStrategy", ps=0, chief=False)
+    for task, pids in (("worker:0", (10, 12)), ("worker:1", (11, 13))):
+        run.steps(task, count=50, step_ms=19)
+        run.steps(task, count=100, step_ms=19, first_step=0, start_ns=START_NS + 3 * S)
+        _samples(run, task, pids[0], 0.0, 1.0 if task == "worker:1" else 1.5)
+        _samples(run, task, pids[1], 2.5, 5.0)
+    finding = _task_failure(run)
+    assert finding.tasks == ("worker:1", "worker:0")
+    assert [f["recovered_after_s"] for f in finding.evidence["failures"]] == [1.5, 1.0]
+    restored = finding.evidence["all_workers_up"]
+    assert restored["steps_per_s"] == pytest.approx(100, rel=0.02)  # both workers' step records
+    # 5 s run; from the failure (1 s) to the second step after the restart (3.02 s) nothing
+    # but the warm-up ran: about 3 s at the all-up throughput.
+    assert finding.recommendation.predicted_speedup == pytest.approx(5.0 / 3.0, rel=0.03)
+
+
+def test_a_fit_worker_with_one_process_has_no_failure(builder):
+    run = builder(strategy="MultiWorkerMirroredStrategy", ps=0, chief=False)
+    for task, pid in (("worker:0", 10), ("worker:1", 11)):
+        run.steps(task, count=100, step_ms=19)
+        _samples(run, task, pid, 0.0, 2.0)
+    assert "task_failure" not in [f.kind for f in analyze(run.write()).findings]
