@@ -109,7 +109,9 @@ class DiagnosticsCallback(_KerasCallback):
 
     Args:
         logdir: the run directory (``RUN``); records go to ``RUN/plugins/tfdiag/``.
-        examples_per_step: examples in one batch (global batch size), if known.
+        examples_per_step: examples in one batch (global batch size), if known; under
+            ParameterServerStrategy only where a closure's elements do not tell (the
+            count taken in-graph from each element wins).
         system_interval_s: seconds between system samples; ``None`` or 0: off.
         allreduce_every: steps between all-reduce probes (MultiWorkerMirroredStrategy); 0: off.
         allreduce_bytes: size of the probe all-reduce.
