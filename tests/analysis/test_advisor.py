@@ -2,6 +2,7 @@
 
 import pytest
 
+from tests.runs import MS, START_NS
 from tfdiag.analysis import analyze
 from tfdiag.analysis.advisor import cpu_speedup_limit
 from tfdiag.analysis.devices import SharedHost
@@ -74,6 +75,37 @@ def test_a_busy_host_does_not_limit_a_job_whose_workers_wait(builder):
     assert finding.kind == "straggler"
     assert finding.recommendation.predicted_speedup == pytest.approx((2 / 60) / (1 / 60 + 1 / 100), rel=0.01)
     assert "host_cpu_limit" not in finding.evidence
+
+
+def _epochs_of_closures(builder, idle_ms, pause_ms):
+    """ParameterServerStrategy closures in two epochs of about 1.3 s: 60 of 20 ms on
+    worker:0, 22 of 60 ms on worker:1, ``idle_ms`` apart; between them every worker idles
+    ``pause_ms`` (``model.fit``'s epoch end). The host's CPU reads 90 %."""
+    run = builder()
+    start = START_NS
+    for epoch in range(2):
+        run.steps("worker:0", count=60, step_ms=20, idle_ms=idle_ms, closures=True, first_step=60 * epoch,
+                  start_ns=start)
+        run.steps("worker:1", count=22, step_ms=60, idle_ms=idle_ms, closures=True, first_step=22 * epoch,
+                  start_ns=start)
+        start = run.step_end_ns + int(pause_ms * MS)
+    return run.system("vm", "chief:0", cpu_pct=90.0, count=60, every_ms=50.0)
+
+
+def test_pauses_between_closures_are_not_workers_waiting(builder):
+    """An epoch end idles the workers 2 s while the coordinator works: 45-49 % of their
+    period, but their closures, 2 ms apart, are what fills the host, so it bounds."""
+    finding = analyze(_epochs_of_closures(builder, idle_ms=2, pause_ms=2000).write()).primary
+    assert finding.kind == "straggler"
+    assert finding.evidence["host_cpu_limit"]["unlimited_speedup"] > 100 / 90
+    assert finding.recommendation.predicted_speedup == pytest.approx(100 / 90)
+
+
+def test_closures_far_apart_are_workers_waiting_whatever_the_pauses(builder):
+    findings = analyze(_epochs_of_closures(builder, idle_ms=40, pause_ms=2000).write()).findings
+    assert {"straggler", "coordinator_bound"} <= {f.kind for f in findings}
+    assert all("host_cpu_limit" not in f.evidence for f in findings)
+    assert max(f.recommendation.predicted_speedup for f in findings) > 100 / 90
 
 
 def test_a_busy_host_still_limits_a_job_whose_workers_compute(builder):
