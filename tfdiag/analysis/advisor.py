@@ -23,8 +23,8 @@ a host at 92 % CPU from other jobs, was held to 1.09x and measured 2.68x once th
 was removed: docs/findings.md, "The advisor"). Under ParameterServerStrategy the idle
 share leaves out pauses (``closure_gaps``: ``model.fit``'s epoch ends, where the
 coordinator works and the workers wait for it); those stay whatever a step becomes, and
-counted in they read ps_fit's workers as waiting (45-50 % idle against 35-39 % without),
-which lifted the bound from predictions its shared host then did not deliver.
+counted in they read ps_fit's workers as waiting (a median idle share of 42-47 %, 30-35 %
+without), which lifted the bound from predictions its shared host then did not deliver.
 """
 
 from __future__ import annotations
