@@ -153,11 +153,13 @@ def _probed_speedup(measured: Measurements, dst: str, extra: float, rtt_peers: f
     # its last timestamp: the worker waits for them in the tail before its result reaches
     # the coordinator, once per closure, so a step pays them once per steps in a closure.
     # The fastest tail is what the path costs there (as the fastest probe is the link's),
-    # up to ``TAIL_PS_ROUND_TRIPS`` round trips: the tutorial-style loop behind 25 ms had
-    # tails of 41 ms at the fastest (1.5 round trips), 47 ms median, 6 ms median without
-    # the delay; saving one round trip predicted 2.77x against 5.36x measured.
+    # up to ``TAIL_PS_ROUND_TRIPS`` round trips, less what those round trips cost at the
+    # peers' latency, which a repaired link still does: the tutorial-style loop behind 25
+    # ms had tails of 41 ms at the fastest (1.5 round trips), 47 ms median, 6 ms median
+    # without the delay; saving one round trip predicted 2.77x against 5.36x measured.
     tail = closure_tail_ns(measured.steps, measured.run.frame("closure"), quantile=0.0)
-    tail_saving = measured.workers["task"].map(tail).fillna(0.0).clip(upper=TAIL_PS_ROUND_TRIPS * extra) / per_closure
+    link_tail = measured.workers["task"].map(tail).fillna(0.0) - TAIL_PS_ROUND_TRIPS * rtt_peers
+    tail_saving = link_tail.clip(lower=0.0, upper=TAIL_PS_ROUND_TRIPS * extra) / per_closure
     pace = job_pace(measured)
     if pace is None:
         return predicted_speedup(measured.workers, measured.workers["mean_ns"] - saving - tail_saving,
