@@ -123,8 +123,9 @@ def _finding(measured: Measurements, dst: str, rtt: float, peers: float) -> Find
 def _probed_speedup(measured: Measurements, dst: str, extra: float, rtt_peers: float) -> tuple[float | None, dict]:
     """The link's cost per step from the probe's round trips, and its evidence.
 
-    In each closure the ps traffic model with the link's latency lowered to its peers', in
-    its tail up to ``TAIL_PS_ROUND_TRIPS`` of them; under ParameterServerStrategy also in
+    In each closure the ps traffic model with the link's latency lowered to its peers', at
+    the round trips a step pays (``whatif.ps_round_trips_per_step``), in its tail up to
+    ``TAIL_PS_ROUND_TRIPS`` of them; under ParameterServerStrategy also in
     the coordinator's loop, where the workers waited for it (``closure_gaps``): its round
     trips to ``dst`` estimated from its time per closure. The job's pace
     (``closure_gaps.JobPace``) turns them into the run's throughput; its fixed time (the
