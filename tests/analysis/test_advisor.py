@@ -2,6 +2,7 @@
 
 import pytest
 
+from tests.runs import MS, START_NS, scheduled_ahead
 from tfdiag.analysis import analyze
 from tfdiag.analysis.advisor import cpu_speedup_limit
 from tfdiag.analysis.devices import SharedHost
@@ -74,6 +75,38 @@ def test_a_busy_host_does_not_limit_a_job_whose_workers_wait(builder):
     assert finding.kind == "straggler"
     assert finding.recommendation.predicted_speedup == pytest.approx((2 / 60) / (1 / 60 + 1 / 100), rel=0.01)
     assert "host_cpu_limit" not in finding.evidence
+
+
+def _epochs_of_closures(builder, idle_ms, pause_ms):
+    """ParameterServerStrategy closures in two epochs of about 1.3 s: 60 of 20 ms on
+    worker:0, 22 of 60 ms on worker:1, ``idle_ms`` apart; between them every worker idles
+    ``pause_ms`` (``model.fit``'s epoch end). The host's CPU reads 90 %."""
+    run = builder()
+    start = START_NS
+    for epoch in range(2):
+        run.steps("worker:0", count=60, step_ms=20, idle_ms=idle_ms, closures=True, first_step=60 * epoch,
+                  start_ns=start)
+        run.steps("worker:1", count=22, step_ms=60, idle_ms=idle_ms, closures=True, first_step=22 * epoch,
+                  start_ns=start)
+        start = run.step_end_ns + int(pause_ms * MS)
+    return run.system("vm", "chief:0", cpu_pct=90.0, count=60, every_ms=50.0)
+
+
+def test_pauses_between_closures_are_not_workers_waiting(builder):
+    """An epoch end idles the workers 2 s while the coordinator works: 45-49 % of their
+    period, but their closures, 2 ms apart, are what fills the host (read whole: a log
+    without the job's CPU), so it bounds."""
+    finding = analyze(_epochs_of_closures(builder, idle_ms=2, pause_ms=2000).write()).primary
+    assert finding.kind == "straggler"
+    assert finding.evidence["host_cpu_limit"]["unlimited_speedup"] > 100 / 90
+    assert finding.recommendation.predicted_speedup == pytest.approx(100 / 90)
+
+
+def test_closures_far_apart_are_workers_waiting_whatever_the_pauses(builder):
+    findings = analyze(_epochs_of_closures(builder, idle_ms=40, pause_ms=2000).write()).findings
+    assert {"straggler", "coordinator_bound"} <= {f.kind for f in findings}
+    assert all("host_cpu_limit" not in f.evidence for f in findings)
+    assert max(f.recommendation.predicted_speedup for f in findings) > 100 / 90
 
 
 def test_a_busy_host_still_limits_a_job_whose_workers_compute(builder):
@@ -179,3 +212,18 @@ def test_a_job_alone_on_a_busy_host_is_held_to_the_idle_cpu(builder):
     run = _job_cpu(_straggler_run(builder).system("vm", "chief:0", cpu_pct=85.0, count=40), "chief:0", 11, 5.0, 85.0)
     finding = analyze(run.write()).primary
     assert finding.recommendation.predicted_speedup == pytest.approx(100 / 85)
+
+
+def test_with_the_jobs_cpu_a_job_whose_workers_wait_is_held_to_its_share(builder):
+    """Closures 40 ms apart (scheduled ahead), the host at 90 % of which the job 85 %: the job fills the host,
+    so repairing the straggler is held to (85 + 10 + 5 / 2) / 85; more steps per closure
+    takes the closures' own work off every step and is not held."""
+    run = builder()
+    run.steps("worker:0", step_ms=20, idle_ms=40, closures=True).steps("worker:1", step_ms=60, idle_ms=40, closures=True)
+    run = _job_cpu(scheduled_ahead(run).system("vm", "chief:0", cpu_pct=90.0, count=40), "chief:0", 11, 10.0, 85.0)
+    findings = {f.kind: f for f in analyze(run.write()).findings}
+    limit = (85 + 10 + 5 / 2) / 85
+    straggler, coordinator = findings["straggler"], findings["coordinator_bound"]
+    assert straggler.evidence["host_cpu_limit"]["unlimited_speedup"] > limit
+    assert straggler.recommendation.predicted_speedup == pytest.approx(limit)
+    assert coordinator.recommendation.predicted_speedup > 1.5 and "host_cpu_limit" not in coordinator.evidence

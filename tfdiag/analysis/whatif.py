@@ -54,9 +54,28 @@ def speedup_at_periods(workers: pd.DataFrame, new_period_ns: pd.Series) -> float
 # Round trips per step that a worker waits for on each ps link. A TF2 step is one
 # multi-device function: its part on a ps is a single component-function call whose
 # request and reply each cross the link once, and the worker's fetch of the variable
-# values overlaps that call. The slow-ps scenario still measures less than this predicts
-# (docs/benchmarks.md explains why its proxy delays only one direction).
+# values overlaps that call.
 PS_ROUND_TRIPS_PER_STEP = 1
+
+
+def ps_round_trips_per_step(steps_per_closure: float) -> float:
+    """Round trips per step a worker waits for on a ps link when ``steps_per_closure``
+    steps run inside one function (a ParameterServerStrategy closure; 1 elsewhere).
+
+    The function's first step pays ``PS_ROUND_TRIPS_PER_STEP``: its calls go out as the
+    function starts. Each later step's request for the variables goes out while the ps
+    still applies the previous step's update, and the ps answers once it has: only the
+    answer crosses the link after, half a round trip on a path as slow both ways. So a
+    step of a closure of k pays ``(1 + (k - 1) / 2) / k`` round trips: 0.55 at k = 10, where
+    ``ps_ctl`` behind a 25 ms and a 10 ms proxy (docs/benchmarks.md) stepped 0.41 and 0.50
+    round trips slower than without it; one round trip a step had predicted 31.9x against
+    1.95x measured.
+
+    >>> ps_round_trips_per_step(1), ps_round_trips_per_step(10)
+    (1.0, 0.55)
+    """
+    k = max(float(steps_per_closure), 1.0)
+    return PS_ROUND_TRIPS_PER_STEP * (1 + (k - 1) / 2) / k
 
 
 def ps_communication_ns(

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.runs import MS, START_NS
+from tests.runs import MS, START_NS, scheduled_ahead
 from tfdiag.analysis import analyze
 from tfdiag.analysis.breakdown import step_table
 from tfdiag.analysis.closure_gaps import closure_gaps
@@ -15,12 +15,12 @@ def _gaps(path):
     return closure_gaps(step_table(loaded.frame("step"), {}), loaded.frame("closure")).set_index("task")
 
 
-def _one_step_closures(builder, ps1_ms, tail_ms):
-    """4 ms closures 30 ms apart; each result ``tail_ms`` after its closure's end."""
+def _one_step_closures(builder, ps1_ms, tail_ms, idle_ms=30, ps0_ms=0.4):
+    """4 ms closures ``idle_ms`` apart; each result ``tail_ms`` after its closure's end."""
     run = builder()
     for worker in ("worker:0", "worker:1"):
-        run.steps(worker, count=150, step_ms=4, idle_ms=30, closures=True)
-        run.rpc(worker, "ps:0", 0.4).rpc(worker, "ps:1", ps1_ms)
+        run.steps(worker, count=150, step_ms=4, idle_ms=idle_ms, closures=True)
+        run.rpc(worker, "ps:0", ps0_ms).rpc(worker, "ps:1", ps1_ms)
     ends = {(r["task"], r["step"]): r["end_ns"] for kind, r in run.records if kind == "step"}
     run.records = [(kind, dict(r, result_ns=ends[(r["worker"], r["closure_id"])] + int(tail_ms * MS))
                     if kind == "closure" else r) for kind, r in run.records]
@@ -42,6 +42,17 @@ def test_two_round_trips_to_a_slow_ps_in_the_tail_are_not_the_coordinators(build
     findings = analyze(_one_step_closures(builder, ps1_ms=13.0, tail_ms=26).write()).findings
     assert "coordinator_bound" not in [f.kind for f in findings]
     assert findings[0].kind == "slow_link"
+
+
+@pytest.mark.parametrize("ps1_ms, idle_ms, saved_ms", [(2.0, 30, 30), (13.0, 60, 60 - 2 * 13)])
+def test_fewer_closures_save_the_tails_round_trips_unless_a_link_is_slow(builder, ps1_ms, idle_ms, saved_ms):
+    # Two round trips to the slowest ps in each closure's tail: on fast links (2 ms) they
+    # are the closure's round, paid once per ten steps with ten steps per closure; behind
+    # a slow link (13 ms) they are ``slow_link``'s.
+    run = _one_step_closures(builder, ps1_ms=ps1_ms, tail_ms=idle_ms - 4, idle_ms=idle_ms, ps0_ms=min(ps1_ms, 2.0))
+    [finding] = [f for f in analyze(scheduled_ahead(run).write()).findings if f.kind == "coordinator_bound"]
+    period = 4 + idle_ms
+    assert finding.recommendation.predicted_speedup == pytest.approx(period / (period - 0.9 * saved_ms), rel=0.01)
 
 
 def test_epoch_end_pauses_are_not_the_per_closure_cost(builder):

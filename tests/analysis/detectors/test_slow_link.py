@@ -29,8 +29,9 @@ def test_a_slow_path_to_a_ps_seen_from_every_source_is_slow_link(builder):
     assert finding.evidence["rtt_ms_min"] == {"chief:0->ps:1": 15.0, "worker:0->ps:1": 15.3, "worker:1->ps:1": 14.2}
 
 
-@pytest.mark.parametrize("fastest_tail_ms, saved_ms", [(36, 36), (80, 50)])
-def test_the_tail_saves_its_fastest_closures_time_up_to_two_round_trips(builder, fastest_tail_ms, saved_ms):
+@pytest.mark.parametrize("fastest_tail_ms, saved_ms", [(36, 36 - 2 * 0.4), (80, 50), (0.5, 0)])
+def test_the_tail_saves_its_fastest_closures_time_but_the_peers_round_trips_up_to_two(builder, fastest_tail_ms,
+                                                                                      saved_ms):
     # One step per closure behind a 25 ms link: 30 ms steps 60 ms apart, results coming back
     # 10 ms later than the fastest tail in three closures of four (a busy coordinator).
     run = builder()
@@ -40,5 +41,23 @@ def test_the_tail_saves_its_fastest_closures_time_up_to_two_round_trips(builder,
     run.records = [(kind, dict(r, result_ns=r["result_ns"] - MS + int((fastest_tail_ms + 10 * (r["closure_id"] % 4 > 0)) * MS))
                     if kind == "closure" else r) for kind, r in run.records]
     [finding] = [f for f in analyze(scheduled_ahead(run).write()).findings if f.kind == "slow_link"]
-    # 25 ms saved inside the step, ``saved_ms`` in the tail: period 90 ms -> 65 - saved.
+    # 25 ms saved inside the step, ``saved_ms`` in the tail (a link as fast as ps:0's still
+    # costs two of its 0.4 ms round trips there): period 90 ms -> 65 - saved.
     assert finding.recommendation.predicted_speedup == pytest.approx(90 / (65 - saved_ms), rel=0.01)
+
+
+@pytest.mark.parametrize("steps_per_closure, round_trips", [(1, 1.0), (10, 0.55)])
+def test_a_step_inside_a_closure_of_several_pays_half_a_round_trip_after_the_first(builder, steps_per_closure,
+                                                                                   round_trips):
+    # 30 ms steps behind a 25 ms link, 2 ms between closures, their results 1 ms after them.
+    run = builder()
+    for worker in ("worker:0", "worker:1"):
+        run.steps(worker, step_ms=30 * steps_per_closure, idle_ms=2, closures=True)
+        run.rpc(worker, "ps:0", 0.4).rpc(worker, "ps:1", 25.4)
+    run.records = [(kind, dict(r, steps=steps_per_closure) if kind == "step" else r) for kind, r in run.records]
+    [finding] = [f for f in analyze(scheduled_ahead(run).write()).findings if f.kind == "slow_link"]
+    # Per step: 30 ms and 2 ms between closures; saved: the round trips' 25 ms, and of the
+    # 1 ms tail what two round trips to ps:0 leave.
+    per_step = 30 + 2 / steps_per_closure
+    saved = round_trips * 25 + (1 - 2 * 0.4) / steps_per_closure
+    assert finding.recommendation.predicted_speedup == pytest.approx(per_step / (per_step - saved), rel=0.01)

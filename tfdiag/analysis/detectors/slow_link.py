@@ -19,7 +19,7 @@ from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.links import MIN_LINK_SAMPLES
 from tfdiag.analysis.measurements import Measurements
 from tfdiag.analysis.ps_traffic import ps_traffic, traced_link_cost
-from tfdiag.analysis.whatif import PS_ROUND_TRIPS_PER_STEP, predicted_speedup
+from tfdiag.analysis.whatif import PS_ROUND_TRIPS_PER_STEP, predicted_speedup, ps_round_trips_per_step
 
 KIND = "slow_link"
 
@@ -123,8 +123,9 @@ def _finding(measured: Measurements, dst: str, rtt: float, peers: float) -> Find
 def _probed_speedup(measured: Measurements, dst: str, extra: float, rtt_peers: float) -> tuple[float | None, dict]:
     """The link's cost per step from the probe's round trips, and its evidence.
 
-    In each closure the ps traffic model with the link's latency lowered to its peers', in
-    its tail up to ``TAIL_PS_ROUND_TRIPS`` of them; under ParameterServerStrategy also in
+    In each closure the ps traffic model with the link's latency lowered to its peers', at
+    the round trips a step pays (``whatif.ps_round_trips_per_step``), in its tail up to
+    ``TAIL_PS_ROUND_TRIPS`` of them; under ParameterServerStrategy also in
     the coordinator's loop, where the workers waited for it (``closure_gaps``): its round
     trips to ``dst`` estimated from its time per closure. The job's pace
     (``closure_gaps.JobPace``) turns them into the run's throughput; its fixed time (the
@@ -132,24 +133,34 @@ def _probed_speedup(measured: Measurements, dst: str, extra: float, rtt_peers: f
     """
     if measured.workers.empty:
         return None, {}
+    steps_per_closure = measured.steps.groupby("task", observed=True)["steps"].mean()
+    per_closure = measured.workers["task"].map(steps_per_closure).fillna(1.0).clip(lower=1.0)
+    # Inside a closure of several steps each later step pays half a round trip (whatif).
+    round_trips = per_closure.map(ps_round_trips_per_step)
     traffic = ps_traffic(measured)
     if traffic is not None:
         fixed = dict(traffic.rtt_ns, **{dst: max(traffic.rtt_ns.get(dst, 0.0) - extra, 0.0)})
-        saving = traffic.communication_ns() - traffic.communication_ns(rtt_ns=fixed)
+
+        def link_saving(count: float) -> float:  # the model's saving at ``count`` round trips a step
+            scale = count / PS_ROUND_TRIPS_PER_STEP
+            return (traffic.communication_ns(rtt_ns={ps: scale * rtt for ps, rtt in traffic.rtt_ns.items()})
+                    - traffic.communication_ns(rtt_ns={ps: scale * rtt for ps, rtt in fixed.items()}))
+
+        saving = round_trips.map(link_saving)
     else:
-        saving = PS_ROUND_TRIPS_PER_STEP * extra
-    saving = min(max(saving, 0.0), float(measured.workers["mean_ns"].min()))
+        saving = round_trips * extra
+    saving = saving.clip(lower=0.0, upper=float(measured.workers["mean_ns"].min()))
     # A closure's last parameter-server round trips (its variable updates) finish after
     # its last timestamp: the worker waits for them in the tail before its result reaches
     # the coordinator, once per closure, so a step pays them once per steps in a closure.
     # The fastest tail is what the path costs there (as the fastest probe is the link's),
-    # up to ``TAIL_PS_ROUND_TRIPS`` round trips: the tutorial-style loop behind 25 ms had
-    # tails of 41 ms at the fastest (1.5 round trips), 47 ms median, 6 ms median without
-    # the delay; saving one round trip predicted 2.77x against 5.36x measured.
+    # up to ``TAIL_PS_ROUND_TRIPS`` round trips, less what those round trips cost at the
+    # peers' latency, which a repaired link still does: the tutorial-style loop behind 25
+    # ms had tails of 41 ms at the fastest (1.5 round trips), 47 ms median, 6 ms median
+    # without the delay; saving one round trip predicted 2.77x against 5.36x measured.
     tail = closure_tail_ns(measured.steps, measured.run.frame("closure"), quantile=0.0)
-    steps_per_closure = measured.steps.groupby("task", observed=True)["steps"].mean()
-    tail_saving = (measured.workers["task"].map(tail).fillna(0.0).clip(upper=TAIL_PS_ROUND_TRIPS * extra)
-                   / measured.workers["task"].map(steps_per_closure).fillna(1.0).clip(lower=1.0))
+    link_tail = measured.workers["task"].map(tail).fillna(0.0) - TAIL_PS_ROUND_TRIPS * rtt_peers
+    tail_saving = link_tail.clip(lower=0.0, upper=TAIL_PS_ROUND_TRIPS * extra) / per_closure
     pace = job_pace(measured)
     if pace is None:
         return predicted_speedup(measured.workers, measured.workers["mean_ns"] - saving - tail_saving,
