@@ -1,0 +1,22 @@
+"""A process that runs a system sampler every 0.5 s and prints its wake-up counts as JSON lines.
+
+Run by ``test_system.py`` as a child it can ``SIGSTOP``/``SIGCONT``.
+"""
+
+import json
+import sys
+import time
+
+from tfdiag.collectors.system import SystemSampler
+
+
+class PrintingWriter:
+    def append(self, kind, **fields):
+        if kind == "system":
+            print(json.dumps({k: fields[k] for k in ("wakes", "late_wakes", "late_ms")}), flush=True)
+
+
+if __name__ == "__main__":
+    sampler = SystemSampler(PrintingWriter(), "worker:0", interval_s=0.5, gpus=False, cluster={}).start()
+    time.sleep(float(sys.argv[1]))
+    sampler.stop()
