@@ -1,13 +1,14 @@
 """A process that runs a system sampler every 0.5 s and prints its wake-up counts as JSON lines.
 
-Run by ``test_system.py`` as a child it can ``SIGSTOP``/``SIGCONT``.
+Run by ``test_system.py`` as a child it can ``SIGSTOP``/``SIGCONT``. Its thread wakes 50
+times a second, not 10, so that a few seconds give enough wake-ups to tell the shares apart.
 """
 
 import json
 import sys
 import time
 
-from tfdiag.collectors.system import SystemSampler
+from tfdiag.collectors import system
 
 
 class PrintingWriter:
@@ -17,6 +18,7 @@ class PrintingWriter:
 
 
 if __name__ == "__main__":
-    sampler = SystemSampler(PrintingWriter(), "worker:0", interval_s=0.5, gpus=False, cluster={}).start()
+    system.WAKE_S = 0.02
+    sampler = system.SystemSampler(PrintingWriter(), "worker:0", interval_s=0.5, gpus=False, cluster={}).start()
     time.sleep(float(sys.argv[1]))
     sampler.stop()

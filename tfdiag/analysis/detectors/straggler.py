@@ -76,14 +76,15 @@ EXAMPLES_PER_STEP_SPREAD = 1.1
 # A synchronous worker whose process could not run (``sync_steps.stopped_shares``) for
 # STOPPED_EXTRA_SHARE more of its steps than the typical other worker, and at least
 # STOPPED_RATIO times as much, is a straggler: every step stands still while it is stopped,
-# so 0.15 costs the job at least 1.18x. A wake-up is late or not, so a share from n
-# wake-ups varies by sqrt(p(1 - p) / n): at MIN_WAKES (5 s of steps) and p = 0.3 (a host at
-# load 20), 0.046, and two workers' difference 0.065, under half the margin; the ratio
-# keeps a host late for every worker alike from naming one. mwms_fit with worker 1 stopped
-# 40 ms of every 100 ms: see docs/findings.md.
+# so 0.15 costs the job 1.18x. A wake-up is late or not, so a share from n wake-ups varies
+# by sqrt(p(1 - p) / n): at MIN_WAKES (5 s of steps, 10 wake-ups a second) and p = 0.1, by
+# 0.042, and two workers' difference by 0.06, 2.5 times less than the margin; where every
+# worker is late often (p = 0.3 on a host at load 20, 0.065 each) the ratio keeps a host
+# late for every worker alike from naming one. mwms_fit with worker 1 stopped 40 ms of
+# every 100 ms: see docs/findings.md.
 STOPPED_EXTRA_SHARE = 0.15
 STOPPED_RATIO = 2.0
-MIN_WAKES = 100
+MIN_WAKES = 50
 
 
 def typical_of_others(values: pd.Series) -> pd.Series:
