@@ -129,6 +129,8 @@ def stopped_shares(system: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     # The time each sample covers: since the task's previous sample.
     samples["covered_ns"] = samples.groupby("task")["time_ns"].diff().astype("float64")
     samples = samples.dropna(subset=["wakes", "late_wakes", "covered_ns"])
+    if samples.empty:
+        return pd.DataFrame(columns=STOPPED_COLUMNS)
     inside = samples[(samples["time_ns"] > samples["task"].map(first)) & (samples["time_ns"] <= samples["task"].map(last))]
     if inside.empty:
         return pd.DataFrame(columns=STOPPED_COLUMNS)
