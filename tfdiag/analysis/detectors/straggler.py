@@ -5,7 +5,8 @@ asynchronous training — a longer step *period* (time between step starts), whi
 how a worker whose process is stopped or starved between closures (a container CPU
 quota, a busy host) shows: its closures take about as long, but it runs far fewer of
 them. Synchronous workers wait for each other, so their periods are equal and only the
-step time can single one out.
+step time can single one out — or, for a worker whose process is stopped, its sampler's
+late wake-ups (``_stopped``).
 
 Workers are compared fairly:
 
@@ -400,7 +401,8 @@ def _synchronous(measured: Measurements, own: pd.DataFrame) -> list[Finding]:
     """Synchronous workers judged by their own compute before the all-reduce (``sync_steps``):
     median compute against the typical other worker's, per example where their batches
     differ; predicted as if the stragglers computed as fast (input waits kept: a slow
-    pipeline is ``input_bound``'s)."""
+    pipeline is ``input_bound``'s). With none slower, by the share of their steps their
+    process could not run (``_stopped``)."""
     judged = own[own["records"] >= MIN_RECORDS].reset_index(drop=True)
     if len(judged) < 2:
         return []
