@@ -34,8 +34,8 @@ running process wakes well under a millisecond late, a few ms on a loaded host o
 another thread holds the GIL (its switch interval is 5 ms); a stopped process — ``SIGSTOP``,
 a container CPU quota's throttling — wakes late by the rest of the stop whenever its timer
 expires inside one. So the share of wake-ups later than ``LATE_WAKE_S`` estimates the
-share of time the process could not run (a little under it: stops shorter than
-``LATE_WAKE_S`` are not seen). Where the process is in a cgroup v2 with a ``cpu.stat``,
+share of time the process could not run (a little under it: the first ``LATE_WAKE_S``
+of each stop is not seen). Where the process is in a cgroup v2 with a ``cpu.stat``,
 the sample also carries the delta of its ``throttled_usec``: the quota's own count.
 """
 
@@ -65,10 +65,9 @@ LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 # of CPU each on the loaded 2-core test host), each wait drawn at random from WAKE_S/2 to
 # 3*WAKE_S/2: fixed waits lock onto a periodic quota (50 ms waits against stops of 40 ms
 # in every 100 ms woke in the running part of the period, 4 late of 50), random ones
-# sample it fairly. And the
-# lateness past which a wake-up counts as late: above the GIL's 5 ms switch interval, well
-# under a stop of a CPU quota (SIGSTOP 40 ms of every 100 ms in benchmarks/faults.py; a
-# cgroup quota's throttled part of its 100 ms period).
+# sample it fairly. And the lateness past which a wake-up counts as late: above the GIL's
+# 5 ms switch interval, well under a stop of a CPU quota (SIGSTOP 40 ms of every 100 ms in
+# benchmarks/faults.py; a cgroup quota's throttled part of its 100 ms period).
 WAKE_S = 0.1
 LATE_WAKE_S = 0.010
 CGROUP_ROOT = "/sys/fs/cgroup"
@@ -356,7 +355,8 @@ class SystemSampler:
                 if self._stop.wait(asked):
                     return
             now = time.monotonic()
-            self._wakes.woke(asked, now - before)
+            if asked > 0:  # not a sample overdue: no wait to time
+                self._wakes.woke(asked, now - before)
             if now >= next_sample:
                 self.sample()
                 if self._failed:

@@ -35,8 +35,9 @@ run, and cgroup v2 ``throttled_usec`` counts a quota's throttling directly
 judged against the others of the same run, and the prediction takes away only its
 excess: while it is stopped every synchronous step stands still, so the job would run
 with the mean step scaled by ``1 - (its share - the typical other worker's)``
-(``step_if_running_as_peers``); stops that fall wholly inside a wait the worker would have
-made anyway cost nothing, so that is an upper bound on the gain.
+(``step_if_running_as_peers``). Stops that fall wholly inside a wait the worker would have
+made anyway cost nothing, and the share misses the first 10 ms of each stop: the two
+errors pull opposite ways.
 
 Example:
     >>> import pandas as pd
