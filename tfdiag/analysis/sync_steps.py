@@ -53,6 +53,8 @@ Example:
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 STOPPED_COLUMNS = ["task", "wakes", "late_wakes", "late_ms", "throttled_ms", "span_ns", "stopped_share"]
@@ -111,7 +113,7 @@ def stopped_shares(system: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     sample counts the wake-ups since the previous one).
 
     Columns: ``task``, the sums ``wakes``, ``late_wakes``, ``late_ms`` and ``throttled_ms``
-    (0 without a cgroup v2 ``cpu.stat``), ``span_ns`` (the time those samples cover) and
+    (NaN without a cgroup v2 ``cpu.stat``), ``span_ns`` (the time those samples cover) and
     ``stopped_share``: the larger of the late wake-ups' share and the throttled time's share
     of the span. Empty when the records have no wake-up counts (logs from before them).
 
@@ -137,7 +139,7 @@ def stopped_shares(system: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=STOPPED_COLUMNS)
     grouped = inside.groupby("task", sort=True)
     table = grouped[["wakes", "late_wakes", "late_ms"]].sum()
-    table["throttled_ms"] = grouped["throttled_ms"].sum() if "throttled_ms" in inside else 0.0
+    table["throttled_ms"] = grouped["throttled_ms"].sum(min_count=1) if "throttled_ms" in inside else math.nan
     table["span_ns"] = grouped["covered_ns"].sum()
     late_share = table["late_wakes"] / table["wakes"].clip(lower=1)
     throttled_share = (table["throttled_ms"] * 1e6 / table["span_ns"].where(table["span_ns"] > 0)).fillna(0.0).clip(upper=1.0)

@@ -490,7 +490,8 @@ def _stopped(measured: Measurements, judged: pd.DataFrame) -> list[Finding]:
             "typical_stopped_share": round(float(typical[is_stopped].min()), 3),
             "late_wakes": {row.task: f"{int(row.late_wakes)}/{int(row.wakes)}" for row in shares.itertuples()},
             "late_s": {row.task: round(float(row.late_ms) / 1e3, 2) for row in shares.itertuples()},
-            "throttled_s": {row.task: round(float(row.throttled_ms) / 1e3, 2) for row in shares.itertuples()},
+            "throttled_s": {row.task: None if math.isnan(row.throttled_ms) else round(float(row.throttled_ms) / 1e3, 2)
+                            for row in shares.itertuples()},
             "stopped_s": {row.task: round(float(row.stopped_share * row.span_ns) / 1e9, 2) for row in slow.itertuples()},
             "compute_ms_p50": {row.task: round(float(row.compute_p50_ns) / 1e6, 2) for row in judged.itertuples()},
             "step_ms_mean": round(step_ns / 1e6, 2),
