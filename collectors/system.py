@@ -27,6 +27,16 @@ more (``NVMLError_GPUIsLost``, a driver unloaded) ends GPU sampling with one ``n
 as does any other error while sampling. TensorFlow's own peak GPU memory
 (``tf.config.experimental.get_memory_info``) goes into ``tf_mem_peak_bytes`` when
 TensorFlow is loaded and sees GPUs.
+
+Whether this process ran when it wanted to: between samples the thread wakes every
+``WAKE_S`` on average and times how much later than asked each wait returned (``WakeTimer``). A
+running process wakes well under a millisecond late, a few ms on a loaded host or while
+another thread holds the GIL (its switch interval is 5 ms); a stopped process — ``SIGSTOP``,
+a container CPU quota's throttling — wakes late by the rest of the stop whenever its timer
+expires inside one. So the share of wake-ups later than ``LATE_WAKE_S`` estimates the
+share of time the process could not run (a little under it: the first ``LATE_WAKE_S``
+of each stop is not seen). Where the process is in a cgroup v2 with a ``cpu.stat``,
+the sample also carries the delta of its ``throttled_usec``: the quota's own count.
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import random
 import socket
 import sys
 import threading
@@ -50,6 +61,16 @@ DEFAULT_INTERVAL_S = 1.0
 # ended: a restarted task is counted again within this, at ~10 ms of CPU a search.
 RESCAN_S = 30.0
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+# Mean seconds between two timed wake-ups of the sampler's thread (10 a second, 50-130 µs
+# of CPU each on the loaded 2-core test host), each wait drawn at random from WAKE_S/2 to
+# 3*WAKE_S/2: fixed waits lock onto a periodic quota (50 ms waits against stops of 40 ms
+# in every 100 ms woke in the running part of the period, 4 late of 50), random ones
+# sample it fairly. And the lateness past which a wake-up counts as late: above the GIL's
+# 5 ms switch interval, well under a stop of a CPU quota (SIGSTOP 40 ms of every 100 ms in
+# benchmarks/faults.py; a cgroup quota's throttled part of its 100 ms period).
+WAKE_S = 0.1
+LATE_WAKE_S = 0.010
+CGROUP_ROOT = "/sys/fs/cgroup"
 
 
 def local_cluster_ports(cluster: dict, local_names: set[str]) -> set[int]:
@@ -141,6 +162,59 @@ class JobProcesses:
         used = {pid: max(0.0, spent - last[pid]) for pid, spent in seconds.items() if pid in last}
         own = used.get(self._own_pid, math.nan) / capacity
         return own, sum(used.values()) / capacity, len(used)
+
+
+class WakeTimer:
+    """Counts this thread's wake-ups and those later than ``LATE_WAKE_S`` since the last ``take``.
+
+    >>> timer = WakeTimer()
+    >>> timer.woke(asked_s=0.05, slept_s=0.0502); timer.woke(asked_s=0.05, slept_s=0.09)
+    >>> timer.take()
+    (2, 1, 40.0)
+    """
+
+    def __init__(self):
+        self._wakes = self._late = 0
+        self._late_s = 0.0
+
+    def woke(self, asked_s: float, slept_s: float) -> None:
+        late_s = slept_s - asked_s
+        self._wakes += 1
+        if late_s >= LATE_WAKE_S:
+            self._late += 1
+            self._late_s += late_s
+
+    def take(self) -> tuple[int, int, float]:
+        """``(wakes, late_wakes, late_ms)`` since the previous call."""
+        taken = (self._wakes, self._late, round(self._late_s * 1e3, 3))
+        self._wakes = self._late = 0
+        self._late_s = 0.0
+        return taken
+
+
+def cgroup_cpu_stat(pid: int | str = "self") -> str | None:
+    """The ``cpu.stat`` of the process's cgroup v2, or ``None`` (cgroup v1, no such file)."""
+    try:
+        with open(f"/proc/{pid}/cgroup") as lines:
+            path = next((line[3:].strip() for line in lines if line.startswith("0::")), None)
+    except OSError:
+        return None
+    if path is None:
+        return None
+    stat = os.path.join(CGROUP_ROOT, path.lstrip("/"), "cpu.stat")
+    return stat if os.path.isfile(stat) else None
+
+
+def throttled_usec(stat_path: str) -> float:
+    """The cgroup's ``throttled_usec`` so far (NaN when the file has none or cannot be read)."""
+    try:
+        with open(stat_path) as stat:
+            for line in stat:
+                if line.startswith("throttled_usec "):
+                    return float(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return math.nan
 
 
 class _Nvml:
@@ -253,6 +327,9 @@ class SystemSampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failed = False
+        self._wakes = WakeTimer()
+        self._cpu_stat = cgroup_cpu_stat()
+        self._last_throttled = throttled_usec(self._cpu_stat) if self._cpu_stat else math.nan
 
     def start(self) -> "SystemSampler":
         if self._thread is None:
@@ -270,10 +347,21 @@ class SystemSampler:
 
     def _run(self) -> None:
         self.sample()  # primes the CPU counters
-        while not self._stop.wait(self.interval_s):
-            self.sample()
-            if self._failed:
-                return
+        next_sample = time.monotonic() + self.interval_s
+        while True:
+            asked = min(random.uniform(WAKE_S / 2, 1.5 * WAKE_S), max(next_sample - time.monotonic(), 0.0))
+            before = time.monotonic()
+            with charged("system"):  # the wake-up's own CPU: 50-130 µs on the 2-core test host
+                if self._stop.wait(asked):
+                    return
+            now = time.monotonic()
+            if asked > 0:  # not a sample overdue: no wait to time
+                self._wakes.woke(asked, now - before)
+            if now >= next_sample:
+                self.sample()
+                if self._failed:
+                    return
+                next_sample = time.monotonic() + self.interval_s
 
     def sample(self) -> None:
         """Takes one sample now (the thread calls this). Never raises."""
@@ -309,6 +397,9 @@ class SystemSampler:
         if self._job is None:
             self._job = JobProcesses(identity.resolve_cluster() if self._cluster is None else self._cluster, psutil)
         own, job, processes = self._job.cpu_pct()
+        wakes, late_wakes, late_ms = self._wakes.take()
+        throttled, self._last_throttled = self._last_throttled, (
+            throttled_usec(self._cpu_stat) if self._cpu_stat else math.nan)
         net = psutil.net_io_counters()
         try:
             disk = psutil.disk_io_counters()
@@ -320,6 +411,7 @@ class SystemSampler:
             net_sent_bytes=int(net.bytes_sent) if net else 0, net_recv_bytes=int(net.bytes_recv) if net else 0,
             disk_read_bytes=int(disk.read_bytes) if disk else 0, disk_write_bytes=int(disk.write_bytes) if disk else 0,
             cpu_count=self._job.cores, pid=os.getpid(), proc_cpu_pct=own, job_cpu_pct=job, job_processes=processes,
+            wakes=wakes, late_wakes=late_wakes, late_ms=late_ms, throttled_ms=(self._last_throttled - throttled) / 1e3,
         )
 
     def _sample_gpus(self) -> None:

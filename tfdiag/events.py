@@ -127,6 +127,10 @@ SYSTEM = RecordKind(
         ("proc_cpu_pct", "float64"),  # this process's CPU, percent of all the host's cores
         ("job_cpu_pct", "float64"),  # the job's processes on this host (see docs/log-format.md)
         ("job_processes", "int64"),  # how many processes job_cpu_pct counts
+        ("wakes", "int64"),  # the sampler thread's timed wake-ups since the previous sample
+        ("late_wakes", "int64"),  # of those, the ones 10 ms or more later than asked (the process was stopped)
+        ("late_ms", "float64"),  # their summed lateness
+        ("throttled_ms", "float64"),  # cgroup v2 cpu.stat throttled_usec delta, ms; NaN without one
     ),
 )
 

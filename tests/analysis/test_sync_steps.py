@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from tfdiag.analysis import sync_steps
-from tfdiag.analysis.sync_steps import own_times, shared_ns, speedup_with_own
+from tfdiag.analysis.sync_steps import own_times, shared_ns, speedup_with_own, stopped_shares
 
 
 def test_the_docstring_examples_hold():
@@ -42,3 +42,38 @@ def test_the_step_keeps_its_shared_part_when_the_slowest_own_time_shrinks():
     assert speedup_with_own(own, pd.Series([5.0, 5.0], index=own.index)) == pytest.approx(64 / 24)
     # Only the fast worker faster: the step does not move.
     assert speedup_with_own(own, pd.Series([1.0, 45.0], index=own.index)) == pytest.approx(1.0)
+
+
+S = 1_000_000_000
+
+
+def _system(task, late, throttled_ms=None, start_s=0):
+    """One sample a second from ``start_s``, 10 wake-ups each, ``late[i]`` of them late."""
+    return pd.DataFrame({"task": task, "time_ns": [(start_s + i) * S for i in range(len(late))], "wakes": 10,
+                         "late_wakes": late, "late_ms": [20.0 * n for n in late],
+                         "throttled_ms": throttled_ms or [float("nan")] * len(late)})
+
+
+def test_only_the_samples_taken_while_the_worker_stepped_count():
+    # Stepping from 2 s to 5 s: the samples at 3, 4 and 5 s count (each covers the second
+    # before it); the start-up's late wake-ups (tracing, the cluster's start) do not.
+    system = _system("worker:0", [0, 9, 9, 2, 3, 4, 9, 9])
+    steps = pd.DataFrame({"task": ["worker:0"] * 2, "begin_ns": [2 * S, 3 * S], "end_ns": [3 * S, 5 * S]})
+    row = stopped_shares(system, steps).iloc[0]
+    assert (row["wakes"], row["late_wakes"], row["span_ns"]) == (30, 9, 3 * S)
+    assert row["stopped_share"] == pytest.approx(0.3)
+
+
+def test_cgroup_throttling_counts_where_it_exceeds_the_late_wake_ups():
+    system = _system("worker:1", [0, 1, 1, 1], throttled_ms=[0.0, 400.0, 400.0, 400.0])
+    steps = pd.DataFrame({"task": ["worker:1"], "begin_ns": [0], "end_ns": [3 * S]})
+    assert stopped_shares(system, steps)["stopped_share"].tolist() == [pytest.approx(0.4)]
+
+
+@pytest.mark.parametrize("columns", [{}, {"wakes": None, "late_wakes": None, "late_ms": None, "throttled_ms": None}])
+def test_a_log_without_wake_up_counts_gives_an_empty_table(columns):
+    # Written before the counts: no such columns, or (read with today's schema) nulls.
+    system = pd.DataFrame({"task": ["worker:0"] * 2, "time_ns": [S, 2 * S], "cpu_pct": [50.0] * 2,
+                           **{name: [value] * 2 for name, value in columns.items()}})
+    steps = pd.DataFrame({"task": ["worker:0"], "begin_ns": [0], "end_ns": [3 * S]})
+    assert stopped_shares(system, steps).empty

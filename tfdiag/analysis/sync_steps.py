@@ -24,6 +24,21 @@ Means, not medians, make the prediction: throughput is total time over steps. On
 records with a ``compute_ns`` count (the first step of a ``fit``, and every step of a
 collector without the stamp, have none).
 
+A worker's process that is *stopped* — a container CPU quota's throttling, ``SIGSTOP`` —
+stalls every step it is stopped in, mostly while it waits in the all-reduce, where its
+peers wait too: its compute stamps barely change (``mwms_fit`` with worker 1 stopped 40 ms
+of every 100 ms: mean compute 9.0 against 5.8 ms, medians about equal) and no step time
+singles it out. Its system sampler does (``collectors/system.py``): the share of its timed
+wake-ups that came 10 ms or more late estimates the share of time the process could not
+run, and cgroup v2 ``throttled_usec`` counts a quota's throttling directly
+(``stopped_shares``). A host under load delays every process alike, so a worker is
+judged against the others of the same run, and the prediction takes away only its
+excess: while it is stopped every synchronous step stands still, so the job would run
+with the mean step scaled by ``1 - (its share - the typical other worker's)``
+(``step_if_running_as_peers``). Stops that fall wholly inside a wait the worker would have
+made anyway cost nothing, and the share misses the first 10 ms of each stop: the two
+errors pull opposite ways.
+
 Example:
     >>> import pandas as pd
     >>> steps = pd.DataFrame({"task": ["worker:0", "worker:1"] * 2, "begin_ns": [0, 0, 70, 70],
@@ -38,8 +53,11 @@ Example:
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
+STOPPED_COLUMNS = ["task", "wakes", "late_wakes", "late_ms", "throttled_ms", "span_ns", "stopped_share"]
 OWN_COLUMNS = ["task", "records", "step_ns", "input_ns", "compute_ns", "own_ns", "compute_p50_ns",
                "examples_per_step"]
 
@@ -87,3 +105,53 @@ def step_with_own(own: pd.DataFrame, new_own_ns: pd.Series) -> float:
 def speedup_with_own(own: pd.DataFrame, new_own_ns: pd.Series) -> float:
     """Throughput ratio of the synchronous job when each worker's own time becomes ``new_own_ns``."""
     return float(own["step_ns"].max()) / max(step_with_own(own, new_own_ns), 1.0)
+
+
+def stopped_shares(system: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """Per task, how much of its stepping its process could not run, from its ``system``
+    records (as logged) taken after its first step's start up to its last step's end (a
+    sample counts the wake-ups since the previous one).
+
+    Columns: ``task``, the sums ``wakes``, ``late_wakes``, ``late_ms`` and ``throttled_ms``
+    (NaN without a cgroup v2 ``cpu.stat``), ``span_ns`` (the time those samples cover) and
+    ``stopped_share``: the larger of the late wake-ups' share and the throttled time's share
+    of the span. Empty when the records have no wake-up counts (logs from before them).
+
+    >>> system = pd.DataFrame({"task": ["worker:1"] * 3, "time_ns": [0, 10**9, 2 * 10**9],
+    ...                        "wakes": [20, 20, 20], "late_wakes": [0, 6, 8], "late_ms": [0.0, 120.0, 160.0],
+    ...                        "throttled_ms": [float("nan")] * 3})
+    >>> steps = pd.DataFrame({"task": ["worker:1"] * 2, "begin_ns": [0, 10**9], "end_ns": [10**9, 2 * 10**9]})
+    >>> stopped_shares(system, steps)["stopped_share"].tolist()
+    [0.35]
+    """
+    if system.empty or "late_wakes" not in system or steps.empty:
+        return pd.DataFrame(columns=STOPPED_COLUMNS)
+    task = steps["task"].astype(str)
+    first, last = steps["begin_ns"].groupby(task).min(), steps["end_ns"].groupby(task).max()
+    samples = system.assign(task=system["task"].astype(str)).sort_values(["task", "time_ns"])
+    # The time each sample covers: since the task's previous sample.
+    samples["covered_ns"] = samples.groupby("task")["time_ns"].diff().astype("float64")
+    samples = samples.dropna(subset=["wakes", "late_wakes", "covered_ns"])
+    if samples.empty:
+        return pd.DataFrame(columns=STOPPED_COLUMNS)
+    inside = samples[(samples["time_ns"] > samples["task"].map(first)) & (samples["time_ns"] <= samples["task"].map(last))]
+    if inside.empty:
+        return pd.DataFrame(columns=STOPPED_COLUMNS)
+    grouped = inside.groupby("task", sort=True)
+    table = grouped[["wakes", "late_wakes", "late_ms"]].sum()
+    table["throttled_ms"] = grouped["throttled_ms"].sum(min_count=1) if "throttled_ms" in inside else math.nan
+    table["span_ns"] = grouped["covered_ns"].sum()
+    late_share = table["late_wakes"] / table["wakes"].clip(lower=1)
+    throttled_share = (table["throttled_ms"] * 1e6 / table["span_ns"].where(table["span_ns"] > 0)).fillna(0.0).clip(upper=1.0)
+    table["stopped_share"] = pd.concat([late_share, throttled_share], axis=1).max(axis=1)
+    return table.reset_index()[STOPPED_COLUMNS]
+
+
+def step_if_running_as_peers(step_ns: float, share: float, typical_share: float) -> float:
+    """The mean synchronous step had a worker stopped for ``share`` of the time been stopped
+    only for the ``typical_share`` of its peers: every step stands still while it is stopped.
+
+    >>> step_if_running_as_peers(60.0, 0.5, 0.25)
+    45.0
+    """
+    return step_ns * (1.0 - max(share - typical_share, 0.0))

@@ -65,3 +65,56 @@ def test_a_worker_with_larger_batches_is_compared_per_example(builder):
     run = _sync_run(builder, 40.0, {"worker:0": (0.5, 5.0), "worker:1": (0.5, 15.0)},
                     examples={"worker:0": 32, "worker:1": 96})
     assert "straggler" not in [f.kind for f in analyze(run.write()).findings]
+
+
+def _sampled(run, late: dict, throttled_ms: dict | None = None):
+    """One ``system`` record a second per worker over its steps, each with 10 timed wake-ups
+    of which ``late[worker]`` came late (and ``throttled_ms[worker]`` of cgroup throttling)."""
+    from tests.runs import START_NS
+
+    for worker in WORKERS:
+        for second in range(int((run.step_end_ns - START_NS) / 1e9) + 1):
+            run.records.append(("system", dict(
+                host="h", task=worker, time_ns=START_NS + second * 1_000_000_000, cpu_pct=20.0, mem_used_frac=0.5,
+                net_sent_bytes=0, net_recv_bytes=0, disk_read_bytes=0, disk_write_bytes=0,
+                wakes=10, late_wakes=late[worker], late_ms=late[worker] * 20.0,
+                throttled_ms=(throttled_ms or {}).get(worker, float("nan")))))
+    return run
+
+
+def test_a_stopped_worker_is_named_with_the_step_it_would_allow(builder):
+    # mwms_fit with worker 1 stopped 40 ms of every 100 ms: computes as fast as worker 0
+    # between stops, but its sampler wakes late 3 times in 10 (30 % of the time stopped).
+    run = _sampled(_sync_run(builder, 60.0, {"worker:0": (0.5, 5.0), "worker:1": (0.5, 5.5)}),
+                   {"worker:0": 0, "worker:1": 3})
+    report = analyze(run.write())
+    finding = report.primary
+    assert finding.kind == "straggler" and finding.tasks == ("worker:1",)
+    assert finding.severity.value == "warning"
+    assert finding.evidence["stopped_share"] == {"worker:0": 0.0, "worker:1": 0.3}
+    # Every step stands still while worker 1 is stopped: 60 ms x (1 - 0.3) = 42 ms.
+    assert finding.evidence["predicted_step_ms"] == pytest.approx(42.0, rel=0.01)
+    assert finding.recommendation.predicted_speedup == pytest.approx(60 / 42, rel=0.01)
+
+
+def test_a_throttled_worker_is_named_from_its_cgroup(builder):
+    # A cgroup v2 quota: worker 1 throttled 500 ms of every second; its wake-ups not counted late.
+    run = _sampled(_sync_run(builder, 60.0, {"worker:0": (0.5, 5.0), "worker:1": (0.5, 5.0)}),
+                   {"worker:0": 0, "worker:1": 0}, throttled_ms={"worker:0": 0.0, "worker:1": 500.0})
+    finding = analyze(run.write()).primary
+    assert finding.kind == "straggler" and finding.tasks == ("worker:1",)
+    assert finding.severity.value == "critical"  # 60 ms steps, 30 ms without the throttling
+    assert finding.recommendation.predicted_speedup == pytest.approx(2.0, rel=0.01)
+
+
+def test_a_clean_run_with_punctual_samplers_has_no_warning(builder):
+    run = _sampled(_sync_run(builder, 25.0, {"worker:0": (0.5, 4.0), "worker:1": (0.5, 4.2)}),
+                   {"worker:0": 0, "worker:1": 1})
+    assert _warnings(analyze(run.write())) == []
+
+
+def test_a_host_loaded_for_every_worker_alike_names_none(builder):
+    # Load 20 on 2 cores: every process wakes late often, one a little more than the other.
+    run = _sampled(_sync_run(builder, 60.0, {"worker:0": (0.5, 5.0), "worker:1": (0.5, 5.0)}),
+                   {"worker:0": 3, "worker:1": 4})
+    assert "straggler" not in [f.kind for f in analyze(run.write()).findings]

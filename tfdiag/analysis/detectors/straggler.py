@@ -5,7 +5,8 @@ asynchronous training — a longer step *period* (time between step starts), whi
 how a worker whose process is stopped or starved between closures (a container CPU
 quota, a busy host) shows: its closures take about as long, but it runs far fewer of
 them. Synchronous workers wait for each other, so their periods are equal and only the
-step time can single one out.
+step time can single one out — or, for a worker whose process is stopped, its sampler's
+late wake-ups (``_stopped``).
 
 Workers are compared fairly:
 
@@ -44,7 +45,7 @@ from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.groups import TaskGroups, mean_of, median_of
 from tfdiag.analysis.measurements import Measurements
 from tfdiag.analysis.step_stats import WINDOW_COLUMNS, window_counters
-from tfdiag.analysis.sync_steps import own_times, shared_ns, speedup_with_own
+from tfdiag.analysis.sync_steps import own_times, shared_ns, speedup_with_own, step_if_running_as_peers, stopped_shares
 from tfdiag.analysis.whatif import predicted_speedup, speedup_at_periods
 
 KIND = "straggler"
@@ -73,6 +74,18 @@ OVERLAP_RECORDS = 10
 MIN_SPAN_SHARE = 0.5
 # Examples per step differing by more than this ratio between workers: compare per example.
 EXAMPLES_PER_STEP_SPREAD = 1.1
+# A synchronous worker whose process could not run (``sync_steps.stopped_shares``) for
+# STOPPED_EXTRA_SHARE more of its steps than the typical other worker, and at least
+# STOPPED_RATIO times as much, is a straggler: every step stands still while it is stopped,
+# so 0.15 costs the job 1.18x. A wake-up is late or not, so a share from n wake-ups varies
+# by sqrt(p(1 - p) / n): at MIN_WAKES (5 s of steps, 10 wake-ups a second) and p = 0.1, by
+# 0.042, and two workers' difference by 0.06, 2.5 times less than the margin; where every
+# worker is late often (p = 0.3 on a host at load 20, 0.065 each) the ratio keeps a host
+# late for every worker alike from naming one. mwms_fit with worker 1 stopped 40 ms of
+# every 100 ms: see docs/findings.md.
+STOPPED_EXTRA_SHARE = 0.15
+STOPPED_RATIO = 2.0
+MIN_WAKES = 50
 
 
 def typical_of_others(values: pd.Series) -> pd.Series:
@@ -394,7 +407,8 @@ def _synchronous(measured: Measurements, own: pd.DataFrame) -> list[Finding]:
     """Synchronous workers judged by their own compute before the all-reduce (``sync_steps``):
     median compute against the typical other worker's, per example where their batches
     differ; predicted as if the stragglers computed as fast (input waits kept: a slow
-    pipeline is ``input_bound``'s)."""
+    pipeline is ``input_bound``'s). With none slower, by the share of their steps their
+    process could not run (``_stopped``)."""
     judged = own[own["records"] >= MIN_RECORDS].reset_index(drop=True)
     if len(judged) < 2:
         return []
@@ -405,7 +419,7 @@ def _synchronous(measured: Measurements, own: pd.DataFrame) -> list[Finding]:
     typical = typical_of_others(compute)
     is_slow = _slower(compute, typical, scale)
     if not is_slow.any():
-        return []
+        return _stopped(measured, judged)
     new_compute = judged["compute_ns"].where(~is_slow, typical_of_others(judged["compute_ns"] / scale) * scale)
     new_own = judged["input_ns"] + new_compute
     slow, slowdown = judged[is_slow], compute / typical
@@ -441,5 +455,59 @@ def _synchronous(measured: Measurements, own: pd.DataFrame) -> list[Finding]:
             action=f"Bring {names} up to the speed of the other workers.",
             change=f"Fix or replace the host of {names}; every synchronous step waits for it.",
             predicted_speedup=speedup_with_own(judged, new_own),
+        ),
+    )]
+
+
+def _stopped(measured: Measurements, judged: pd.DataFrame) -> list[Finding]:
+    """Synchronous workers whose process could not run for a much larger share of their steps
+    than the others' (a CPU quota, ``SIGSTOP``), from their samplers' late wake-ups and cgroup
+    throttling; predicted as if they had been stopped only as much as the typical other worker."""
+    shares = stopped_shares(measured.run.frame("system"), measured.run.frame("step"))
+    shares = shares[shares["task"].isin(set(judged["task"])) & (shares["wakes"] >= MIN_WAKES)].reset_index(drop=True)
+    if len(shares) < 2:
+        return []
+    share, typical = shares["stopped_share"], typical_of_others(shares["stopped_share"])
+    is_stopped = (share - typical >= STOPPED_EXTRA_SHARE) & (share >= STOPPED_RATIO * typical)
+    if not is_stopped.any():
+        return []
+    worst = (share - typical)[is_stopped].idxmax()
+    step_ns = float(judged["step_ns"].max())
+    new_step_ns = step_if_running_as_peers(step_ns, float(share[worst]), float(typical[worst]))
+    slow = shares[is_stopped]
+    tasks, names = tuple(slow["task"]), ", ".join(slow["task"])
+    slowdown = step_ns / max(new_step_ns, 1.0)
+
+    def pct(value) -> str:
+        return f"{float(value):.0%}"
+
+    return [Finding(
+        kind=KIND,
+        severity=Severity.CRITICAL if slowdown >= CRITICAL_SLOWDOWN else Severity.WARNING,
+        title=f"{names} could not run for {pct(share[is_stopped].max())} of its steps against "
+              f"{pct(typical[is_stopped].min())} for the other workers; every synchronous step waits for it",
+        summary=(f"The process of {names} was stopped or throttled (a CPU quota, a stopped process) for about "
+                 f"{pct(share[is_stopped].max())} of the time it stepped: its sampler woke 10 ms or more late "
+                 f"{int(slow['late_wakes'].max())} times of {int(slow['wakes'].max())}. The other workers wait for it "
+                 f"in every all-reduce, so every worker's step takes {step_ns / 1e6:.1f} ms."),
+        tasks=tasks,
+        evidence={
+            "stopped_share": {row.task: round(float(row.stopped_share), 3) for row in shares.itertuples()},
+            "typical_stopped_share": round(float(typical[is_stopped].min()), 3),
+            "late_wakes": {row.task: f"{int(row.late_wakes)}/{int(row.wakes)}" for row in shares.itertuples()},
+            "late_s": {row.task: round(float(row.late_ms) / 1e3, 2) for row in shares.itertuples()},
+            "throttled_s": {row.task: None if math.isnan(row.throttled_ms) else round(float(row.throttled_ms) / 1e3, 2)
+                            for row in shares.itertuples()},
+            "stopped_s": {row.task: round(float(row.stopped_share * row.span_ns) / 1e9, 2) for row in slow.itertuples()},
+            "compute_ms_p50": {row.task: round(float(row.compute_p50_ns) / 1e6, 2) for row in judged.itertuples()},
+            "step_ms_mean": round(step_ns / 1e6, 2),
+            "predicted_step_ms": round(new_step_ns / 1e6, 2),
+            "slowdown": {task: round(slowdown, 2) for task in tasks},
+        },
+        recommendation=Recommendation(
+            action=f"Give {names} the CPU its peers have.",
+            change=(f"Lift the CPU quota or throttling of {names} (its container's cpu.max / CPU limit) or move it "
+                    "off the host that starves it; every synchronous step waits for it."),
+            predicted_speedup=slowdown,
         ),
     )]

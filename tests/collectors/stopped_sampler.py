@@ -1,0 +1,24 @@
+"""A process that runs a system sampler every 0.5 s and prints its wake-up counts as JSON lines.
+
+Run by ``test_system.py`` as a child it can ``SIGSTOP``/``SIGCONT``. Its thread wakes 50
+times a second, not 10, so that a few seconds give enough wake-ups to tell the shares apart.
+"""
+
+import json
+import sys
+import time
+
+from tfdiag.collectors import system
+
+
+class PrintingWriter:
+    def append(self, kind, **fields):
+        if kind == "system":
+            print(json.dumps({k: fields[k] for k in ("wakes", "late_wakes", "late_ms")}), flush=True)
+
+
+if __name__ == "__main__":
+    system.WAKE_S = 0.02
+    sampler = system.SystemSampler(PrintingWriter(), "worker:0", interval_s=0.5, gpus=False, cluster={}).start()
+    time.sleep(float(sys.argv[1]))
+    sampler.stop()
