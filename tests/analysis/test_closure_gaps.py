@@ -116,7 +116,7 @@ def _epochs_scheduled_ahead(builder, tail_ms, epoch_end_ms, epochs=5, per_epoch=
 @pytest.mark.parametrize("tail_ms", [5, 50])
 def test_waits_for_a_loop_that_runs_ahead_are_pauses(builder, tail_ms):
     # model.fit schedules each epoch ahead; its first closures wait 300 ms for the epoch end.
-    # Behind 50 ms tails (a hot ps: ps_fit's 50-57 ms at load average 5) that is under
+    # Behind 50 ms tails (ps_fit's hot-ps block: 50-57 ms at load average 5) that is under
     # PAUSE_FACTOR times the usual 54 ms idle, and still no per-closure wait for the loop.
     loaded = load_run(_epochs_scheduled_ahead(builder, tail_ms, epoch_end_ms=300).write())
     closures = loaded.frame("closure")

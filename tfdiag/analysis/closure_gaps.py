@@ -11,8 +11,8 @@ to its next one. The gap is, in order:
   parameter servers itself between closures, so behind a slow link this is mostly that
   link (ps_fit behind 26.7 ms: a ``schedule()`` every 83.5 ms, three round trips).
   A loop that runs ahead of most closures (``LOOP_BOUND_SHARE``) held the few that waited
-  for something it did once, not for its round: those waits are pauses (ps_fit with a hot
-  ps: 8 of 200 closures waited, each the first of an epoch, 290-2600 ms);
+  for something it did once, not for its round: those waits are pauses (ps_fit with the hot-ps
+  block: 8 of 200 closures waited, each the first of an epoch, 290-2600 ms);
 - the *handover*: from the later of the two to the closure's start on the worker (the
   coordinator's dispatch thread).
 
@@ -45,8 +45,8 @@ PAUSE_MIN_NS = 50_000_000
 # worker waited for the loop. A loop that runs ahead (the tutorial's, which schedules
 # every closure up front; ``model.fit``'s within an epoch on fast links) is never waited
 # for, and the few closures it held below this share are pauses: ``model.fit``'s epoch
-# ends, 290-315 ms where a hot ps's 50-57 ms tails put them under PAUSE_FACTOR times the
-# usual idle (ps_fit hot-ps=0, load average 5).
+# ends, 290-315 ms where the hot-ps block's 50-57 ms tails put them under PAUSE_FACTOR
+# times the usual idle (ps_fit hot-ps=0, 9.1 MB of variables, load average 5).
 LOOP_BOUND_SHARE = 0.5
 LOOP_MIN_CLOSURES = 10
 # Round trips to the slowest ps a closure's tail holds: behind a delaying proxy the tail
