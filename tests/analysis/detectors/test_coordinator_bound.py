@@ -39,8 +39,8 @@ def test_a_long_tail_on_fast_links_is_the_coordinators(builder):
 
 @pytest.mark.parametrize("kernel_bytes, coordinators", [(4_800_000, False), (560_000, True)])
 def test_a_large_models_tail_is_its_updates_not_the_coordinators(builder, kernel_bytes, coordinators):
-    # ps_ctl with one step per closure: behind 4.8 MB on ps:0 the tail (139-161 ms) held the
-    # last step's updates, and ten steps per closure measured 0.69-0.75x; with its clean
+    # ps_ctl with one step per closure: behind 4.8 MB on ps:0 the tail (87-161 ms) held the
+    # last step's updates, and ten steps per closure measured 0.69-1.03x; with its clean
     # 0.56 MB model the 24-28 ms tails were the coordinator's round (2.63x measured).
     run = _one_step_closures(builder, ps1_ms=0.5, tail_ms=26).placement("kernel:0", "ps:0", kernel_bytes)
     findings = {f.kind: f for f in analyze(run.write()).findings}

@@ -66,9 +66,10 @@ STEPS_PER_CLOSURE = 10
 # A closure's tail holds its last step's variable updates on the ps. Where a ps holds at
 # least this many bytes (ps_hotspot's floor: below it, moving bytes costs too little to
 # matter), that update is the tail, a cost of every step, not the coordinator's round:
-# ps_ctl with 4.8 MB on ps:0 and one step per closure had 139-161 ms tails, and ten steps
-# per closure measured 0.69x and 0.75x (each step 272-292 ms inside the closure), where
-# its 0.56 MB clean model's 24-28 ms tails were the round (2.63x measured).
+# ps_ctl with 4.8 MB on ps:0 and one step per closure had 87-161 ms tails, and ten steps
+# per closure measured 0.69x, 0.75x and 1.03x (2.43-2.69x predicted; each step's run grew
+# from 41-68 ms to 116-300 ms), where its 0.56 MB clean model's 24-28 ms tails were the
+# round (2.63x measured).
 UPDATE_IN_TAIL_BYTES = MIN_VARIABLE_BYTES
 
 
