@@ -93,6 +93,40 @@ def test_a_clean_frame_has_no_warning(builder):
     assert [f.kind for f in findings if f.severity.value != "info"] == []
 
 
+def _epochs_scheduled_ahead(builder, tail_ms, epoch_end_ms, epochs=5, per_epoch=40):
+    """``model.fit`` on fast links: each epoch's closures scheduled at once when it starts,
+    ``epoch_end_ms`` after the previous epoch's last result; 20 ms closures whose result
+    comes ``tail_ms`` after their end, each started 4 ms after its worker's previous result."""
+    run = builder()
+    start = START_NS
+    for epoch in range(epochs):
+        ends = []
+        for worker in ("worker:0", "worker:1"):
+            run.steps(worker, count=per_epoch, step_ms=20, idle_ms=tail_ms + 4, closures=True,
+                      first_step=per_epoch * epoch, start_ns=start)
+            ends.append(run.step_end_ns)
+        dispatch = start - MS
+        run.records = [(kind, dict(r, dispatch_ns=dispatch, result_ns=r["result_ns"] - MS + int(tail_ms * MS))
+                        if kind == "closure" and r["closure_id"] >= per_epoch * epoch and r["dispatch_ns"] > dispatch
+                        else r) for kind, r in run.records]
+        start = max(ends) + int((tail_ms + epoch_end_ms) * MS)
+    return _links(run, 0.5)
+
+
+@pytest.mark.parametrize("tail_ms", [5, 50])
+def test_waits_for_a_loop_that_runs_ahead_are_pauses(builder, tail_ms):
+    # model.fit schedules each epoch ahead; its first closures wait 300 ms for the epoch end.
+    # Behind 50 ms tails (ps_fit's hot-ps block: 50-57 ms at load average 5) that is under
+    # PAUSE_FACTOR times the usual 54 ms idle, and still no per-closure wait for the loop.
+    loaded = load_run(_epochs_scheduled_ahead(builder, tail_ms, epoch_end_ms=300).write())
+    closures = loaded.frame("closure")
+    gaps = closure_gaps(step_table(loaded.frame("step"), {}), closures).set_index("task")
+    assert coordinator_loop_ns(closures) == 0.0
+    assert gaps.loc["worker:0", "pauses"] == 4
+    assert gaps.loc["worker:0", ["idle_ns", "loop_wait_ns"]].tolist() == pytest.approx([(tail_ms + 4) * MS, 0.0])
+    assert gaps.loc["worker:0", "pause_ns"] == pytest.approx(4 * (tail_ms + 300) * MS, rel=1e-3)
+
+
 def test_the_pace_keeps_the_fixed_time_and_holds_to_the_loop():
     pace = JobPace(pd.Series({"worker:0": 40.0, "worker:1": 40.0}), loop_ns=10.0, steps=100, fixed_ns=2000.0)
     # 100 steps at 20 plus 2000 fixed; workers twice as fast: 100 x 10 (the loop) + 2000.

@@ -9,7 +9,10 @@ to its next one. The gap is, in order:
   worker's next closure, when it came later (both on the coordinator's clock): the worker
   waits for the coordinator's own Python loop. ``model.fit`` makes round trips to the
   parameter servers itself between closures, so behind a slow link this is mostly that
-  link (ps_fit behind 26.7 ms: a ``schedule()`` every 83.5 ms, three round trips);
+  link (ps_fit behind 26.7 ms: a ``schedule()`` every 83.5 ms, three round trips).
+  A loop that runs ahead of most closures (``LOOP_BOUND_SHARE``) held the few that waited
+  for something it did once, not for its round: those waits are pauses (ps_fit with the hot-ps
+  block: 8 of 200 closures waited, each the first of an epoch, 290-2600 ms);
 - the *handover*: from the later of the two to the closure's start on the worker (the
   coordinator's dispatch thread).
 
@@ -40,7 +43,10 @@ PAUSE_MIN_NS = 50_000_000
 # The coordinator's loop limits the job when at least this share of the closures (and
 # LOOP_MIN_CLOSURES of them) were scheduled after their worker's previous result: their
 # worker waited for the loop. A loop that runs ahead (the tutorial's, which schedules
-# every closure up front; ``model.fit``'s within an epoch on fast links) is never waited for.
+# every closure up front; ``model.fit``'s within an epoch on fast links) is never waited
+# for, and the few closures it held below this share are pauses: ``model.fit``'s epoch
+# ends, 290-315 ms where the hot-ps block's 50-57 ms tails put them under PAUSE_FACTOR
+# times the usual idle (ps_fit hot-ps=0, 9.1 MB of variables, load average 5).
 LOOP_BOUND_SHARE = 0.5
 LOOP_MIN_CLOSURES = 10
 # Round trips to the slowest ps a closure's tail holds: behind a delaying proxy the tail
@@ -64,8 +70,9 @@ def closure_gaps(steps: pd.DataFrame, closures: pd.DataFrame | None) -> pd.DataF
     per step), ``idle_ns`` (mean gap, per step), ``tail_ns`` (median from a closure's end
     to its result), ``wait_ns`` (mean from the previous result to the start, per step),
     ``loop_wait_ns`` (its part waiting for ``schedule()``, per step), ``own_ns`` (the
-    worker's own pace per step: ``run + idle - loop_wait``), ``pauses``, ``pause_ns``
-    (their total), ``closures``. Empty when no step pairs with a closure.
+    worker's own pace per step: ``run + idle - loop_wait``), ``pauses`` (idle times over
+    ``PAUSE_FACTOR`` times the median, and every wait for a loop that ran ahead of most
+    closures), ``pause_ns`` (their total), ``closures``. Empty when no step pairs with a closure.
 
     >>> import pandas as pd
     >>> steps = pd.DataFrame({"task": ["worker:0"] * 3, "step": [0, 1, 2], "begin_ns": [0, 30, 60],
@@ -81,6 +88,9 @@ def closure_gaps(steps: pd.DataFrame, closures: pd.DataFrame | None) -> pd.DataF
     result = closures["result_ns"].to_numpy("float64")
     dispatch = (closures["dispatch_ns"].to_numpy("float64") if "dispatch_ns" in closures
                 else np.full(len(closures), np.nan))
+    # Fewer than LOOP_BOUND_SHARE of the closures waited for schedule(): the loop ran ahead of
+    # the rest, so what held those was something it did once (an epoch end), not its round.
+    loop_ahead = bool(_waited_for_loop(closures).sum() < LOOP_BOUND_SHARE * (len(closures) - 1))
     rows = []
     for task, (step_rows, closure_rows, places) in sorted(_paired(steps, closures).items()):
         order = np.argsort(places, kind="stable")  # the pairs of one worker in closure order
@@ -95,6 +105,8 @@ def closure_gaps(steps: pd.DataFrame, closures: pd.DataFrame | None) -> pd.DataF
         late = np.nan_to_num(dispatch[closure_rows][1:] - own_result[:-1], nan=0.0)
         loop_wait = np.minimum(np.clip(late, 0.0, None)[follows], wait)
         pause = idle > np.maximum(PAUSE_FACTOR * median_of(idle), PAUSE_MIN_NS)
+        if loop_ahead:
+            pause |= loop_wait > 0
         per_step = max(mean_of(covered[step_rows]), 1.0)
         run = mean_of(own_end - own_begin) / per_step
         idle_ns = mean_of(idle[~pause]) / per_step
@@ -149,13 +161,25 @@ def coordinator_loop_ns(closures: pd.DataFrame | None) -> float:
         return 0.0
     ordered = closures.sort_values("dispatch_ns")
     dispatch = ordered["dispatch_ns"].to_numpy("float64")
-    previous_result = ordered.groupby(ordered["worker"].astype(str), sort=False)["result_ns"].shift()
-    waited = (dispatch > previous_result.to_numpy("float64"))[1:]  # NaN (a worker's first) compares False
+    waited = _waited_for_loop(ordered)[1:]
     spacing = np.diff(dispatch)
     if waited.sum() < max(LOOP_MIN_CLOSURES, LOOP_BOUND_SHARE * len(spacing)):
         return 0.0
     spacing = spacing[waited]
     return median_of(spacing[spacing <= max(PAUSE_FACTOR * median_of(spacing), PAUSE_MIN_NS)])
+
+
+def _waited_for_loop(closures: pd.DataFrame) -> np.ndarray:
+    """Per closure (in ``closures``' order), whether ``schedule()`` came after its worker's
+    previous result: the worker waited for the loop. False without ``dispatch_ns``."""
+    if "dispatch_ns" not in closures:
+        return np.zeros(len(closures), bool)
+    order = np.argsort(closures["dispatch_ns"].to_numpy("float64"), kind="stable")
+    ordered = closures.iloc[order]
+    previous_result = ordered.groupby(ordered["worker"].astype(str), sort=False)["result_ns"].shift()
+    waited = np.empty(len(closures), bool)
+    waited[order] = ordered["dispatch_ns"].to_numpy("float64") > previous_result.to_numpy("float64")  # NaN: False
+    return waited
 
 
 def loop_round_trips(loop_ns: float, round_trip_ns: float) -> int:

@@ -37,6 +37,19 @@ def test_a_long_tail_on_fast_links_is_the_coordinators(builder):
     assert finding.evidence["idle_frac"]["worker:0"] == pytest.approx(29 / 34, abs=0.01)
 
 
+@pytest.mark.parametrize("kernel_bytes, coordinators", [(4_800_000, False), (560_000, True)])
+def test_a_large_models_tail_is_its_updates_not_the_coordinators(builder, kernel_bytes, coordinators):
+    # ps_ctl with one step per closure: behind 4.8 MB on ps:0 the tail (87-161 ms) held the
+    # last step's updates, and ten steps per closure measured 0.69-1.03x; with its clean
+    # 0.56 MB model the 24-28 ms tails were the coordinator's round (2.63x measured).
+    run = _one_step_closures(builder, ps1_ms=0.5, tail_ms=26).placement("kernel:0", "ps:0", kernel_bytes)
+    findings = {f.kind: f for f in analyze(run.write()).findings}
+    assert ("coordinator_bound" in findings) is coordinators
+    if coordinators:
+        assert findings["coordinator_bound"].evidence["ps_update_in_tail_ms_per_step"] == {"worker:0": 0.0,
+                                                                                           "worker:1": 0.0}
+
+
 def test_two_round_trips_to_a_slow_ps_in_the_tail_are_not_the_coordinators(builder):
     # Behind a 13 ms link the tail holds two round trips (the 8 ms proxy runs: 22-27 ms).
     findings = analyze(_one_step_closures(builder, ps1_ms=13.0, tail_ms=26).write()).findings

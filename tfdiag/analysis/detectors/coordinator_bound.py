@@ -12,7 +12,10 @@ are not that round, and are left out (the split is ``closure_gaps``'):
 - after a closure's last timestamp the worker still waits for its variable updates on
   the parameter servers: ``TAIL_PS_ROUND_TRIPS`` round trips to the slowest ps (its
   fastest probe), at most the tail, once per closure (``ps_round_trip_ms_per_step``): a
-  slow link is ``slow_link``'s;
+  slow link is ``slow_link``'s; where a ps holds ``UPDATE_IN_TAIL_BYTES`` or more, the
+  rest of the tail is those updates, which every step pays, more steps per closure or
+  not (``ps_update_in_tail_ms_per_step``): the ps's work, ``ps_hotspot`` or
+  ``communication_bound``'s;
 - the wait for the coordinator's loop (``schedule()`` after the previous result) holds
   the loop's own round trips to a slow ps (``model.fit`` makes them between closures):
   their share of the loop's time is the link's (ps_fit behind 26.7 ms: 94 % of an 83.5 ms
@@ -39,6 +42,7 @@ import numpy as np
 import pandas as pd
 
 from tfdiag.analysis.closure_gaps import TAIL_PS_ROUND_TRIPS, JobPace, closure_gaps, job_pace, loop_link_saving
+from tfdiag.analysis.detectors.ps_hotspot import MIN_VARIABLE_BYTES
 from tfdiag.analysis.detectors.slow_link import slow_ps
 from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.groups import TaskGroups, mean_of, median_of
@@ -59,6 +63,14 @@ CRITICAL_IDLE_FRACTION = 0.7
 OWN_LOSS_RATIO = 1.25
 # The change advised: run this many steps inside each scheduled function.
 STEPS_PER_CLOSURE = 10
+# A closure's tail holds its last step's variable updates on the ps. Where a ps holds at
+# least this many bytes (ps_hotspot's floor: below it, moving bytes costs too little to
+# matter), that update is the tail, a cost of every step, not the coordinator's round:
+# ps_ctl with 4.8 MB on ps:0 and one step per closure had 87-161 ms tails, and ten steps
+# per closure measured 0.69x, 0.75x and 1.03x (2.43-2.69x predicted; each step's run grew
+# from 41-68 ms to 116-300 ms), where its 0.56 MB clean model's 24-28 ms tails were the
+# round (2.63x measured).
+UPDATE_IN_TAIL_BYTES = MIN_VARIABLE_BYTES
 
 
 def ps_round_trip_in_gap_ns(measured: Measurements, workers: pd.DataFrame, gaps: pd.DataFrame) -> pd.Series:
@@ -80,11 +92,28 @@ def ps_round_trip_in_gap_ns(measured: Measurements, workers: pd.DataFrame, gaps:
             slowest_from[task] = float(np.nanmax(own))
     round_trip = workers["task"].map(slowest_from).fillna(slowest_any)
     tail = workers["task"].map(gaps["tail_ns"]).fillna(0.0)
+    return np.minimum(tail, TAIL_PS_ROUND_TRIPS * round_trip) / _steps_per_closure(measured, workers)
+
+
+def update_in_tail_ns(measured: Measurements, workers: pd.DataFrame, gaps: pd.DataFrame,
+                      in_gap: pd.Series) -> pd.Series:
+    """Per worker (indexed like ``workers``), each step's share of its closure's tail past
+    the ps round trips (``in_gap``, per step) where a ps holds at least
+    ``UPDATE_IN_TAIL_BYTES``: the last step's variable updates, a cost of every step (0
+    where the variables are smaller or their placement was not recorded)."""
+    load = measured.ps_load
+    if load.empty or float(load["bytes"].max()) < UPDATE_IN_TAIL_BYTES:
+        return pd.Series(0.0, index=workers.index)
+    tail = workers["task"].map(gaps["tail_ns"]).fillna(0.0) / _steps_per_closure(measured, workers)
+    return (tail - in_gap).clip(lower=0.0)
+
+
+def _steps_per_closure(measured: Measurements, workers: pd.DataFrame) -> pd.Series:
+    """Per worker (indexed like ``workers``), its mean training steps per closure, at least 1."""
     groups = TaskGroups(measured.steps["task"])
     covered = measured.steps["steps"].to_numpy()
     per_closure = {task: mean_of(covered[rows]) for task, rows in zip(groups.names, groups.rows)}
-    steps_per_closure = workers["task"].map(per_closure).fillna(1.0)
-    return np.minimum(tail, TAIL_PS_ROUND_TRIPS * round_trip) / steps_per_closure.clip(lower=1.0)
+    return workers["task"].map(per_closure).fillna(1.0).clip(lower=1.0)
 
 
 def loop_link_share(measured: Measurements, pace: JobPace) -> float:
@@ -111,7 +140,9 @@ def detect(measured: Measurements) -> list[Finding]:
     # The loop's round trips to a slow ps are the link's: its share of the loop's time is
     # taken out of each worker's wait for the loop.
     in_loop = workers["task"].map(gaps["loop_wait_ns"]) * loop_link_share(measured, pace)
-    gap = (workers["task"].map(gaps["idle_ns"]) - in_gap - in_loop).clip(lower=0.0)
+    # A large model's last updates fill the rest of the tail: the ps's work, every step.
+    in_update = update_in_tail_ns(measured, workers, gaps, in_gap)
+    gap = (workers["task"].map(gaps["idle_ns"]) - in_gap - in_loop - in_update).clip(lower=0.0)
     # The coordinator serves every worker alike: a worker idle longer than the least idle
     # one loses the difference on its own (a CPU quota, a busy host: ``straggler``).
     gap = gap.clip(upper=float(gap.min()))
@@ -150,6 +181,8 @@ def detect(measured: Measurements) -> list[Finding]:
                 "after_result_ms_per_step": {task: round(float(row.wait_ns) / 1e6, 2) for task, row in gaps.iterrows()},
                 "loop_wait_ms_per_step": {task: round(float(row.loop_wait_ns) / 1e6, 2) for task, row in gaps.iterrows()},
                 "slow_ps_in_loop_ms_per_step": {row.task: round(float(in_loop[row.Index]) / 1e6, 2) for row in workers.itertuples()},
+                "ps_update_in_tail_ms_per_step": {row.task: round(float(in_update[row.Index]) / 1e6, 2)
+                                                  for row in workers.itertuples()},
                 "pauses": {task: {"count": int(row.pauses), "total_s": round(float(row.pause_ns) / 1e9, 3)}
                            for task, row in gaps.iterrows() if row.pauses},
                 "closure_ms_median": round(float(workers["mean_ns"].median()) / 1e6, 2),
