@@ -64,7 +64,10 @@ COMPONENTS: dict[str, Budget] = {
     "results": Budget(per_step_us=200, jobs=("ps",),
                       what="result thread: closure records every second, the timing copy every 5 s, step records"),
     "probe": Budget(core_share=0.002, jobs=("ps",), what="RPC probe rounds (coordinator side; the tasks' side A/B)"),
-    "system": Budget(core_share=0.001, what="system sampler, one sample a second"),
+    # 0.1 % for the samples; on a worker of a synchronous multi-worker fit 0.1 % more for its
+    # 10 timed wake-ups a second (40-130 µs each on the 2-core host; collectors/system.py),
+    # which overhead_ab.py's phases keep, like the sampler's cadence: its B - A cannot see them.
+    "system": Budget(core_share=0.002, what="system sampler: one sample a second (and 10 timed wake-ups on sync workers)"),
     "heartbeat": Budget(core_share=0.0002, what="heartbeat rows every 5 s"),
     "writer": Budget(core_share=0.001, what="flush thread: Arrow frames once a second"),
     "hooks": Budget(per_step_us=60, jobs=("fit",), what="callback batch hooks, all-reduce probe every 100 steps"),

@@ -18,7 +18,7 @@ from tfdiag.collectors.arguments import check_count, check_logdir
 from tfdiag.collectors.batch_size import examples_in
 from tfdiag.collectors.placement import record_placement
 from tfdiag.collectors.step_input import StepStamps, match_stamps, stamp_train_step
-from tfdiag.collectors.system import SystemSampler
+from tfdiag.collectors.system import WAKE_S, SystemSampler
 
 logger = logging.getLogger("tfdiag")
 
@@ -312,8 +312,10 @@ class DiagnosticsCallback(_KerasCallback):
                 logger.warning("tfdiag: input-wait stamps are off (%r).", error)
         if self.system_interval_s and self._sampler is None:
             try:
+                # Timed wake-ups only where a stopped process holds every worker up (all-reduce).
                 self._sampler = SystemSampler(self._writer, self.task, self.system_interval_s,
-                                              cluster=identity.resolve_cluster(strategy)).start()
+                                              cluster=identity.resolve_cluster(strategy),
+                                              wake_s=WAKE_S if _is_multi_worker(strategy) else None).start()
             except Exception as error:  # noqa: BLE001
                 logger.warning("tfdiag: system sampler is off (%r).", error)
         if self.allreduce_every and _is_multi_worker(strategy):

@@ -28,8 +28,8 @@ as does any other error while sampling. TensorFlow's own peak GPU memory
 (``tf.config.experimental.get_memory_info``) goes into ``tf_mem_peak_bytes`` when
 TensorFlow is loaded and sees GPUs.
 
-Whether this process ran when it wanted to: between samples the thread wakes every
-``WAKE_S`` on average and times how much later than asked each wait returned (``WakeTimer``). A
+Whether this process ran when it wanted to (where asked: ``wake_s``, a worker of a
+synchronous multi-worker job): between samples the thread wakes every ``WAKE_S`` on average and times how much later than asked each wait returned (``WakeTimer``). A
 running process wakes well under a millisecond late, a few ms on a loaded host or while
 another thread holds the GIL (its switch interval is 5 ms); a stopped process — ``SIGSTOP``,
 a container CPU quota's throttling — wakes late by the rest of the stop whenever its timer
@@ -303,6 +303,11 @@ class SystemSampler:
         gpus: sample GPUs through NVML (``False``: host only).
         cluster: the cluster spec (``{job: [address, ...]}``) whose local tasks count as
             the job's CPU; ``None``: from ``TF_CONFIG``.
+        wake_s: mean seconds between the timed wake-ups that tell whether this process
+            ran when it wanted to (``WAKE_S``); ``None``: none (the wake-up fields are
+            null). Each wake-up costs 40-130 µs of CPU on the 2-core test host, so only a
+            worker of a synchronous multi-worker job, whose stops hold every worker up and
+            show nowhere else, takes them (``DiagnosticsCallback``).
 
     Example:
         >>> sampler = SystemSampler(writer, "worker:0").start()  # doctest: +SKIP
@@ -310,7 +315,7 @@ class SystemSampler:
     """
 
     def __init__(self, writer, task: str, interval_s: float = DEFAULT_INTERVAL_S, gpus: bool = True,
-                 cluster: dict | None = None):
+                 cluster: dict | None = None, wake_s: float | None = None):
         if interval_s is None or interval_s <= 0:
             raise InvalidOptionError(f"Invalid value for argument `system_interval_s`. Expected > 0. Received: {interval_s!r}")
         self.writer = writer
@@ -327,7 +332,8 @@ class SystemSampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failed = False
-        self._wakes = WakeTimer()
+        self._wakes = WakeTimer() if wake_s else None
+        self._wake_s = wake_s
         self._cpu_stat = cgroup_cpu_stat()
         self._last_throttled = throttled_usec(self._cpu_stat) if self._cpu_stat else math.nan
 
@@ -349,13 +355,14 @@ class SystemSampler:
         self.sample()  # primes the CPU counters
         next_sample = time.monotonic() + self.interval_s
         while True:
-            asked = min(random.uniform(WAKE_S / 2, 1.5 * WAKE_S), max(next_sample - time.monotonic(), 0.0))
+            until_sample = max(next_sample - time.monotonic(), 0.0)
+            asked = min(random.uniform(self._wake_s / 2, 1.5 * self._wake_s), until_sample) if self._wakes else until_sample
             before = time.monotonic()
             with charged("system"):  # the wake-up's own CPU: 50-130 µs on the 2-core test host
                 if self._stop.wait(asked):
                     return
             now = time.monotonic()
-            if asked > 0:  # not a sample overdue: no wait to time
+            if self._wakes and asked > 0:  # not a sample overdue: no wait to time
                 self._wakes.woke(asked, now - before)
             if now >= next_sample:
                 self.sample()
@@ -397,7 +404,7 @@ class SystemSampler:
         if self._job is None:
             self._job = JobProcesses(identity.resolve_cluster() if self._cluster is None else self._cluster, psutil)
         own, job, processes = self._job.cpu_pct()
-        wakes, late_wakes, late_ms = self._wakes.take()
+        wakes, late_wakes, late_ms = self._wakes.take() if self._wakes else (None, None, None)
         throttled, self._last_throttled = self._last_throttled, (
             throttled_usec(self._cpu_stat) if self._cpu_stat else math.nan)
         net = psutil.net_io_counters()

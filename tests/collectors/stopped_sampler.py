@@ -18,7 +18,7 @@ class PrintingWriter:
 
 
 if __name__ == "__main__":
-    system.WAKE_S = 0.02
-    sampler = system.SystemSampler(PrintingWriter(), "worker:0", interval_s=0.5, gpus=False, cluster={}).start()
+    sampler = system.SystemSampler(PrintingWriter(), "worker:0", interval_s=0.5, gpus=False, cluster={},
+                                   wake_s=0.02).start()
     time.sleep(float(sys.argv[1]))
     sampler.stop()

@@ -312,3 +312,17 @@ def test_a_process_stopped_40_ms_in_100_wakes_late_where_a_running_one_does_not(
     assert stopped_wakes >= 100 and running_wakes >= 100
     assert stopped_late / stopped_wakes >= 0.15
     assert running_late / running_wakes <= 0.5 * stopped_late / stopped_wakes
+
+
+def test_only_a_sampler_asked_to_times_its_wake_ups():
+    writer = FakeWriter("worker:0")
+    sampler = SystemSampler(writer, "worker:0", interval_s=0.1, gpus=False, cluster={}).start()
+    time.sleep(0.35)
+    sampler.stop()
+    untimed = writer.records["system"]
+    assert len(untimed) >= 2 and all(s["wakes"] is None and s["late_wakes"] is None for s in untimed)
+    writer = FakeWriter("worker:0")
+    sampler = SystemSampler(writer, "worker:0", interval_s=0.1, gpus=False, cluster={}, wake_s=0.02).start()
+    time.sleep(0.35)
+    sampler.stop()
+    assert sum(s["wakes"] for s in writer.records["system"][1:]) >= 5
