@@ -31,6 +31,9 @@ A long run's step rows are a sample by step number (``step_stats``): a worker pa
 cap is read from its exact counters, over the overlap from its segments (counts and sums
 exact but for the two segments at the window's edges, one in ``step_stats.SEGMENTS`` of
 its records each), so a sampled run is judged as the same run unsampled.
+
+(Over 400 lines: the asynchronous judgement by step and period and the synchronous one by
+own compute and stopped share share the thresholds, the fair comparison and the finding.)
 """
 
 from __future__ import annotations
