@@ -65,3 +65,15 @@ def test_a_clean_run_on_a_sampled_host_is_not_input_bound(builder):
         run.steps(worker, step_ms=30, input_ms=1)
         _samples(run, worker, cpu_count=2)
     assert all(f.kind != "input_bound" for f in analyze(run.write()).findings)
+
+
+def test_a_wait_whose_fix_gains_under_a_tenth_is_info(builder):
+    # A quarter of each 4 ms step waiting for input, but 40 ms between steps (a loop that
+    # hands out one step at a time): overlapping the 1 ms saves under 3 % of the period.
+    run = builder()
+    for worker in ("worker:0", "worker:1"):
+        run.steps(worker, step_ms=4, input_ms=1, idle_ms=40)
+        _samples(run, worker, cpu_count=2)
+    (finding,) = [f for f in analyze(run.write()).findings if f.kind == "input_bound"]
+    assert finding.recommendation.predicted_speedup < 1.1
+    assert finding.severity.value == "info"
