@@ -270,4 +270,5 @@ def run(config: JobConfig) -> JobSummary:
     logger.info("ps_ctl: final loss %.4f", float(loss.fetch()))
     if config.collect:
         coordinator.close()
-    return JobSummary(steps=config.steps, wall_s=wall_s, examples=config.steps * config.batch_size)
+    return JobSummary(steps=config.steps, wall_s=wall_s, examples=config.steps * config.batch_size,
+                      keep=(coordinator, strategy, model, closure_fns, per_worker_dataset_fn, per_worker_iterator))

@@ -117,4 +117,5 @@ def run(config: JobConfig) -> JobSummary:
     logger.info("ps_fit: loss by epoch %s", [round(v, 4) for v in history.history.get("loss", [])])
     if config.collect:
         strategy._cluster_coordinator.close()  # noqa: SLF001 - the records of the last closures
-    return JobSummary(steps=counter.steps, wall_s=wall_s, examples=counter.steps * config.batch_size)
+    return JobSummary(steps=counter.steps, wall_s=wall_s, examples=counter.steps * config.batch_size,
+                      keep=(strategy, model, dataset))

@@ -29,6 +29,9 @@ from tfdiag.sample_jobs.jobs import JobConfig
 # times longer when every task of a local cluster imports it at once on a few cores; the
 # job waits this long for every port before giving up.
 CLUSTER_WAIT_S = 120.0
+# Each finished job's ``JobSummary.keep``: what it made stays referenced until the process
+# ends without teardown, so no remote function is removed from the tasks on the way out.
+_KEPT: list[tuple] = []
 
 
 def wait_for_cluster(cluster: dict, own_task: str, timeout_s: float = CLUSTER_WAIT_S) -> None:
@@ -74,6 +77,7 @@ def run_task(config: JobConfig) -> int:
         run_server(task_type, index)
         return 0
     summary = module.run(config)
+    _KEPT.append(summary.keep)  # released by no one: the process ends without teardown
     if task == spec.summary_task:
         print(summary.line(), file=sys.stderr, flush=True)
     return 0
