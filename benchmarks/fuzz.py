@@ -64,12 +64,14 @@ def write_base_run(run: Path) -> None:
         begin = START_NS + index * MS
         for step in range(STEPS):
             writer.append("step", task=task, step=step, begin_ns=begin, end_ns=begin + (20 + 10 * index) * MS,
-                          input_wait_ns=MS, examples=32, clock_task=task)
+                          input_wait_ns=MS, examples=32, clock_task=task, compute_ns=(10 + 10 * index) * MS)
             begin += (21 + 10 * index) * MS
             if (step + 1) % STEPS_PER_FRAME == 0:
                 writer.append("shard", task=task, time_ns=begin, examples=32 * (step + 1), file="", policy="DATA")
                 writer.append("system", host="h", task=task, time_ns=begin, cpu_pct=50.0, mem_used_frac=0.5,
-                              net_sent_bytes=step, net_recv_bytes=step, disk_read_bytes=0, disk_write_bytes=0)
+                              net_sent_bytes=step, net_recv_bytes=step, disk_read_bytes=0, disk_write_bytes=0,
+                              cpu_count=2, pid=1000 + index, proc_cpu_pct=25.0, job_cpu_pct=45.0, job_processes=2,
+                              wakes=10, late_wakes=index, late_ms=12.5 * index, throttled_ms=0.0)
                 peer = WORKERS[1 - index]
                 writer.append("rpc", src=task, dst=peer, send_ns=begin, remote_ns=begin + MS, recv_ns=begin + 2 * MS,
                               payload_bytes=0)
