@@ -4,6 +4,10 @@
   ``SIGCONT`` for ``on_ms``, over and over, to a process and its children, from a thread
   of the caller's. Stopping it (or leaving its ``with`` block, or the interpreter exiting)
   always sends a last ``SIGCONT``: no process is left stopped.
+* :class:`cgroup_quota` — the kernel's own CPU limit, as a container runtime sets it: the
+  process and its children in a new cgroup with a CFS bandwidth quota (``cpu.max`` on
+  cgroup v2, ``cpu.cfs_quota_us`` on v1). Needs a writable cgroup hierarchy with the
+  ``cpu`` controller (root here); the process is moved back and the cgroup removed on stop.
 * :class:`stall` — ``SIGSTOP`` until released (the same guarantee).
 * :func:`on_task` — either of them on one task of a local cluster, once it started.
 * a delaying TCP proxy in front of a ps: the launcher's ``slow-ps=I:MS`` injection
@@ -22,6 +26,7 @@ import contextlib
 import os
 import signal
 import threading
+from pathlib import Path
 
 import psutil
 
@@ -110,6 +115,79 @@ class cpu_quota(_Stopper):  # noqa: N801 — used like a function: ``with cpu_qu
         self._resume()
 
     def __enter__(self) -> "cpu_quota":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _cpu_cgroup(pid: int | str = "self") -> tuple[Path, str]:
+    """The directory of ``pid``'s cgroup that holds the ``cpu`` controller, and the cgroup version
+    ("v1" or "v2"); ``OSError`` when there is none."""
+    mounts = [line.split() for line in Path("/proc/self/mounts").read_text().splitlines()]
+    memberships = [line.split(":", 2) for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines()]
+    for mount in (m for m in mounts if len(m) > 3 and m[2] == "cgroup" and "cpu" in m[3].split(",")):
+        path = next((p for _, controllers, p in memberships if "cpu" in controllers.split(",")), None)
+        if path is not None:
+            return Path(mount[1], path.lstrip("/")), "v1"
+    for mount in (m for m in mounts if len(m) > 3 and m[2] == "cgroup2"):
+        path = next((p for hierarchy, _, p in memberships if hierarchy == "0"), None)
+        if path is not None and "cpu" in Path(mount[1], "cgroup.controllers").read_text().split():
+            return Path(mount[1], path.lstrip("/")), "v2"
+    raise OSError(f"no cgroup with the cpu controller for process {pid}")
+
+
+class cgroup_quota:  # noqa: N801 — used like a function, as cpu_quota
+    """Holds ``pid`` (and its children) to ``on_ms`` of CPU in every ``on_ms + off_ms``, by a
+    CFS bandwidth quota on a new cgroup beside the caller's (``OSError`` where none can be made).
+
+    Unlike :class:`cpu_quota` the limit is CPU time, not wall time: a process with several busy
+    threads spends its quota sooner and is throttled for the rest of the period.
+    """
+
+    def __init__(self, pid: int, on_ms: float, off_ms: float):
+        if on_ms <= 0 or off_ms <= 0:
+            raise ValueError(f"cgroup_quota needs on_ms and off_ms > 0. Received: on_ms={on_ms!r}, off_ms={off_ms!r}")
+        parent, version = _cpu_cgroup()
+        self._parent = parent
+        self.cgroup = parent / f"tfdiag-quota-{pid}"
+        self.cgroup.mkdir(exist_ok=True)
+        quota_us, period_us = round(on_ms * 1e3), round((on_ms + off_ms) * 1e3)
+        try:
+            if version == "v2":
+                (self.cgroup / "cpu.max").write_text(f"{quota_us} {period_us}")
+            else:
+                (self.cgroup / "cpu.cfs_period_us").write_text(str(period_us))
+                (self.cgroup / "cpu.cfs_quota_us").write_text(str(quota_us))
+            for member in _family(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    (self.cgroup / "cgroup.procs").write_text(str(member))
+        except OSError:
+            self.stop()
+            raise
+        atexit.register(self.stop)
+
+    def throttled_s(self) -> float:
+        """Seconds the kernel has held the processes back so far."""
+        for line in (self.cgroup / "cpu.stat").read_text().splitlines():
+            name, value = line.split()
+            if name == "throttled_usec":
+                return int(value) / 1e6
+            if name == "throttled_time":
+                return int(value) / 1e9
+        return 0.0
+
+    def stop(self) -> None:
+        """Moves the processes back to the caller's cgroup and removes the quota's."""
+        if not self.cgroup.is_dir():
+            return
+        for member in (self.cgroup / "cgroup.procs").read_text().split():
+            with contextlib.suppress(ProcessLookupError, OSError):
+                (self._parent / "cgroup.procs").write_text(member)
+        with contextlib.suppress(OSError):
+            self.cgroup.rmdir()
+
+    def __enter__(self) -> "cgroup_quota":
         return self
 
     def __exit__(self, *exc) -> None:

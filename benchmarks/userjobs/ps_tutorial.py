@@ -7,7 +7,8 @@ differs from ``sample_jobs/ps_ctl.py`` on purpose: this is what a user's job loo
 
 It runs as the tasks of a local cluster (``LocalCluster(task_command=...)``): the chief
 runs the loop, ps and workers run servers. Faults come from outside the job
-(``benchmarks/faults.py``): ``--cpu-quota I:ON:OFF`` on worker I, ``--slow-ps I:MS``.
+(``benchmarks/faults.py``): ``--cpu-quota I:ON:OFF`` on worker I (by ``SIGSTOP``/``SIGCONT``,
+or with ``--quota-by cgroup`` the kernel's CFS quota on a cgroup of its own), ``--slow-ps I:MS``.
 
 Example:
     .venv/bin/python -m benchmarks.userjobs.ps_tutorial --workers 2 --ps 2 --steps 300 \\
@@ -103,11 +104,12 @@ def run_task(config: JobConfig) -> int:
 
 
 def run_job(logdir: str, *, workers: int = 2, ps: int = 2, steps: int = 300, steps_per_closure: int = 1,
-            cpu_quota: tuple[int, float, float] | None = None, slow_ps: tuple[int, float] | None = None,
-            while_running=None, finished: bool = True, timeout_s: float = 600.0) -> UserRun:
+            cpu_quota: tuple[int, float, float] | None = None, quota_by: str = "signals",
+            slow_ps: tuple[int, float] | None = None, while_running=None, finished: bool = True, timeout_s: float = 600.0) -> UserRun:
     """Runs the job once on a local cluster and analyses it (``runner.run_user_job``).
 
-    ``cpu_quota=(I, ON_MS, OFF_MS)`` holds worker I to ON out of every ON+OFF ms;
+    ``cpu_quota=(I, ON_MS, OFF_MS)`` holds worker I to ON out of every ON+OFF ms (``quota_by``:
+    ``"signals"``, ``faults.cpu_quota``, or ``"cgroup"``, ``faults.cgroup_quota``);
     ``slow_ps=(I, RTT_MS)`` puts a delaying proxy in front of ps I; ``while_running``
     is any other outside fault (``runner.run_user_job``), ``finished=False`` when it
     ends the job itself.
@@ -116,7 +118,8 @@ def run_job(logdir: str, *, workers: int = 2, ps: int = 2, steps: int = 300, ste
         if while_running:
             raise ValueError("run_job takes cpu_quota or while_running, not both")
         worker, on_ms, off_ms = cpu_quota
-        while_running = faults.on_task(f"worker:{worker}", faults.cpu_quota, on_ms, off_ms)
+        quota = {"signals": faults.cpu_quota, "cgroup": faults.cgroup_quota}[quota_by]
+        while_running = faults.on_task(f"worker:{worker}", quota, on_ms, off_ms)
     return run_user_job(TASK_COMMAND, logdir, shape="ps_ctl", steps=steps, workers=workers, ps=ps,
                         inject=(faults.slow_ps(*slow_ps),) if slow_ps else (),
                         extra={"steps_per_closure": steps_per_closure}, while_running=while_running,
@@ -131,6 +134,8 @@ def main(argv=None) -> int:
     parser.add_argument("--steps-per-closure", type=int, default=1)
     parser.add_argument("--logdir", default=None, help="the run directory (default: a temp dir)")
     parser.add_argument("--cpu-quota", metavar="I:ON_MS:OFF_MS", help="hold worker I to ON of every ON+OFF ms")
+    parser.add_argument("--quota-by", choices=("signals", "cgroup"), default="signals",
+                        help="how --cpu-quota holds the worker: SIGSTOP/SIGCONT, or a cgroup's CFS quota")
     parser.add_argument("--slow-ps", metavar="I:RTT_MS", help="a delaying proxy in front of ps I")
     parser.add_argument("--task", action="store_true", help=argparse.SUPPRESS)  # run as a cluster task
     parser.add_argument("--config", help=argparse.SUPPRESS)
@@ -141,7 +146,7 @@ def main(argv=None) -> int:
     slow = tuple(float(x) for x in args.slow_ps.split(":")) if args.slow_ps else None
     logdir = args.logdir or tempfile.mkdtemp(prefix="tfdiag-ps-tutorial-")
     run = run_job(logdir, workers=args.workers, ps=args.ps, steps=args.steps, steps_per_closure=args.steps_per_closure,
-                  cpu_quota=(int(quota[0]), quota[1], quota[2]) if quota else None,
+                  cpu_quota=(int(quota[0]), quota[1], quota[2]) if quota else None, quota_by=args.quota_by,
                   slow_ps=(int(slow[0]), slow[1]) if slow else None)
     primary = run.primary
     print(json.dumps({"logdir": logdir, "examples_per_s": run.examples_per_s,

@@ -51,6 +51,29 @@ def test_a_stall_holds_every_process_until_released(family):
     assert psutil.STATUS_STOPPED not in states(family)
 
 
+def cpu_seconds(processes):
+    return sum(sum(process.cpu_times()[:2]) for process in processes)
+
+
+def test_a_cgroup_quota_holds_the_family_to_its_cpu_share_and_leaves_no_cgroup(family):
+    try:
+        quota = faults.cgroup_quota(family[0].pid, on_ms=20, off_ms=30)
+    except OSError as error:
+        pytest.skip(f"no writable cgroup with the cpu controller here: {error}")
+    with quota:
+        assert quota.cgroup.is_dir()
+        assert sorted(int(pid) for pid in (quota.cgroup / "cgroup.procs").read_text().split()) == \
+            sorted(process.pid for process in family)
+        before, start = cpu_seconds(family), time.monotonic()
+        time.sleep(1.0)
+        share = (cpu_seconds(family) - before) / (time.monotonic() - start)
+        # Two spinning processes held to 20 ms of CPU in every 50 ms, together.
+        assert share < 0.4 * 1.25
+        assert quota.throttled_s() > 0.2
+    assert not quota.cgroup.exists()
+    assert all("tfdiag-quota" not in open(f"/proc/{process.pid}/cgroup").read() for process in family)
+
+
 def test_a_quota_needs_positive_times():
     with pytest.raises(ValueError, match="on_ms=0"):
         faults.cpu_quota(1, on_ms=0, off_ms=30)
