@@ -48,6 +48,26 @@ def on_task(task: str, fault, *args):
     return make
 
 
+def parse_quota(spec: str | None) -> tuple[int, float, float] | None:
+    """``"I:ON_MS:OFF_MS"`` (a command line's ``--cpu-quota``) as ``(I, ON_MS, OFF_MS)``; None for None."""
+    if not spec:
+        return None
+    try:
+        worker, on_ms, off_ms = spec.split(":")
+        return int(worker), float(on_ms), float(off_ms)
+    except ValueError:
+        raise ValueError(f"a CPU quota is I:ON_MS:OFF_MS (e.g. 1:20:30). Received: {spec!r}") from None
+
+
+def worker_quota(worker: int, on_ms: float, off_ms: float, by: str = "signals"):
+    """``on_task`` for a CPU quota on worker ``worker``: ``by="signals"`` (:class:`cpu_quota`)
+    or ``"cgroup"`` (:class:`cgroup_quota`)."""
+    quotas = {"signals": cpu_quota, "cgroup": cgroup_quota}
+    if by not in quotas:
+        raise ValueError(f"a CPU quota is made by one of {sorted(quotas)}. Received: by={by!r}")
+    return on_task(f"worker:{worker}", quotas[by], on_ms, off_ms)
+
+
 def _family(pid: int) -> list[int]:
     """``pid`` and its descendants now (gone processes are left out)."""
     try:

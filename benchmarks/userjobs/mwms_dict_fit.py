@@ -5,7 +5,9 @@ the callback counts the examples of the dict elements itself) under
 MultiWorkerMirroredStrategy and tf-keras, or, with ``--keras 3``, under MirroredStrategy with
 Keras 3 in one worker (Keras 3 ``fit`` under MultiWorkerMirroredStrategy fails as shipped with
 TensorFlow 2.21). ``--slow-input-worker I --input-ms MS`` makes worker I's pipeline sleep MS
-per batch (a slow host-side parse); the other workers' pipelines stay fast.
+per batch (a slow host-side parse); the other workers' pipelines stay fast. ``--cpu-quota
+I:ON:OFF`` holds worker I's processes to ON of every ON+OFF ms from outside
+(``benchmarks/faults.py``; ``--quota-by cgroup`` for the kernel's CFS quota).
 
 It runs as the tasks of a local cluster (``runner.run_user_job``); run alone it runs once
 and prints the primary finding. ``benchmarks/userjobs/score.py`` scores it, clean and slow.
@@ -25,6 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks import faults
 from benchmarks.userjobs.runner import UserRun, run_user_job
 from tfdiag.sample_jobs.jobs import JobConfig
 
@@ -96,12 +99,15 @@ def run_worker(config: JobConfig) -> None:
 
 
 def run_job(logdir: str | Path, *, steps: int = 200, workers: int = 2, keras: str = "tf_keras",
-            slow_input_worker: int | None = None, input_ms: float = 40.0, timeout_s: float = 300.0) -> UserRun:
+            slow_input_worker: int | None = None, input_ms: float = 40.0, timeout_s: float = 300.0,
+            cpu_quota: tuple[int, float, float] | None = None, quota_by: str = "signals") -> UserRun:
     """Runs the job once on a local cluster and analyses it (``runner.run_user_job``);
-    worker ``slow_input_worker``'s pipeline sleeps ``input_ms`` per batch (None: no slow input)."""
+    worker ``slow_input_worker``'s pipeline sleeps ``input_ms`` per batch (None: no slow input);
+    ``cpu_quota=(I, ON_MS, OFF_MS)`` holds worker I to ON of every ON+OFF ms (``faults.worker_quota``)."""
     extra = {"keras": keras, "slow_worker": slow_input_worker, "input_ms": input_ms}
     return run_user_job(TASK_COMMAND, logdir, shape="mwms_fit", steps=steps, workers=1 if keras == "3" else workers,
-                        extra=extra, timeout_s=timeout_s)
+                        extra=extra, timeout_s=timeout_s,
+                        while_running=faults.worker_quota(*cpu_quota, quota_by) if cpu_quota else None)
 
 
 def main(argv=None) -> int:
@@ -111,6 +117,9 @@ def main(argv=None) -> int:
     parser.add_argument("--keras", choices=("tf_keras", "3"), default="tf_keras")
     parser.add_argument("--slow-input-worker", type=int, default=None)
     parser.add_argument("--input-ms", type=float, default=40.0)
+    parser.add_argument("--cpu-quota", metavar="I:ON_MS:OFF_MS", help="hold worker I to ON of every ON+OFF ms")
+    parser.add_argument("--quota-by", choices=("signals", "cgroup"), default="signals",
+                        help="how --cpu-quota holds the worker: SIGSTOP/SIGCONT, or a cgroup's CFS quota")
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--logdir", default=None, help="the run directory (default: a temp dir)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # run as a cluster task
@@ -121,7 +130,8 @@ def main(argv=None) -> int:
         return 0
     logdir = args.logdir or tempfile.mkdtemp(prefix="tfdiag-mwms-dict-")
     run = run_job(logdir, steps=args.steps, workers=args.workers, keras=args.keras,
-                  slow_input_worker=args.slow_input_worker, input_ms=args.input_ms, timeout_s=args.timeout)
+                  slow_input_worker=args.slow_input_worker, input_ms=args.input_ms, timeout_s=args.timeout,
+                  cpu_quota=faults.parse_quota(args.cpu_quota), quota_by=args.quota_by)
     primary = run.primary
     print(json.dumps({"logdir": logdir, "examples_per_s": run.examples_per_s,
                       "primary": primary and {k: primary[k] for k in ("kind", "tasks", "severity")}}))

@@ -118,8 +118,7 @@ def run_job(logdir: str, *, workers: int = 2, ps: int = 2, steps: int = 300, ste
         if while_running:
             raise ValueError("run_job takes cpu_quota or while_running, not both")
         worker, on_ms, off_ms = cpu_quota
-        quota = {"signals": faults.cpu_quota, "cgroup": faults.cgroup_quota}[quota_by]
-        while_running = faults.on_task(f"worker:{worker}", quota, on_ms, off_ms)
+        while_running = faults.worker_quota(worker, on_ms, off_ms, quota_by)
     return run_user_job(TASK_COMMAND, logdir, shape="ps_ctl", steps=steps, workers=workers, ps=ps,
                         inject=(faults.slow_ps(*slow_ps),) if slow_ps else (),
                         extra={"steps_per_closure": steps_per_closure}, while_running=while_running,
@@ -142,11 +141,10 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.task:
         return run_task(JobConfig.from_json(args.config))
-    quota = tuple(float(x) for x in args.cpu_quota.split(":")) if args.cpu_quota else None
     slow = tuple(float(x) for x in args.slow_ps.split(":")) if args.slow_ps else None
     logdir = args.logdir or tempfile.mkdtemp(prefix="tfdiag-ps-tutorial-")
     run = run_job(logdir, workers=args.workers, ps=args.ps, steps=args.steps, steps_per_closure=args.steps_per_closure,
-                  cpu_quota=(int(quota[0]), quota[1], quota[2]) if quota else None, quota_by=args.quota_by,
+                  cpu_quota=faults.parse_quota(args.cpu_quota), quota_by=args.quota_by,
                   slow_ps=(int(slow[0]), slow[1]) if slow else None)
     primary = run.primary
     print(json.dumps({"logdir": logdir, "examples_per_s": run.examples_per_s,

@@ -57,7 +57,7 @@ def cpu_seconds(processes):
 
 def test_a_cgroup_quota_holds_the_family_to_its_cpu_share_and_leaves_no_cgroup(family):
     try:
-        quota = faults.cgroup_quota(family[0].pid, on_ms=20, off_ms=30)
+        quota = faults.cgroup_quota(family[0].pid, on_ms=5, off_ms=45)
     except OSError as error:
         pytest.skip(f"no writable cgroup with the cpu controller here: {error}")
     with quota:
@@ -67,9 +67,10 @@ def test_a_cgroup_quota_holds_the_family_to_its_cpu_share_and_leaves_no_cgroup(f
         before, start = cpu_seconds(family), time.monotonic()
         time.sleep(1.0)
         share = (cpu_seconds(family) - before) / (time.monotonic() - start)
-        # Two spinning processes held to 20 ms of CPU in every 50 ms, together.
-        assert share < 0.4 * 1.25
-        assert quota.throttled_s() > 0.2
+        # Two spinning processes held to 5 ms of CPU in every 50 ms together (0.1 core: far
+        # under what they get even on a loaded 2-core host), and the kernel says it held them.
+        assert share < 0.1 * 1.5
+        assert quota.throttled_s() > 0
     assert not quota.cgroup.exists()
     assert all("tfdiag-quota" not in open(f"/proc/{process.pid}/cgroup").read() for process in family)
 
@@ -77,6 +78,15 @@ def test_a_cgroup_quota_holds_the_family_to_its_cpu_share_and_leaves_no_cgroup(f
 def test_a_quota_needs_positive_times():
     with pytest.raises(ValueError, match="on_ms=0"):
         faults.cpu_quota(1, on_ms=0, off_ms=30)
+
+
+def test_a_quota_spec_is_worker_on_and_off():
+    assert faults.parse_quota("1:20:30") == (1, 20.0, 30.0)
+    assert faults.parse_quota(None) is None
+    with pytest.raises(ValueError, match="I:ON_MS:OFF_MS.*'1:20'"):
+        faults.parse_quota("1:20")
+    with pytest.raises(ValueError, match="by='kernel'"):
+        faults.worker_quota(1, 20, 30, by="kernel")
 
 
 def test_slow_ps_is_the_launchers_injection():
