@@ -5,17 +5,17 @@ of the same model: ``plain`` (no stamp) and ``stamped`` (``collectors/step_input
 ``tf.timestamp()`` at the function's start, at the element's arrival and once the
 gradients exist, in the optimizer's ``apply_gradients``, and one ``FIFOQueue`` enqueue
 in-graph, drained once per block as the callback does about once a second). They run in
-many short blocks of ``--steps`` steps, a plain and a stamped block in each round, in
-alternating order (plain first in even rounds), so that the load's drift cancels within
-a round. Each block's cost is this process's CPU per step (``time.process_time``:
+many short blocks of ``--steps`` steps, ``--blocks`` of each: a plain and a stamped block
+in each round, in alternating order (plain first in even rounds), so that the load's
+drift cancels within a round. Each block's cost is this process's CPU per step (``time.process_time``:
 TensorFlow's pool threads, which run the ops, included; a thread-CPU read of the
 calling thread would miss them). The result is the mean of the rounds' differences
 (stamped − plain) with its 95 % confidence interval, and the median CPU of one drain.
 ``--model-size`` and ``--batch`` shrink the step, so that a few µs are not lost in its
 noise.
 
-    python benchmarks/stamp_cost.py --rounds 200 --steps 50
-    python benchmarks/stamp_cost.py --rounds 200 --steps 50 --model-size 16 --batch 16
+    python benchmarks/stamp_cost.py --blocks 200 --steps 50
+    python benchmarks/stamp_cost.py --blocks 200 --steps 50 --model-size 16 --batch 16
 """
 
 from __future__ import annotations
@@ -43,13 +43,13 @@ def interval(differences: list[float]) -> tuple[float, float]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=200, help="rounds of one plain and one stamped block")
+    parser.add_argument("--blocks", type=int, default=200, help="blocks of each train function (rounds of two)")
     parser.add_argument("--steps", type=int, default=50, help="steps per block")
     parser.add_argument("--model-size", type=int, default=0, help="hidden width (default: the job's)")
     parser.add_argument("--batch", type=int, default=0, help="examples per step (default: the job's)")
     args = parser.parse_args(argv)
-    if args.rounds < 2:
-        parser.error("--rounds: at least 2")
+    if args.blocks < 2:
+        parser.error("--blocks: at least 2")
 
     from tfdiag.collectors.batch_size import examples_in
     from tfdiag.collectors.step_input import StepStamps, stamp_train_step
@@ -80,7 +80,7 @@ def main(argv=None) -> int:
     cpu = {name: [] for name in functions}
     drains = []
     load_before = os.getloadavg()[0]
-    for round_ in range(args.rounds):
+    for round_ in range(args.blocks):
         for name in sorted(functions, reverse=round_ % 2 == 1):  # plain first in even rounds
             function = functions[name]
             start = time.process_time()
@@ -98,7 +98,7 @@ def main(argv=None) -> int:
     print("| --- | --- |")
     for name, values in cpu.items():
         print(f"| {name} | {statistics.fmean(values) * 1e6:.1f} |")
-    print(f"\nstamped − plain: {mean * 1e6:+.1f} ± {half * 1e6:.1f} µs a step (95 %, {args.rounds} rounds of "
+    print(f"\nstamped − plain: {mean * 1e6:+.1f} ± {half * 1e6:.1f} µs a step (95 %, {args.blocks} rounds of "
           f"{args.steps} steps; {mean / plain:+.2%} of the plain step's CPU)")
     print(f"one drain of {args.steps} stamps: {statistics.median(drains) * 1e6:.0f} µs of CPU (median)")
     print(f"load average (1 min) {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end, "
