@@ -39,8 +39,8 @@ phases of every pair plain (an A/A run).
 
 ``mwms_fit`` (``--steps`` steps a phase): both workers run ``model.fit`` on the job's
 model and input with a ``DiagnosticsCallback`` whose components run only in B phases
-(its all-reduce probe on its time cadence, counted over B phases' steps, as in a run). Each worker times its
-phases and counts its CPU.
+(its all-reduce probe on its time cadence, paced by B phases' steps, as in a run). Each
+worker times its phases and counts its CPU.
 
 In both, the first pair traces and warms both paths and is left out (on ``ps_ctl``, the
 first pairs until the probe has prepared its functions and made its first full passes

@@ -82,9 +82,9 @@ class ProbeCadence:
 
     Collectives must be issued in the same order on every worker, so no worker may decide
     by its own clock. Each probe's all-reduce carries every worker's recent seconds per
-    step and returns their mean, identical everywhere; the next probe comes that many
-    steps later that make ``ALLREDUCE_RAMP_S``'s gaps after the first calls, then
-    ``every_s``. The first call is at ``FIRST_ALLREDUCE_STEP``.
+    step and returns their mean, identical everywhere; the next probe comes as many steps
+    later as make up the next gap at that pace: ``ramp_s``'s gaps after the first calls,
+    then ``every_s``. The first call is at ``first_step``.
 
     >>> cadence = ProbeCadence(every_s=5.0)
     >>> cadence.next_step
@@ -134,10 +134,9 @@ class DiagnosticsCallback(_KerasCallback):
 
     Per batch, the training thread only reads the clock and appends a tuple to a list;
     about once a second it reads the stamps (one drain of the queue, a few hundred µs of
-    CPU, ``benchmarks/stamp_cost.py``) and appends the
-    buffered steps' records to the writer's buffer (so records reach the file up to a
-    second later); a background thread writes the file. Nothing raised inside the
-    callback reaches training: the first error is logged on the ``tfdiag`` logger and
+    CPU, ``benchmarks/stamp_cost.py``) and appends the buffered steps' records to the
+    writer's buffer (so records reach the file up to a second later); a background thread
+    writes the file. Nothing raised inside the callback reaches training: the first error is logged on the ``tfdiag`` logger and
     the callback then stops recording.
 
     Under ParameterServerStrategy (tf-keras ``model.fit``), Python batch hooks run on
