@@ -11,10 +11,11 @@ Components (``collectors/budget.py`` declares what each may cost): on ``ps_ctl``
 ``closure_timing`` (the in-graph timestamps of a closure), ``results`` (the wrapper's
 bookkeeping, the result thread, its batched timing fetch and the records; needs
 ``closure_timing``), ``probe``, ``system``, ``heartbeat`` and ``writer`` (records
-buffered and flushed; off, they are dropped at ``append``); on ``mwms_fit`` ``hooks``
-(the callback's batch hooks and all-reduce probe), ``step_input`` (the in-graph
-input-arrival stamp: B phases run the stamped train function, A phases the plain one),
-``system``, ``heartbeat`` and ``writer``. B phases run every component, or those of
+buffered and flushed; off, they are dropped at ``append``) and ``live``; on
+``mwms_fit`` ``hooks`` (the callback's batch hooks and all-reduce probe), ``step_input``
+(the in-graph step stamps: B phases run the stamped train function, A phases the plain
+one), ``system``, ``heartbeat``, ``writer`` and ``live`` (the chief's live evaluations at
+their default cadence, paused in A phases). B phases run every component, or those of
 ``--only``, or all but those of ``--without``: so each component's share is an A/B
 ratio of its own.
 
@@ -38,8 +39,8 @@ phases of every pair plain (an A/A run).
 
 ``mwms_fit`` (``--steps`` steps a phase): both workers run ``model.fit`` on the job's
 model and input with a ``DiagnosticsCallback`` whose components run only in B phases
-(its all-reduce probe every 100 recorded steps, as in a run). Each worker times its
-phases and counts its CPU.
+(its all-reduce probe on its time cadence, paced by B phases' steps, as in a run). Each
+worker times its phases and counts its CPU.
 
 In both, the first pair traces and warms both paths and is left out (on ``ps_ctl``, the
 first pairs until the probe has prepared its functions and made its first full passes
@@ -78,7 +79,7 @@ Z95 = statistics.NormalDist().inv_cdf(0.975)
 KINDS = ("plain", "instrumented")
 # The components each job can switch, in the order of the table.
 COMPONENTS = {"ps_ctl": ("closure_timing", "results", "probe", "system", "heartbeat", "writer", "live"),
-              "mwms_fit": ("hooks", "step_input", "system", "heartbeat", "writer")}
+              "mwms_fit": ("hooks", "step_input", "system", "heartbeat", "writer", "live")}
 BUDGET_JOBS = {"ps_ctl": "ps", "mwms_fit": "fit"}
 # ps_ctl warms up for at most this many pairs (until the probe's first full passes are done).
 WARM_UP_PAIRS = 10
@@ -339,7 +340,7 @@ def phased_callback(keras, inner, steps: int, components: frozenset):
             inner.on_train_begin(logs)
             stamped = self.model.train_function if "step_input" in components else plain_function
             self.functions = {"plain": plain_function, "instrumented": stamped}
-            self.switch.gate(sampler=inner._sampler, writer=inner._writer)  # noqa: SLF001 - a benchmark's view
+            self.switch.gate(sampler=inner._sampler, writer=inner._writer, live=inner._live)  # noqa: SLF001 - a benchmark's view
 
         def on_train_end(self, logs=None):
             inner.on_train_end(logs)
@@ -373,7 +374,7 @@ def phased_callback(keras, inner, steps: int, components: frozenset):
 
 def mwms_worker(config: JobConfig) -> None:
     """One worker's part of the ``mwms_fit`` A/B; prints its phase results on one line."""
-    from tfdiag.collectors import DiagnosticsCallback
+    from tfdiag.collectors import DiagnosticsCallback, live
     from tfdiag.sample_jobs import click_model, mwms_fit
     from tfdiag.sample_jobs.common import worker_index_from_tf_config
     from tfdiag.sample_jobs.fit_common import import_tf_keras
@@ -388,7 +389,9 @@ def mwms_worker(config: JobConfig) -> None:
         click_model.compile_model(keras, model)
     steps, pairs = config.extra["steps"], config.extra["pairs"]
     components = frozenset(config.extra["components"])
-    inner = DiagnosticsCallback(config.logdir, examples_per_step=local_examples)
+    # Live findings (off by default in a job) run in the chief at their default cadence when measured.
+    inner = DiagnosticsCallback(config.logdir, examples_per_step=local_examples,
+                                live_interval_s=live.DEFAULT_INTERVAL_S if "live" in components else 0)
     phased = phased_callback(keras, inner, steps, components)
     model.fit(dataset, epochs=1, steps_per_epoch=2 * steps * pairs, callbacks=[phased], verbose=0)
     print(RESULT_PREFIX + json.dumps(phased.results), flush=True)
@@ -438,7 +441,8 @@ def cost_model(results: dict, units: int, unit: str, components: frozenset, jobs
     the job's CPU in instrumented phases, against ``budget.COMPONENTS``; and the whole.
 
     ``processes`` instrumented processes run the collectors, each with its own threads
-    and steps: a declared budget is allowed once per process.
+    and steps: a declared budget is allowed once per process (``live``'s once: it runs
+    in the chief only).
 
     The ledger components are read directly; on ps_ctl ``closure_timing`` is the calling
     thread's extra CPU (``schedule``'s wrapper), B − A of the means; what TensorFlow does
@@ -467,7 +471,8 @@ def cost_model(results: dict, units: int, unit: str, components: frozenset, jobs
     for name, seconds in measured.items():
         declared = budget.COMPONENTS.get(name)
         running = name in components or name == "unattributed"
-        limit = ((declared.per_step_us * 1e-6 * units + declared.core_share * wall) * processes
+        copies = 1 if name == "live" else processes
+        limit = ((declared.per_step_us * 1e-6 * units + declared.core_share * wall) * copies
                  if declared and running else None)
         allowed += limit or 0.0
         rows.append({"component": name, "running": running, "cpu_s": seconds, "limit_s": limit})

@@ -1,54 +1,55 @@
-"""What the ``model.fit`` input-arrival stamp costs per step, by mechanism.
+"""What the ``model.fit`` step stamps cost per step: process CPU, stamped against plain.
 
-One process, ``mwms_fit``'s model and input (tf-keras, no strategy), three train
-functions of the same model called in interleaved blocks of ``--steps`` steps:
-``plain`` (no stamp), ``queue`` (``collectors/step_input.py``: ``tf.timestamp()`` at the
-function's start, at the element's arrival and once the gradients exist, in the
-optimizer's ``apply_gradients``, and a ``FIFOQueue`` enqueue in-graph, drained once per
-block as the callback does about once a second) and ``py_function`` (the earlier
-mechanism: a ``tf.py_function`` per replica per step that read the clock in Python).
-Prints the median CPU µs per step of each (this process's CPU: TensorFlow's threads
-included) and of one drain. ``--model-size`` and ``--batch`` shrink the step, so that a
-few µs are not lost in its noise.
+One process, ``mwms_fit``'s model and input (tf-keras, no strategy), two train functions
+of the same model: ``plain`` (no stamp) and ``stamped`` (``collectors/step_input.py``:
+``tf.timestamp()`` at the function's start, at the element's arrival and once the
+gradients exist, in the optimizer's ``apply_gradients``, and one ``FIFOQueue`` enqueue
+in-graph, drained once per block as the callback does about once a second). They run in
+many short blocks of ``--steps`` steps, ``--blocks`` of each: a plain and a stamped block
+in each round, in alternating order (plain first in even rounds), so that the load's
+drift cancels within a round. Each block's cost is this process's CPU per step (``time.process_time``:
+TensorFlow's pool threads, which run the ops, included; a thread-CPU read of the
+calling thread would miss them). The result is the mean of the rounds' differences
+(stamped − plain) with its 95 % confidence interval, and the median CPU of one drain.
+``--model-size`` and ``--batch`` shrink the step, so that a few µs are not lost in its
+noise.
 
-    python benchmarks/stamp_cost.py --blocks 10 --steps 500
-    python benchmarks/stamp_cost.py --blocks 10 --steps 500 --model-size 16 --batch 16
+    python benchmarks/stamp_cost.py --blocks 200 --steps 50
+    python benchmarks/stamp_cost.py --blocks 200 --steps 50 --model-size 16 --batch 16
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import sys
 import tempfile
 import time
 
+Z95 = statistics.NormalDist().inv_cdf(0.975)
 
-def py_function_train_step(tf, model, rows_of):
-    """The earlier stamp: a ``tf.py_function`` reading the clock once the element exists."""
-    original = model.train_step
-    stamps = []
 
-    def stamp(rows, *anchor):
-        stamps.append((time.time_ns(), int(rows.numpy())))
-        return []
+def interval(differences: list[float]) -> tuple[float, float]:
+    """The mean of ``differences`` and the half-width of its 95 % confidence interval.
 
-    def train_step(data):
-        anchor = [tf.reshape(t, [-1])[:1] for t in tf.nest.flatten(data, expand_composites=True)[:1]]
-        tf.py_function(stamp, [rows_of(data), *anchor], [], name="tfdiag_input_ready")
-        return original(data)
-
-    return train_step, stamps
+    >>> mean, half = interval([1.0, 3.0])
+    >>> mean, round(half, 2)
+    (2.0, 1.96)
+    """
+    return statistics.fmean(differences), Z95 * statistics.stdev(differences) / math.sqrt(len(differences))
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--blocks", type=int, default=10, help="blocks per mechanism, interleaved")
-    parser.add_argument("--steps", type=int, default=500, help="steps per block")
+    parser.add_argument("--blocks", type=int, default=200, help="blocks of each train function (rounds of two)")
+    parser.add_argument("--steps", type=int, default=50, help="steps per block")
     parser.add_argument("--model-size", type=int, default=0, help="hidden width (default: the job's)")
     parser.add_argument("--batch", type=int, default=0, help="examples per step (default: the job's)")
     args = parser.parse_args(argv)
+    if args.blocks < 2:
+        parser.error("--blocks: at least 2")
 
     from tfdiag.collectors.batch_size import examples_in
     from tfdiag.collectors.step_input import StepStamps, stamp_train_step
@@ -67,41 +68,41 @@ def main(argv=None) -> int:
     iterator = iter(dataset)
 
     def traced(function):  # tf-keras looks train_step up when it traces: trace (and warm) it now
-        for _ in range(20):
+        for _ in range(50):
             function(iterator)
         return function
 
     functions = {"plain": traced(model.make_train_function(force=True))}
     stamps = StepStamps()
     stamp_train_step(model, stamps, examples_in)
-    functions["queue"] = traced(model.train_function)
-    stamp_train_step(model, None, examples_in)
-    model.train_step, py_stamps = py_function_train_step(tf, model, examples_in)
-    functions["py_function"] = traced(model.make_train_function(force=True))
+    functions["stamped"] = traced(model.train_function)
     stamps.take()
     cpu = {name: [] for name in functions}
     drains = []
-    for _ in range(args.blocks):
-        for name, function in functions.items():
+    load_before = os.getloadavg()[0]
+    for round_ in range(args.blocks):
+        for name in sorted(functions, reverse=round_ % 2 == 1):  # plain first in even rounds
+            function = functions[name]
             start = time.process_time()
             for _ in range(args.steps):
                 function(iterator)
             cpu[name].append((time.process_time() - start) / args.steps)
-            if name == "queue":
+            if name == "stamped":
                 start = time.process_time()
                 taken = stamps.take()[0]
                 drains.append(time.process_time() - start)
                 assert len(taken) == args.steps, len(taken)
-        py_stamps.clear()
-    load = os.getloadavg()[0]
-    plain = statistics.median(cpu["plain"])
-    print("| mechanism | CPU µs per step (median of blocks) | over plain |")
-    print("| --- | --- | --- |")
+    plain = statistics.fmean(cpu["plain"])
+    mean, half = interval([s - p for p, s in zip(cpu["plain"], cpu["stamped"])])
+    print("| train function | CPU µs per step (mean of blocks) |")
+    print("| --- | --- |")
     for name, values in cpu.items():
-        value = statistics.median(values)
-        print(f"| {name} | {value * 1e6:.1f} | {(value - plain) * 1e6:+.1f} µs ({value / plain - 1:+.1%}) |")
-    print(f"\none drain of {args.steps} stamps: {statistics.median(drains) * 1e6:.0f} µs of CPU (median); "
-          f"{args.blocks} blocks of {args.steps} steps each; load average (1 min) {load:.1f} on {os.cpu_count()} cores")
+        print(f"| {name} | {statistics.fmean(values) * 1e6:.1f} |")
+    print(f"\nstamped − plain: {mean * 1e6:+.1f} ± {half * 1e6:.1f} µs a step (95 %, {args.blocks} rounds of "
+          f"{args.steps} steps; {mean / plain:+.2%} of the plain step's CPU)")
+    print(f"one drain of {args.steps} stamps: {statistics.median(drains) * 1e6:.0f} µs of CPU (median)")
+    print(f"load average (1 min) {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end, "
+          f"on {os.cpu_count()} cores")
     return 0
 
 

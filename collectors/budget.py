@@ -70,10 +70,14 @@ COMPONENTS: dict[str, Budget] = {
     "system": Budget(core_share=0.002, what="system sampler: one sample a second (and 10 timed wake-ups on sync workers)"),
     "heartbeat": Budget(core_share=0.0002, what="heartbeat rows every 5 s"),
     "writer": Budget(core_share=0.001, what="flush thread: Arrow frames once a second"),
-    "hooks": Budget(per_step_us=60, jobs=("fit",), what="callback batch hooks, all-reduce probe every 100 steps"),
+    # 60 until the all-reduce probe went from every 100 steps to every 5 s: overhead_ab.py
+    # --job mwms_fit, both workers' hooks 63.5, 77.9 and 77.1 µs a step against 70.8 and
+    # 100.3 before (10- and 20-pair runs, interleaved, load 5-8; docs/benchmarks.md).
+    "hooks": Budget(per_step_us=50, jobs=("fit",),
+                    what="callback batch hooks, all-reduce probe every 5 s, the stamps' drain once a second"),
     # With the gradients stamp, on a 1 ms step (stamp_cost.py --model-size 16 --batch 16,
-    # load 6.5-10): -12 and +95 µs against the plain step in two runs, blocks ±100 µs apart;
-    # not resolved below that on the loaded 2-core host (docs/benchmarks.md).
+    # 200 interleaved rounds of 50 steps): +20 ± 8 µs a step at load 2.8-3.4, +2 ± 38 at
+    # 3.8-5.6 (docs/benchmarks.md).
     "step_input": Budget(per_step_us=20, jobs=("fit",),
                          what="in-graph input-arrival and gradients stamps, read in batches"),
     # collectors/live.py spaces its evaluations so that each one's CPU stays within this share.

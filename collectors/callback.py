@@ -10,6 +10,7 @@ importing tf-keras (importing it costs about a second and loads a second Keras).
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import time
 
@@ -19,6 +20,7 @@ from tfdiag.collectors.batch_size import examples_in
 from tfdiag.collectors.placement import record_placement
 from tfdiag.collectors.step_input import StepStamps, match_stamps, stamp_train_step
 from tfdiag.collectors.system import WAKE_S, SystemSampler
+from tfdiag.errors import InvalidOptionError
 
 logger = logging.getLogger("tfdiag")
 
@@ -28,10 +30,16 @@ except ImportError:  # pragma: no cover - Keras 3 is a dependency of TensorFlow 
     _KerasCallback = object
 
 
-# Every 100 steps: a 4 KB all-reduce between two local workers takes ~2-5 ms, i.e.
-# 20-50 µs per step on average, well under 1 % of any real step.
-DEFAULT_ALLREDUCE_EVERY = 100
+# The all-reduce probe: a 4 KB all-reduce between two local workers takes ~2-5 ms. Its
+# first call, a few steps in, is an untimed warm-up; the next ones come 0.5, 1 and 2 s
+# after the one before (so that a short run still gets a few), then every
+# DEFAULT_ALLREDUCE_EVERY_S (ProbeCadence).
+DEFAULT_ALLREDUCE_EVERY_S = 5.0
+ALLREDUCE_RAMP_S = (0.5, 1.0, 2.0)
+FIRST_ALLREDUCE_STEP = 5
 DEFAULT_ALLREDUCE_BYTES = 4096
+# The probe carries each worker's step time, from its last steps, at most this many.
+STEP_TIME_STEPS = 50
 # Steps are buffered and written (with their input-wait stamps, read in one call) this
 # often: a drain costs a few hundred µs, a drain per step would cost more than the step's
 # other hooks together (collectors/step_input.py).
@@ -51,17 +59,56 @@ def _is_parameter_server(strategy) -> bool:
 
 
 def _allreduce_function(strategy, size_bytes: int):
-    """A ``tf.function`` summing a float32 vector of ``size_bytes`` over every replica."""
+    """A ``tf.function`` summing a float32 vector of ``size_bytes`` over every replica.
+
+    Its argument, this worker's seconds per step, is the vector's first element; it
+    returns the replicas' mean of it, the same value on every worker.
+    """
     import tensorflow as tf
 
     elements = max(int(size_bytes) // 4, 1)
 
-    @tf.function
-    def allreduce():
-        value = strategy.run(lambda: tf.ones([elements], tf.float32))
-        return strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
+    @tf.function(input_signature=[tf.TensorSpec([], tf.float32)])  # one trace, whatever the value
+    def allreduce(step_s):
+        value = strategy.run(lambda: tf.concat([tf.reshape(step_s, [1]), tf.ones([elements - 1], tf.float32)], 0))
+        total = strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
+        return total[0] / strategy.num_replicas_in_sync
 
     return allreduce
+
+
+class ProbeCadence:
+    """At which steps the all-reduce probe runs: every few seconds, at the same steps on every worker.
+
+    Collectives must be issued in the same order on every worker, so no worker may decide
+    by its own clock. Each probe's all-reduce carries every worker's recent seconds per
+    step and returns their mean, identical everywhere; the next probe comes as many steps
+    later as make up the next gap at that pace: ``ramp_s``'s gaps after the first calls,
+    then ``every_s``. The first call is at ``first_step``.
+
+    >>> cadence = ProbeCadence(every_s=5.0)
+    >>> cadence.next_step
+    5
+    >>> cadence.ran(5, step_s=0.01)  # then 0.5 s later: 50 steps of 10 ms
+    55
+    >>> [cadence.ran(step, 0.01) for step in (55, 155, 355)]
+    [155, 355, 855]
+    """
+
+    def __init__(self, every_s: float, ramp_s: tuple[float, ...] = ALLREDUCE_RAMP_S,
+                 first_step: int = FIRST_ALLREDUCE_STEP):
+        self.every_s = every_s
+        self.ramp_s = ramp_s
+        self.calls = 0
+        self.next_step = first_step
+
+    def ran(self, step: int, step_s: float) -> int:
+        """Records a probe at ``step`` that read ``step_s`` seconds per step; returns the next probe's step."""
+        gap_s = self.ramp_s[self.calls] if self.calls < len(self.ramp_s) else self.every_s
+        self.calls += 1
+        steps = round(gap_s / step_s) if step_s > 0 and math.isfinite(step_s) else FIRST_ALLREDUCE_STEP
+        self.next_step = step + max(int(steps), 1)
+        return self.next_step
 
 
 class DiagnosticsCallback(_KerasCallback):
@@ -86,10 +133,10 @@ class DiagnosticsCallback(_KerasCallback):
     of the element, whatever its structure).
 
     Per batch, the training thread only reads the clock and appends a tuple to a list;
-    about once a second it reads the stamps and appends the buffered steps' records to
-    the writer's buffer (so records reach the file up to a second later); a background
-    thread writes the file. Nothing raised inside the
-    callback reaches training: the first error is logged on the ``tfdiag`` logger and
+    about once a second it reads the stamps (one drain of the queue, a few hundred µs of
+    CPU, ``benchmarks/stamp_cost.py``) and appends the buffered steps' records to the
+    writer's buffer (so records reach the file up to a second later); a background thread
+    writes the file. Nothing raised inside the callback reaches training: the first error is logged on the ``tfdiag`` logger and
     the callback then stops recording.
 
     Under ParameterServerStrategy (tf-keras ``model.fit``), Python batch hooks run on
@@ -100,12 +147,14 @@ class DiagnosticsCallback(_KerasCallback):
 
     At ``on_train_begin`` it also records the placement of the model's variables and
     starts the system sampler of this host (a background thread, every
-    ``system_interval_s``). Under MultiWorkerMirroredStrategy every
-    ``allreduce_every`` steps it times an all-reduce of ``allreduce_bytes`` across the
-    workers (one ``allreduce`` record); that runs in the training thread, at the same
-    step on every worker (collectives must be issued in the same order everywhere), and
-    costs one small all-reduce round trip per ``allreduce_every`` steps (plus one untimed
-    call the first time, which traces the function and sets up the collective).
+    ``system_interval_s``). Under MultiWorkerMirroredStrategy about every
+    ``allreduce_every_s`` seconds (sooner in the first seconds: ``ProbeCadence``) it
+    times an all-reduce of ``allreduce_bytes`` across the workers (one ``allreduce``
+    record); that runs in the training thread, at the same step on every worker
+    (collectives must be issued in the same order everywhere: the probe carries each
+    worker's step time and the step of the next one follows from their mean, the same
+    on every worker), and costs one small all-reduce round trip per probe (plus one
+    untimed call the first time, which traces the function and sets up the collective).
 
     Args:
         logdir: the run directory (``RUN``); records go to ``RUN/plugins/tfdiag/``.
@@ -113,7 +162,8 @@ class DiagnosticsCallback(_KerasCallback):
             ParameterServerStrategy only where a closure's elements do not tell (the
             count taken in-graph from each element wins).
         system_interval_s: seconds between system samples; ``None`` or 0: off.
-        allreduce_every: steps between all-reduce probes (MultiWorkerMirroredStrategy); 0: off.
+        allreduce_every_s: seconds between all-reduce probes, once past the first few
+            (MultiWorkerMirroredStrategy); 0: off.
         allreduce_bytes: size of the probe all-reduce.
         live_interval_s: seconds between live evaluations of the detectors, in the task
             that writes the manifest (``collectors/live.py``); 0: off; None: the
@@ -128,24 +178,27 @@ class DiagnosticsCallback(_KerasCallback):
     _supports_tf_logs = True
 
     def __init__(self, logdir, examples_per_step: int | None = None, *, system_interval_s: float | None = 1.0,
-                 allreduce_every: int = DEFAULT_ALLREDUCE_EVERY, allreduce_bytes: int = DEFAULT_ALLREDUCE_BYTES,
+                 allreduce_every_s: float = DEFAULT_ALLREDUCE_EVERY_S, allreduce_bytes: int = DEFAULT_ALLREDUCE_BYTES,
                  live_interval_s: float | None = None):
         if _KerasCallback is not object:
             super().__init__()
         check_logdir(logdir)
         check_count("examples_per_step", examples_per_step, optional=True)
-        check_count("allreduce_every", allreduce_every)
+        if isinstance(allreduce_every_s, bool) or not isinstance(allreduce_every_s, (int, float)) \
+                or not allreduce_every_s >= 0:
+            raise InvalidOptionError("Invalid value for argument `allreduce_every_s`. Expected a number of seconds "
+                                     f">= 0. Received: {allreduce_every_s!r}")
         self.logdir = logdir
         self.examples_per_step = examples_per_step
         self.system_interval_s = system_interval_s
-        self.allreduce_every = allreduce_every
+        self.allreduce_every_s = allreduce_every_s
         self.allreduce_bytes = allreduce_bytes
         self.live_interval_s = live_interval_s
         self.task: str | None = None
         self._writer = None
         self._sampler = None
         self._allreduce = None
-        self._allreduce_warm = False
+        self._cadence = ProbeCadence(allreduce_every_s)
         self._coordinator = None
         self._live = None  # collectors/live.py's thread, in the task that writes the manifest
         self._stamps = StepStamps()
@@ -221,10 +274,10 @@ class DiagnosticsCallback(_KerasCallback):
         except Exception as error:  # noqa: BLE001
             self._fail(error)
             return
+        if self._allreduce is not None and self._step >= self._cadence.next_step:
+            self._probe_allreduce()  # before the write, which empties the buffer it reads the step time from
         if end_ns - self._written_ns >= WRITE_EVERY_NS:
             self._write_steps(end_ns)
-        if self._allreduce is not None and self._step % self.allreduce_every == 0:
-            self._time_allreduce()
 
     def _write_steps(self, now_ns: int) -> None:
         """Appends the buffered steps' records, with their input waits from the stamps."""
@@ -318,33 +371,32 @@ class DiagnosticsCallback(_KerasCallback):
                                               wake_s=WAKE_S if _is_multi_worker(strategy) else None).start()
             except Exception as error:  # noqa: BLE001
                 logger.warning("tfdiag: system sampler is off (%r).", error)
-        if self.allreduce_every and _is_multi_worker(strategy):
+        if self.allreduce_every_s and _is_multi_worker(strategy):
             try:
                 self._allreduce = _allreduce_function(strategy, self.allreduce_bytes)
-                self._allreduce_warm = False
+                self._cadence = ProbeCadence(self.allreduce_every_s)
             except Exception as error:  # noqa: BLE001
                 logger.warning("tfdiag: all-reduce probe is off (%r).", error)
 
-    def _time_allreduce(self) -> None:
-        if not self._allreduce_warm:  # the first call traces and sets up the collective: not timed
-            self._allreduce_warm = True
-            try:
-                self._allreduce().numpy()
-            except Exception as error:  # noqa: BLE001
-                logger.warning("tfdiag: all-reduce probe failed (%r); it is off.", error)
-                self._allreduce = None
-                return
+    def _probe_allreduce(self) -> None:
+        """Runs the probe (untimed the first time, which traces the function and sets up the
+        collective) and sets the step of the next one from the workers' mean step time."""
+        recent = self._buffered[-STEP_TIME_STEPS:]
+        step_s = sum(end - begin for _, begin, end in recent) / len(recent) / 1e9
+        warm = self._cadence.calls > 0
         start_ns = time.time_ns()
         begin = time.perf_counter_ns()
         try:
-            self._allreduce().numpy()
+            mean_step_s = float(self._allreduce(step_s))
         except Exception as error:  # noqa: BLE001 - the same error happens on every worker
             logger.warning("tfdiag: all-reduce probe failed (%r); it is off.", error)
             self._allreduce = None
             return
         duration_ns = time.perf_counter_ns() - begin
-        self._writer.append("allreduce", task=self.task, time_ns=start_ns, duration_ns=duration_ns,
-                            bytes=self.allreduce_bytes)
+        self._cadence.ran(self._step, mean_step_s)
+        if warm:
+            self._writer.append("allreduce", task=self.task, time_ns=start_ns, duration_ns=duration_ns,
+                                bytes=self.allreduce_bytes)
 
     # -- helpers ---------------------------------------------------------------------
     @property

@@ -45,13 +45,11 @@ makes it long) and the two-worker run.
 
 Cost (``benchmarks/stamp_cost.py``; budget ``step_input`` in ``collectors/budget.py``): the
 earlier stamp, a ``tf.py_function`` per replica per step (a host callback into Python,
-under the GIL), took 270 µs of CPU a step of ``mwms_fit``'s model on a loaded machine;
-the enqueue was within the noise of the same blocks, and a drain of 200 stamps took
-about 0.5 ms (docs/benchmarks.md, "Collector overhead"). With the gradients stamp, on a
-1 ms step (``--model-size 16 --batch 16``, load average 6.5-10), two runs read -12 and
-+95 µs against the plain step (the py_function +189 and +120 µs), with blocks of the
-same function ±100 µs apart: the stamps' cost is not resolved below that on a loaded
-2-core host.
+under the GIL), took 270 µs of CPU a step of ``mwms_fit``'s model on a loaded machine.
+These stamps, process CPU of the same model's train function with and without them in
+200 interleaved rounds of 50 steps (``--model-size 16 --batch 16``, a 1 ms step): +20 ±
+8 µs a step (95 %) at load average 2.8-3.4, +2 ± 38 at 3.8-5.6. A drain of 50 stamps
+takes 260-280 µs of CPU, about once a second (charged to the callback's ``hooks``).
 
 Why not the alternatives: bracketing ``GetNext`` with ``tf.timestamp()`` needs the train
 function rebuilt (its body is private and differs between the Kerases); sampled profiler

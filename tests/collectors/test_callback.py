@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 
@@ -118,6 +119,50 @@ def test_bad_examples_per_step_names_the_argument(value):
 
     with pytest.raises(InvalidOptionError, match="examples_per_step"):
         DiagnosticsCallback("logs", examples_per_step=value)
+
+
+@pytest.mark.parametrize("value", [-1, "5", math.nan])
+def test_bad_allreduce_every_s_names_the_argument(value):
+    from tfdiag.collectors import DiagnosticsCallback
+    from tfdiag.errors import InvalidOptionError
+
+    with pytest.raises(InvalidOptionError, match="allreduce_every_s"):
+        DiagnosticsCallback("logs", allreduce_every_s=value)
+
+
+def probe_times(step_seconds, every_s=5.0):
+    """The (fake) clock's time at each probe of ``ProbeCadence`` over steps that take
+    ``step_seconds(step)`` each, given the mean step time as the probe would read it."""
+    from tfdiag.collectors.callback import ProbeCadence
+
+    cadence, clock, times, recent = ProbeCadence(every_s), 0.0, [], []
+    for step in range(1, 20_000):
+        clock += step_seconds(step)
+        recent = (recent + [step_seconds(step)])[-50:]
+        if step >= cadence.next_step:
+            times.append(clock)
+            cadence.ran(step, sum(recent) / len(recent))
+    return times
+
+
+@pytest.mark.parametrize("step_s", [0.002, 0.035, 0.4])
+def test_the_probe_runs_on_a_time_cadence_whatever_the_step_time(step_s):
+    times = probe_times(lambda step: step_s)
+    gaps = [later - earlier for earlier, later in zip(times, times[1:])]
+    # The warm-up a few steps in, then rounds 0.5, 1 and 2 s apart, then every 5 s.
+    assert times[0] == pytest.approx(5 * step_s)
+    assert gaps[:3] == pytest.approx([0.5, 1.0, 2.0], abs=step_s / 2 + 1e-9)
+    assert gaps[3:] == pytest.approx([5.0] * len(gaps[3:]), abs=step_s / 2 + 1e-9)
+    # A short run still gets rounds: three timed ones within four seconds of the warm-up.
+    assert sum(1 for t in times[1:] if t <= times[0] + 4.0) == 3
+
+
+def test_the_probe_follows_a_change_of_step_time():
+    # 10 ms steps for the first 10 s, then 100 ms: gaps of 5 s on either side.
+    times = probe_times(lambda step: 0.01 if step <= 1000 else 0.1)
+    late = [t for t in times if t > 20]
+    assert [later - earlier for earlier, later in zip(late, late[1:])] == pytest.approx([5.0] * (len(late) - 1), abs=0.06)
+    assert probe_times(lambda step: 0.0)[:2] == [0.0, 0.0]  # no step time (a clock that stands still): every 5 steps
 
 
 INPUT_DELAY_S = 0.03

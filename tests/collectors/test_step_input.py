@@ -140,10 +140,14 @@ def test_a_fast_worker_stamps_its_gradients_before_waiting_for_a_slow_peer(tmp_p
     from tfdiag.sample_jobs import run_sample
 
     stderr = io.StringIO()
-    result = run_sample("mwms_fit", workers=2, steps=20, logdir=tmp_path / "run", inject=["slow-worker=1:30"],
+    result = run_sample("mwms_fit", workers=2, steps=30, logdir=tmp_path / "run", inject=["slow-worker=1:30"],
                         timeout_s=150, stderr=stderr)
     assert result.ok, stderr.getvalue()
-    steps = load_run(str(tmp_path / "run")).frame("step")
+    run = load_run(str(tmp_path / "run"))
+    # The all-reduce probe's first round, half a second after its warm-up, at the same step on both workers.
+    rounds = run.frame("allreduce").groupby("task").size()
+    assert set(rounds.index) == {"worker:0", "worker:1"} and rounds.nunique() == 1 and rounds.iloc[0] >= 1
+    steps = run.frame("step")
     steps = steps[steps["compute_ns"].notna()]
     rest = steps["end_ns"] - steps["begin_ns"] - steps["input_wait_ns"] - steps["compute_ns"]
     median = steps.assign(rest=rest).groupby("task")[["compute_ns", "rest"]].median() / 1e6
