@@ -410,7 +410,8 @@ class SystemSampler:
         # The thread's CPU (samples, waits) is charged to ``system`` once per turn of the loop:
         # one clock read a wake-up instead of a ``charged`` block's two.
         charged_ns = time.thread_time_ns()
-        self._sample()  # primes the CPU counters
+        if not self.paused():
+            self._sample()  # primes the CPU counters
         next_sample = time.monotonic() + self.interval_s
         while not self._stop.is_set():
             until_sample = max(next_sample - time.monotonic(), 0.0)

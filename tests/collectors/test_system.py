@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 import os
+import socket
 import sys
 import time
 import types
 
 import pyarrow as pa
+import pytest
 
 from tfdiag.collectors.system import SystemSampler
 from tfdiag.store import TaskWriter, log_dir, read_task_file
@@ -326,3 +328,55 @@ def test_only_a_sampler_asked_to_times_its_wake_ups():
     time.sleep(0.35)
     sampler.stop()
     assert sum(s["wakes"] for s in writer.records["system"][1:]) >= 5
+
+
+def test_only_this_tasks_own_port_may_stay_without_a_process():
+    """A coordinator listens on no port of its own: the search is not repeated for it
+    (it cost ~10 ms of CPU every RESCAN_S), but is for another task's empty port."""
+    import psutil
+
+    from tfdiag.collectors.system import JobProcesses
+
+    task = _Task()
+    try:
+        with socket.socket() as unused:
+            unused.bind(("127.0.0.1", 0))
+            empty = unused.getsockname()[1]
+        own_port_empty = JobProcesses({"chief": [f"127.0.0.1:{empty}"], "worker": [f"127.0.0.1:{task.port}"]},
+                                      psutil, "chief:0")
+        other_port_empty = JobProcesses({"chief": [f"127.0.0.1:{empty}"], "worker": [f"127.0.0.1:{task.port}"]},
+                                        psutil, "worker:0")
+        for job in (own_port_empty, other_port_empty):
+            assert job.cpu_pct()[2] == 2  # this process and the listening task
+        assert own_port_empty._next_scan == math.inf  # noqa: SLF001 - searched again only when a task ends
+        assert other_port_empty._next_scan < math.inf  # noqa: SLF001 - the worker's process may yet start
+    finally:
+        task.close()
+
+
+def test_the_disk_counters_are_psutils_sum_over_storage_devices():
+    import psutil
+
+    from tfdiag.collectors.system import StorageDisks
+
+    if not psutil.disk_io_counters(perdisk=True):
+        pytest.skip("no disk counters here (/proc/diskstats): the sampler writes 0")
+    disks = StorageDisks(psutil)
+    for _ in range(3):
+        before, ours, after = psutil.disk_io_counters(), disks.read_write_bytes(), psutil.disk_io_counters()
+        assert before.read_bytes <= ours[0] <= after.read_bytes
+        assert before.write_bytes <= ours[1] <= after.write_bytes
+
+
+def test_a_paused_sampler_takes_no_samples_and_no_wake_ups():
+    writer = FakeWriter("worker:0")
+    sampler = SystemSampler(writer, "worker:0", interval_s=0.1, gpus=False, cluster={}, wake_s=0.02)
+    paused = True
+    sampler.paused = lambda: paused
+    sampler.start()
+    time.sleep(0.35)
+    assert writer.records["system"] == [] and sampler._wakes.take()[0] == 0  # noqa: SLF001
+    paused = False
+    time.sleep(0.35)
+    sampler.stop()
+    assert len(writer.records["system"]) >= 2 and sum(s["wakes"] for s in writer.records["system"]) >= 5
