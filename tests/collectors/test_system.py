@@ -380,3 +380,16 @@ def test_a_paused_sampler_takes_no_samples_and_no_wake_ups():
     time.sleep(0.35)
     sampler.stop()
     assert len(writer.records["system"]) >= 2 and sum(s["wakes"] for s in writer.records["system"]) >= 5
+
+
+def test_the_threads_wake_ups_are_charged_to_system():
+    from tfdiag.collectors.budget import LEDGER
+
+    sampler = SystemSampler(FakeWriter("worker:0"), "worker:0", interval_s=3600, gpus=False, cluster={}, wake_s=0.01)
+    sampler.start()
+    time.sleep(0.3)  # past the first sample: from here on only wake-ups
+    before, wakes = LEDGER.snapshot()["system"], sampler._wakes._wakes  # noqa: SLF001
+    time.sleep(0.3)
+    charged_ns, woke = LEDGER.snapshot()["system"] - before, sampler._wakes._wakes - wakes  # noqa: SLF001
+    sampler.stop()
+    assert woke >= 5 and charged_ns > 0
