@@ -64,16 +64,16 @@ COMPONENTS: dict[str, Budget] = {
     "results": Budget(per_step_us=200, jobs=("ps",),
                       what="result thread: closure records every second, the timing copy every 5 s, step records"),
     "probe": Budget(core_share=0.002, jobs=("ps",), what="RPC probe rounds (coordinator side; the tasks' side A/B)"),
-    # 0.05 % for the samples (276 µs each on a ps_ctl coordinator, from 321 µs and a 9 ms
-    # search for the cluster's processes every 30 s: benchmarks/collector_cost.py, load 2.4);
+    # 0.05 % for the samples (303 µs each on a ps_ctl coordinator, from 331 µs and a 9 ms
+    # search for the cluster's processes every 30 s: benchmarks/collector_cost.py, load 7-8);
     # on a worker of a synchronous multi-worker fit 0.1 % more for its 10 timed wake-ups a
-    # second (90 µs each, from 117, at load 6-7). overhead_ab.py's A phases take no samples
+    # second (90 µs each, from 127). overhead_ab.py's A phases take no samples
     # and no wake-ups, so its B - A counts both (0.2 % before either cut).
     "system": Budget(core_share=0.0015, what="system sampler: one sample a second (and 10 timed wake-ups on sync workers)"),
     "heartbeat": Budget(core_share=0.0002, what="heartbeat rows every 5 s"),
     # A coordinator's flush (system, heartbeat, closure, step and rpc records) encodes in
-    # 181 µs, from 305 (one struct array per kind, its schema made once: collector_cost.py,
-    # load 2.4); 0.1 % before.
+    # 251 µs, from 416 (one struct array per kind, its schema made once: collector_cost.py,
+    # load 7-8); 0.1 % before.
     "writer": Budget(core_share=0.0007, what="flush thread: Arrow frames once a second"),
     "hooks": Budget(per_step_us=60, jobs=("fit",), what="callback batch hooks, all-reduce probe every 100 steps"),
     # With the gradients stamp, on a 1 ms step (stamp_cost.py --model-size 16 --batch 16,
