@@ -36,8 +36,6 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
-
 from tfdiag.collectors import system
 from tfdiag.events import KINDS
 from tfdiag.store import writer

@@ -16,7 +16,7 @@ advisor"). The ports are mapped to processes with ``psutil.net_connections`` (ab
 10 ms of CPU) at the first sample, and again at most every ``RESCAN_S`` while a local
 cluster port other than this task's own has no process or a counted process has ended
 (a restarted task); each sample then reads one ``cpu_times`` per other process (about
-20 µs of CPU each, through ``psutil.Process`` objects kept per pid), and this process's
+25 µs of CPU each, through ``psutil.Process`` objects kept per pid), and this process's
 own from ``time.process_time`` (no file to read). A process of another user that the
 sampler may not inspect is left out. (This task's own port is not waited for: a
 ParameterServerStrategy coordinator listens on none, and searching for it every
@@ -35,10 +35,12 @@ as does any other error while sampling. TensorFlow's own peak GPU memory
 TensorFlow is loaded and sees GPUs.
 
 Whether this process ran when it wanted to (where asked: ``wake_s``, a worker of a
-synchronous multi-worker job): between samples the thread wakes every ``WAKE_S`` on average and times how much later than asked each wait returned (``WakeTimer``); a wake-up is a
-``time.sleep`` and a clock read (an ``Event.wait`` cost about twice the CPU), so ``stop``
-waits for the wake-up in progress (at most ``1.5 * wake_s``). A
-running process wakes well under a millisecond late, a few ms on a loaded host or while
+synchronous multi-worker job): between samples the thread wakes every ``WAKE_S`` on
+average and times how much later than asked each wait returned (``WakeTimer``). A
+wake-up is a ``time.sleep`` and a clock read, its CPU charged to the ledger with the
+loop's one clock read a turn (90 µs of CPU a wake-up where an ``Event.wait`` in a
+``charged`` block took 127, loaded: ``benchmarks/collector_cost.py``); ``stop`` so waits
+for the wake-up in progress (at most ``1.5 * wake_s``). A running process wakes well under a millisecond late, a few ms on a loaded host or while
 another thread holds the GIL (its switch interval is 5 ms); a stopped process — ``SIGSTOP``,
 a container CPU quota's throttling — wakes late by the rest of the stop whenever its timer
 expires inside one. So the share of wake-ups later than ``LATE_WAKE_S`` estimates the
@@ -355,7 +357,7 @@ class SystemSampler:
             the job's CPU; ``None``: from ``TF_CONFIG``.
         wake_s: mean seconds between the timed wake-ups that tell whether this process
             ran when it wanted to (``WAKE_S``); ``None``: none (the wake-up fields are
-            null). Each wake-up costs some 30-100 µs of CPU on the 2-core test host, so
+            null). Each wake-up costs about 90 µs of CPU on the loaded 2-core test host, so
             only a worker of a synchronous multi-worker job, whose stops hold every worker
             up and show nowhere else, takes them (``DiagnosticsCallback``).
 
