@@ -33,6 +33,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -41,7 +42,8 @@ from tfdiag.events import KINDS
 from tfdiag.store import writer
 
 REPO = Path(__file__).resolve().parent.parent
-LISTENER = "import socket, sys, time; s = socket.create_server(('127.0.0.1', 0)); print(s.getsockname()[1], flush=True); time.sleep(3600)"
+LISTENER = ("import socket, time; s = socket.create_server(('127.0.0.1', 0)); "
+            "print(s.getsockname()[1], flush=True); time.sleep(3600)")
 # One coordinator second of a 2-worker ps_ctl run (docs/benchmarks.md): its record kinds and rows.
 COORDINATOR_SECOND = {"system": 1, "heartbeat": 3, "closure": 10, "step": 10, "rpc": 1}
 
@@ -112,7 +114,8 @@ def measure_sample(modules: dict, args) -> None:
             sampler.sample()
         counted = {name: len(s._job._others) for name, s in samplers.items()}  # noqa: SLF001
         assert all(n == len(ports) for n in counted.values()), f"not every listener found: {counted}"
-        show("one sample (CPU)", interleaved(samplers, args.blocks, lambda s: per_call_us(s.sample, args.samples)), "µs")
+        show("one sample (CPU)",
+             interleaved(samplers, args.blocks, lambda s: per_call_us(s.sample, args.samples)), "µs")
         for name, module in modules.items():
             job = samplers[name]._job  # noqa: SLF001 - its search, once more
             start = time.thread_time_ns()
@@ -168,8 +171,8 @@ def measure_flush(modules: dict, args, logdir: str) -> None:
         cases["a coordinator's second (" + ", ".join(f"{k} {n}" for k, n in COORDINATOR_SECOND.items()) + ")"] = {
             kind: rows_of(kind, rows) for kind, rows in COORDINATOR_SECOND.items()}
         for case, pending in cases.items():
-            show(f"encoding a flush of {case}",
-                 interleaved(writers, args.blocks, lambda w: per_call_us(lambda: w._encode(pending), args.flushes)), "µs")  # noqa: SLF001
+            encode = lambda w: per_call_us(lambda: w._encode(pending), args.flushes)  # noqa: E731, SLF001
+            show(f"encoding a flush of {case}", interleaved(writers, args.blocks, encode), "µs")
     finally:
         for w in writers.values():
             w.close()
@@ -185,7 +188,7 @@ def main(argv=None) -> int:
     parser.add_argument("--rows", type=int, default=1, help="rows per kind in the per-kind flushes (default 1)")
     parser.add_argument("--flushes", type=int, default=200, help="flushes a block (default 200)")
     parser.add_argument("--blocks", type=int, default=4, help="blocks per version (default 4)")
-    parser.add_argument("--logdir", default="/tmp/collector-cost")
+    parser.add_argument("--logdir", default=None, help="where the writers' files go (default: a temp dir)")
     args = parser.parse_args(argv)
     print(f"load average {os.getloadavg()[0]:.1f} at the start", flush=True)
     samplers, writers = {"current": system}, {"current": writer}
@@ -198,7 +201,7 @@ def main(argv=None) -> int:
     if "wake" in chosen:
         measure_wake(samplers, args)
     if "flush" in chosen:
-        measure_flush(writers, args, args.logdir)
+        measure_flush(writers, args, args.logdir or tempfile.mkdtemp(prefix="tfdiag-collector-cost-"))
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
     return 0
 

@@ -20,7 +20,7 @@ cluster port other than this task's own has no process or a counted process has 
 own from ``time.process_time`` (no file to read). A process of another user that the
 sampler may not inspect is left out. (This task's own port is not waited for: a
 ParameterServerStrategy coordinator listens on none, and searching for it every
-``RESCAN_S`` cost more than all the samples between.) The disks' counters are summed
+``RESCAN_S`` cost about as much as all the samples between.) The disks' counters are summed
 over the host's storage devices (``/sys/block``, checked once per device name) from
 psutil's per-disk counters: what ``psutil.disk_io_counters()`` sums, without its check
 of every device at every call.
@@ -40,8 +40,9 @@ average and times how much later than asked each wait returned (``WakeTimer``). 
 wake-up is a ``time.sleep`` and a clock read, its CPU charged to the ledger with the
 loop's one clock read a turn (90 µs of CPU a wake-up where an ``Event.wait`` in a
 ``charged`` block took 127, loaded: ``benchmarks/collector_cost.py``); ``stop`` so waits
-for the wake-up in progress (at most ``1.5 * wake_s``). A running process wakes well under a millisecond late, a few ms on a loaded host or while
-another thread holds the GIL (its switch interval is 5 ms); a stopped process — ``SIGSTOP``,
+for the wake-up in progress (at most ``1.5 * wake_s``). A running process wakes well
+under a millisecond late, a few ms on a loaded host or while another thread holds the
+GIL (its switch interval is 5 ms); a stopped process — ``SIGSTOP``,
 a container CPU quota's throttling — wakes late by the rest of the stop whenever its timer
 expires inside one. So the share of wake-ups later than ``LATE_WAKE_S`` estimates the
 share of time the process could not run (a little under it: the first ``LATE_WAKE_S``
