@@ -8,10 +8,12 @@ so that both see the same load. CPU is the measuring thread's own
 
 * ``sample``: ``SystemSampler.sample()`` in a loop, as a ParameterServerStrategy
   coordinator takes it: a cluster spec with ``--tasks`` listening processes on this host
-  (children of this script) and the coordinator's own port, on which nothing listens.
-  Then the search for the cluster's processes (``psutil.net_connections``) once, and how
-  often each version repeats it (every ``RESCAN_S`` while a port is unaccounted for), as
-  CPU per second; and a profile of the current sample's CPU by function.
+  (children of this script) and the coordinator's own port (this process listens on it,
+  as the coordinator's in-process server does); alone, and while another thread of this
+  process runs Python code (holding the GIL, as a coordinator's scheduling thread does:
+  every file the sample reads releases the GIL and waits to take it back). Then the
+  search for the cluster's processes (``psutil.net_connections``) once, and a profile of
+  the current sample's CPU by function.
 * ``wake``: a running sampler thread's CPU per timed wake-up (10 a second), over
   ``--seconds`` a block in which no sample is due.
 * ``flush``: ``TaskWriter``'s encoding of a flush (what the flush thread does but the
@@ -34,6 +36,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -96,17 +99,29 @@ def listeners(count: int):
     return children, [int(child.stdout.readline()) for child in children]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+class BusyThread:
+    """A thread that runs Python code (and so holds the GIL) until ``stop``."""
+
+    def __init__(self):
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            sum(range(1000))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def measure_sample(modules: dict, args) -> None:
     children, ports = listeners(args.tasks)
+    own = socket.create_server(("127.0.0.1", 0))
     try:
         half = len(ports) // 2
-        cluster = {"chief": [f"127.0.0.1:{free_port()}"], "ps": [f"127.0.0.1:{p}" for p in ports[:half]],
+        cluster = {"chief": [f"127.0.0.1:{own.getsockname()[1]}"], "ps": [f"127.0.0.1:{p}" for p in ports[:half]],
                    "worker": [f"127.0.0.1:{p}" for p in ports[half:]]}
         samplers = {name: module.SystemSampler(NullWriter(), "chief:0", gpus=False, cluster=cluster)
                     for name, module in modules.items()}
@@ -116,15 +131,17 @@ def measure_sample(modules: dict, args) -> None:
         assert all(n == len(ports) for n in counted.values()), f"not every listener found: {counted}"
         show("one sample (CPU)",
              interleaved(samplers, args.blocks, lambda s: per_call_us(s.sample, args.samples)), "µs")
-        for name, module in modules.items():
-            job = samplers[name]._job  # noqa: SLF001 - its search, once more
-            start = time.thread_time_ns()
-            job._scan(time.monotonic())  # noqa: SLF001 - the search alone
-            scan_us = (time.thread_time_ns() - start) / 1e3
-            again = job._next_scan - time.monotonic()  # noqa: SLF001
-            repeated = (f"repeated every {again:.0f} s: {scan_us / again:.0f} µs a second" if again < float("inf")
-                        else "not repeated while every task runs")
-            print(f"  {name}: the search for the cluster's processes {scan_us:.0f} µs of CPU, {repeated}")
+        busy = BusyThread()
+        try:
+            show("one sample while another thread runs Python (CPU)",
+                 interleaved(samplers, args.blocks, lambda s: per_call_us(s.sample, args.samples)), "µs")
+        finally:
+            busy.stop()
+        job = samplers["current"]._job  # noqa: SLF001 - its search, once more
+        start = time.thread_time_ns()
+        job._scan(time.monotonic())  # noqa: SLF001 - the search alone
+        print(f"  the search for the cluster's processes: {(time.thread_time_ns() - start) / 1e3:.0f} µs of CPU "
+              f"(at the first sample, and when a counted process ends)")
         profile = cProfile.Profile()
         profile.runcall(lambda: [samplers["current"].sample() for _ in range(args.samples)])
         print("  the current sample's CPU by call (cProfile, whose own overhead inflates deep calls):")
@@ -134,6 +151,7 @@ def measure_sample(modules: dict, args) -> None:
         for us, count, name in sorted(calls, reverse=True)[:12]:
             print(f"    {us:8.1f} µs  {count // args.samples} a sample  {name}")
     finally:
+        own.close()
         for child in children:
             child.kill()
             child.wait()

@@ -14,16 +14,13 @@ found by their ports). Both are shares of the whole host, like ``cpu_pct``, so t
 analysis can tell the job's CPU from other programs' (``docs/findings.md``, "The
 advisor"). The ports are mapped to processes with ``psutil.net_connections`` (about
 10 ms of CPU) at the first sample, and again at most every ``RESCAN_S`` while a local
-cluster port other than this task's own has no process or a counted process has ended
-(a restarted task); each sample then reads one ``cpu_times`` per other process (about
-25 µs of CPU each, through ``psutil.Process`` objects kept per pid), and this process's
-own from ``time.process_time`` (no file to read). A process of another user that the
-sampler may not inspect is left out. (This task's own port is not waited for: a
-ParameterServerStrategy coordinator listens on none, and searching for it every
-``RESCAN_S`` cost about as much as all the samples between.) The disks' counters are summed
-over the host's storage devices (``/sys/block``, checked once per device name) from
-psutil's per-disk counters: what ``psutil.disk_io_counters()`` sums, without its check
-of every device at every call.
+cluster port has no process or a counted process has ended (a restarted task); each
+sample then reads one ``cpu_times`` per other process (about 25 µs of CPU each), and
+this process's own from ``time.process_time`` (no file to read). A process of
+another user that the sampler may not inspect is left out. The disks' counters are
+summed over the host's storage devices (``/sys/block``, checked once per device name)
+from psutil's per-disk counters: what ``psutil.disk_io_counters()`` sums, without its
+check of every device at every call.
 
 GPUs come from NVML (``pynvml``, package ``nvidia-ml-py``): utilization, memory, power
 and SM clock per device. No library, no driver or no GPU is recorded once as a
@@ -84,20 +81,6 @@ LATE_WAKE_S = 0.010
 CGROUP_ROOT = "/sys/fs/cgroup"
 
 
-def task_port(cluster: dict, task: str) -> int | None:
-    """The port of ``task`` (``"worker:1"``) in the cluster spec, or ``None``.
-
-    >>> task_port({"chief": ["127.0.0.1:2221"], "worker": ["127.0.0.1:2222", "127.0.0.1:2223"]}, "worker:1")
-    2223
-    """
-    job, _, index = task.partition(":")
-    addresses = cluster.get(job) or []
-    if not index.isdigit() or int(index) >= len(addresses):
-        return None
-    port = str(addresses[int(index)]).rpartition(":")[2]
-    return int(port) if port.isdigit() else None
-
-
 def local_cluster_ports(cluster: dict, local_names: set[str]) -> set[int]:
     """The ports of the cluster addresses that name this host (a loopback address, this
     host's name, or one of its interface addresses).
@@ -121,11 +104,10 @@ class JobProcesses:
 
     ``cpu_pct()`` returns ``(own, job, processes)``: this process's and the job's CPU
     since the previous call as percent of all the host's cores (NaN on the first call),
-    and how many processes the job's figure counts. ``task``, this process's task, names
-    the port not waited for.
+    and how many processes the job's figure counts.
     """
 
-    def __init__(self, cluster: dict, psutil, task: str = ""):
+    def __init__(self, cluster: dict, psutil):
         self._psutil = psutil
         self._cores = psutil.cpu_count() or 1
         names = {socket.gethostname()}
@@ -134,7 +116,6 @@ class JobProcesses:
         except Exception:  # noqa: BLE001 - no interface list: loopback and the host name still count
             pass
         self._ports = local_cluster_ports(cluster, names)
-        self._awaited = self._ports - {task_port(cluster, task)}  # the ports whose processes a scan must find
         self._own_pid = os.getpid()
         self._others: dict[int, object] = {}  # pid -> psutil.Process
         self._last: dict[int, float] = {}  # pid -> CPU seconds at the previous call
@@ -154,7 +135,7 @@ class JobProcesses:
                          if c.status == self._psutil.CONN_LISTEN and c.laddr and c.laddr.port in self._ports}
         except Exception:  # noqa: BLE001 - AccessDenied (macOS), no /proc: this process only
             return
-        complete = self._awaited <= set(listeners) and None not in listeners.values()
+        complete = set(listeners) == self._ports and None not in listeners.values()
         for pid in set(listeners.values()) - {None, self._own_pid} - set(self._others):
             try:
                 self._others[pid] = self._psutil.Process(pid)
@@ -471,8 +452,7 @@ class SystemSampler:
 
         cpu = self._cpu_pct(psutil)
         if self._job is None:
-            self._job = JobProcesses(identity.resolve_cluster() if self._cluster is None else self._cluster, psutil,
-                                     self.task)
+            self._job = JobProcesses(identity.resolve_cluster() if self._cluster is None else self._cluster, psutil)
         own, job, processes = self._job.cpu_pct()
         wakes, late_wakes, late_ms = self._wakes.take() if self._wakes else (None, None, None)
         throttled, self._last_throttled = self._last_throttled, (

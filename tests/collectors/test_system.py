@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import os
-import socket
 import sys
 import time
 import types
@@ -328,30 +327,6 @@ def test_only_a_sampler_asked_to_times_its_wake_ups():
     time.sleep(0.35)
     sampler.stop()
     assert sum(s["wakes"] for s in writer.records["system"][1:]) >= 5
-
-
-def test_only_this_tasks_own_port_may_stay_without_a_process():
-    """A coordinator listens on no port of its own: the search is not repeated for it
-    (it cost ~10 ms of CPU every RESCAN_S), but is for another task's empty port."""
-    import psutil
-
-    from tfdiag.collectors.system import JobProcesses
-
-    task = _Task()
-    try:
-        with socket.socket() as unused:
-            unused.bind(("127.0.0.1", 0))
-            empty = unused.getsockname()[1]
-        own_port_empty = JobProcesses({"chief": [f"127.0.0.1:{empty}"], "worker": [f"127.0.0.1:{task.port}"]},
-                                      psutil, "chief:0")
-        other_port_empty = JobProcesses({"chief": [f"127.0.0.1:{empty}"], "worker": [f"127.0.0.1:{task.port}"]},
-                                        psutil, "worker:0")
-        for job in (own_port_empty, other_port_empty):
-            assert job.cpu_pct()[2] == 2  # this process and the listening task
-        assert own_port_empty._next_scan == math.inf  # noqa: SLF001 - searched again only when a task ends
-        assert other_port_empty._next_scan < math.inf  # noqa: SLF001 - the worker's process may yet start
-    finally:
-        task.close()
 
 
 def test_the_disk_counters_are_psutils_sum_over_storage_devices():
