@@ -64,16 +64,18 @@ COMPONENTS: dict[str, Budget] = {
     "results": Budget(per_step_us=200, jobs=("ps",),
                       what="result thread: closure records every second, the timing copy every 5 s, step records"),
     "probe": Budget(core_share=0.002, jobs=("ps",), what="RPC probe rounds (coordinator side; the tasks' side A/B)"),
-    # 0.05 % for the samples (303 µs each on a ps_ctl coordinator, from 331 µs and a 9 ms
-    # search for the cluster's processes every 30 s: benchmarks/collector_cost.py, load 7-8);
-    # on a worker of a synchronous multi-worker fit 0.1 % more for its 10 timed wake-ups a
-    # second (90 µs each, from 127). overhead_ab.py's A phases take no samples
-    # and no wake-ups, so its B - A counts both (0.2 % before either cut).
-    "system": Budget(core_share=0.0015, what="system sampler: one sample a second (and 10 timed wake-ups on sync workers)"),
+    # About 0.1 % for the samples (283-303 µs each alone, from 331-379, in
+    # benchmarks/collector_cost.py at load 3-8; 0.09 % of a core on a ps_ctl coordinator in
+    # overhead_ab.py); on a worker of a synchronous multi-worker fit 0.1 % more for its 10
+    # timed wake-ups a second (90-146 µs each, from 127-185). overhead_ab.py's A phases take
+    # no samples and no wake-ups, so its B - A counts both: 0.135 % a worker of mwms_fit in
+    # a 20-pair run at load 7.
+    "system": Budget(core_share=0.002, what="system sampler: one sample a second (and 10 timed wake-ups on sync workers)"),
     "heartbeat": Budget(core_share=0.0002, what="heartbeat rows every 5 s"),
     # A coordinator's flush (system, heartbeat, closure, step and rpc records) encodes in
-    # 251 µs, from 416 (one struct array per kind, its schema made once: collector_cost.py,
-    # load 7-8); 0.1 % before.
+    # 181-251 µs, from 307-416 (one struct array per kind, its schema made once:
+    # collector_cost.py, load 3-8); 0.05 % of a core in overhead_ab.py's 20-pair runs of
+    # both jobs at load 4-10; 0.1 % before.
     "writer": Budget(core_share=0.0007, what="flush thread: Arrow frames once a second"),
     "hooks": Budget(per_step_us=60, jobs=("fit",), what="callback batch hooks, all-reduce probe every 100 steps"),
     # With the gradients stamp, on a 1 ms step (stamp_cost.py --model-size 16 --batch 16,
