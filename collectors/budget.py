@@ -64,8 +64,8 @@ COMPONENTS: dict[str, Budget] = {
     "results": Budget(per_step_us=200, jobs=("ps",),
                       what="result thread: closure records every second, the timing copy every 5 s, step records"),
     "probe": Budget(core_share=0.002, jobs=("ps",), what="RPC probe rounds (coordinator side; the tasks' side A/B)"),
-    # About 0.1 % for the samples (283-303 µs each alone, from 331-379, in
-    # benchmarks/collector_cost.py at load 3-8; 0.09 % of a core on a ps_ctl coordinator in
+    # About 0.1 % for the samples (267-303 µs each alone, from 315-379, in
+    # benchmarks/collector_cost.py at load 1-8; 0.09 % of a core on a ps_ctl coordinator in
     # overhead_ab.py); on a worker of a synchronous multi-worker fit 0.1 % more for its 10
     # timed wake-ups a second (90-146 µs each, from 127-185). overhead_ab.py's A phases take
     # no samples and no wake-ups, so its B - A counts both: 0.135 % a worker of mwms_fit in
@@ -74,7 +74,7 @@ COMPONENTS: dict[str, Budget] = {
     "heartbeat": Budget(core_share=0.0002, what="heartbeat rows every 5 s"),
     # A coordinator's flush (system, heartbeat, closure, step and rpc records) encodes in
     # 181-251 µs, from 307-416 (one struct array per kind, its schema made once:
-    # collector_cost.py, load 3-8); 0.05 % of a core in overhead_ab.py's 20-pair runs of
+    # collector_cost.py, load 1-8); 0.05 % of a core in overhead_ab.py's 20-pair runs of
     # both jobs at load 4-10; 0.1 % before.
     "writer": Budget(core_share=0.0007, what="flush thread: Arrow frames once a second"),
     "hooks": Budget(per_step_us=60, jobs=("fit",), what="callback batch hooks, all-reduce probe every 100 steps"),

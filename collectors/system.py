@@ -35,8 +35,8 @@ Whether this process ran when it wanted to (where asked: ``wake_s``, a worker of
 synchronous multi-worker job): between samples the thread wakes every ``WAKE_S`` on
 average and times how much later than asked each wait returned (``WakeTimer``). A
 wake-up is a ``time.sleep`` and a clock read, its CPU charged to the ledger with the
-loop's one clock read a turn (90 µs of CPU a wake-up where an ``Event.wait`` in a
-``charged`` block took 127, loaded: ``benchmarks/collector_cost.py``); ``stop`` so waits
+loop's one clock read a turn (90-146 µs of CPU a wake-up where an ``Event.wait`` in a
+``charged`` block took 127-185: ``benchmarks/collector_cost.py``); ``stop`` so waits
 for the wake-up in progress (at most ``1.5 * wake_s``). A running process wakes well
 under a millisecond late, a few ms on a loaded host or while another thread holds the
 GIL (its switch interval is 5 ms); a stopped process — ``SIGSTOP``,
@@ -339,7 +339,7 @@ class SystemSampler:
             the job's CPU; ``None``: from ``TF_CONFIG``.
         wake_s: mean seconds between the timed wake-ups that tell whether this process
             ran when it wanted to (``WAKE_S``); ``None``: none (the wake-up fields are
-            null). Each wake-up costs about 90 µs of CPU on the loaded 2-core test host, so
+            null). Each wake-up costs 90-150 µs of CPU on the 2-core test host, so
             only a worker of a synchronous multi-worker job, whose stops hold every worker
             up and show nowhere else, takes them (``DiagnosticsCallback``).
 
