@@ -18,8 +18,8 @@ from tfdiag.store.paths import LOG_SUFFIX, log_dir
 logger = logging.getLogger("tfdiag")
 
 # A killed task loses what it appended since the last flush: at most one second. Each flush
-# costs a fixed CPU per record kind in it (a frame each: 30-80 µs for a few rows on the
-# loaded 2-core test host, benchmarks/collector_cost.py), so flushing more often costs more.
+# costs a fixed CPU per record kind in it (a frame each: 22-79 µs for a row on the
+# 2-core test host, benchmarks/collector_cost.py), so flushing more often costs more.
 DEFAULT_FLUSH_INTERVAL_S = 1.0
 # After a failed write the writer tries again this often (not at every flush: each try
 # encodes the buffered records, wasted work while the disk stays full).
