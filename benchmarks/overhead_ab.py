@@ -120,7 +120,8 @@ class PhaseSwitch:
     """Turns collector components on in instrumented phases and off in plain ones.
 
     Gated components skip their work while off and keep their threads and cadence: the
-    RPC probe skips its rounds, the system sampler its samples, the heartbeat thread its
+    RPC probe skips its rounds, the system sampler its samples and its timed wake-ups (an
+    mwms_fit worker's 10 a second, which B − A thus counts), the heartbeat thread its
     beats (the closing beat always goes), live findings their evaluations, a gated writer
     drops records at ``append``.
     """
@@ -144,8 +145,7 @@ class PhaseSwitch:
             paused = prober.paused
             prober.paused = lambda: not self.on("probe") or paused()
         if sampler is not None:
-            sample = sampler.sample
-            sampler.sample = lambda: sample() if self.on("system") else None
+            sampler.paused = lambda: not self.on("system")
         if writer is not None:
             append = writer.append
             writer.append = lambda kind, /, **values: append(kind, **values) if self.on("writer") else None

@@ -53,7 +53,9 @@ def steady(targets, relays, task_pids, seconds: float) -> list[dict]:
     rows = []
     for cadence, slowdown in (("adaptive", rpc_probe.MAX_SLOWDOWN), ("fixed", 1)):
         saved, rpc_probe.MAX_SLOWDOWN = rpc_probe.MAX_SLOWDOWN, slowdown
-        prober = RpcProber(_Discard(), "chief:0", targets, relays=relays, prepare_first=True).start()
+        prober = RpcProber(_Discard(), "chief:0", targets, relays=relays)
+        prober.prepare()  # as the instrumented coordinator does before training
+        prober.start()
         try:
             time.sleep(seconds / 2)
             records, own, tasks = prober.records, LEDGER.snapshot()["probe"], cpu_s(task_pids)

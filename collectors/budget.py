@@ -64,12 +64,19 @@ COMPONENTS: dict[str, Budget] = {
     "results": Budget(per_step_us=200, jobs=("ps",),
                       what="result thread: closure records every second, the timing copy every 5 s, step records"),
     "probe": Budget(core_share=0.002, jobs=("ps",), what="RPC probe rounds (coordinator side; the tasks' side A/B)"),
-    # 0.1 % for the samples; on a worker of a synchronous multi-worker fit 0.1 % more for its
-    # 10 timed wake-ups a second (40-130 µs each on the 2-core host; collectors/system.py),
-    # which overhead_ab.py's phases keep, like the sampler's cadence: its B - A cannot see them.
+    # About 0.1 % for the samples (267-303 µs each alone, from 315-379, in
+    # benchmarks/collector_cost.py at load 1-8; 0.09 % of a core on a ps_ctl coordinator in
+    # overhead_ab.py); on a worker of a synchronous multi-worker fit 0.1 % more for its 10
+    # timed wake-ups a second (90-146 µs each, from 127-185). overhead_ab.py's A phases take
+    # no samples and no wake-ups, so its B - A counts both: 0.135 % a worker of mwms_fit in
+    # a 20-pair run at load 7.
     "system": Budget(core_share=0.002, what="system sampler: one sample a second (and 10 timed wake-ups on sync workers)"),
     "heartbeat": Budget(core_share=0.0002, what="heartbeat rows every 5 s"),
-    "writer": Budget(core_share=0.001, what="flush thread: Arrow frames once a second"),
+    # A coordinator's flush (system, heartbeat, closure, step and rpc records) encodes in
+    # 181-251 µs, from 307-416 (one struct array per kind, its schema made once:
+    # collector_cost.py, load 1-8); 0.05 % of a core in overhead_ab.py's 20-pair runs of
+    # both jobs at load 4-10; 0.1 % before.
+    "writer": Budget(core_share=0.0007, what="flush thread: Arrow frames once a second"),
     # 60 until the all-reduce probe went from every 100 steps to every 5 s: overhead_ab.py
     # --job mwms_fit, both workers' hooks 63.5, 77.9 and 77.1 µs a step against 70.8 and
     # 100.3 before (10- and 20-pair runs, interleaved, load 5-8; docs/benchmarks.md).

@@ -17,7 +17,10 @@ advisor"). The ports are mapped to processes with ``psutil.net_connections`` (ab
 cluster port has no process or a counted process has ended (a restarted task); each
 sample then reads one ``cpu_times`` per other process (about 25 µs of CPU each), and
 this process's own from ``time.process_time`` (no file to read). A process of
-another user that the sampler may not inspect is left out.
+another user that the sampler may not inspect is left out. The disks' counters are
+summed over the host's storage devices (``/sys/block``, checked once per device name)
+from psutil's per-disk counters: what ``psutil.disk_io_counters()`` sums, without its
+check of every device at every call.
 
 GPUs come from NVML (``pynvml``, package ``nvidia-ml-py``): utilization, memory, power
 and SM clock per device. No library, no driver or no GPU is recorded once as a
@@ -29,9 +32,14 @@ as does any other error while sampling. TensorFlow's own peak GPU memory
 TensorFlow is loaded and sees GPUs.
 
 Whether this process ran when it wanted to (where asked: ``wake_s``, a worker of a
-synchronous multi-worker job): between samples the thread wakes every ``WAKE_S`` on average and times how much later than asked each wait returned (``WakeTimer``). A
-running process wakes well under a millisecond late, a few ms on a loaded host or while
-another thread holds the GIL (its switch interval is 5 ms); a stopped process — ``SIGSTOP``,
+synchronous multi-worker job): between samples the thread wakes every ``WAKE_S`` on
+average and times how much later than asked each wait returned (``WakeTimer``). A
+wake-up is a ``time.sleep`` and a clock read, its CPU charged to the ledger with the
+loop's one clock read a turn (90-146 µs of CPU a wake-up where an ``Event.wait`` in a
+``charged`` block took 127-185: ``benchmarks/collector_cost.py``); ``stop`` so waits
+for the wake-up in progress (at most ``1.5 * wake_s``). A running process wakes well
+under a millisecond late, a few ms on a loaded host or while another thread holds the
+GIL (its switch interval is 5 ms); a stopped process — ``SIGSTOP``,
 a container CPU quota's throttling — wakes late by the rest of the stop whenever its timer
 expires inside one. So the share of wake-ups later than ``LATE_WAKE_S`` estimates the
 share of time the process could not run (a little under it: the first ``LATE_WAKE_S``
@@ -51,7 +59,7 @@ import threading
 import time
 
 from tfdiag.collectors import identity
-from tfdiag.collectors.budget import charged
+from tfdiag.collectors.budget import LEDGER, charged
 from tfdiag.errors import InvalidOptionError
 
 logger = logging.getLogger("tfdiag")
@@ -61,8 +69,8 @@ DEFAULT_INTERVAL_S = 1.0
 # ended: a restarted task is counted again within this, at ~10 ms of CPU a search.
 RESCAN_S = 30.0
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
-# Mean seconds between two timed wake-ups of the sampler's thread (10 a second, 50-130 µs
-# of CPU each on the loaded 2-core test host), each wait drawn at random from WAKE_S/2 to
+# Mean seconds between two timed wake-ups of the sampler's thread (10 a second; the CPU of
+# one: benchmarks/collector_cost.py), each wait drawn at random from WAKE_S/2 to
 # 3*WAKE_S/2: fixed waits lock onto a periodic quota (50 ms waits against stops of 40 ms
 # in every 100 ms woke in the running part of the period, 4 late of 50), random ones
 # sample it fairly. And the lateness past which a wake-up counts as late: above the GIL's
@@ -192,6 +200,32 @@ class WakeTimer:
         return taken
 
 
+class StorageDisks:
+    """The bytes read and written so far by the host's storage devices, as
+    ``psutil.disk_io_counters()`` sums them: over the disks that ``/sys/block`` lists
+    (no partitions), each name checked once instead of at every call.
+    """
+
+    def __init__(self, psutil):
+        self._psutil = psutil
+        self._storage: dict[str, bool] = {}
+
+    def read_write_bytes(self) -> tuple[int, int] | None:
+        """``(read, written)`` bytes; ``None`` where the host has no disk counters."""
+        disks = self._psutil.disk_io_counters(perdisk=True)
+        if not disks:
+            return None
+        read = written = 0
+        for name, counters in disks.items():
+            storage = self._storage.get(name)
+            if storage is None:
+                storage = self._storage[name] = os.path.exists(f"/sys/block/{name.replace('/', '!')}")
+            if storage:
+                read += counters.read_bytes
+                written += counters.write_bytes
+        return read, written
+
+
 def cgroup_cpu_stat(pid: int | str = "self") -> str | None:
     """The ``cpu.stat`` of the process's cgroup v2, or ``None`` (cgroup v1, no such file)."""
     try:
@@ -305,9 +339,12 @@ class SystemSampler:
             the job's CPU; ``None``: from ``TF_CONFIG``.
         wake_s: mean seconds between the timed wake-ups that tell whether this process
             ran when it wanted to (``WAKE_S``); ``None``: none (the wake-up fields are
-            null). Each wake-up costs 40-130 µs of CPU on the 2-core test host, so only a
-            worker of a synchronous multi-worker job, whose stops hold every worker up and
-            show nowhere else, takes them (``DiagnosticsCallback``).
+            null). Each wake-up costs 90-150 µs of CPU on the 2-core test host, so
+            only a worker of a synchronous multi-worker job, whose stops hold every worker
+            up and show nowhere else, takes them (``DiagnosticsCallback``).
+
+    ``paused``, a function, may be replaced (a benchmark's A/B phases): while it returns
+    true the thread takes no samples and no timed wake-ups, only a wait to the next sample.
 
     Example:
         >>> sampler = SystemSampler(writer, "worker:0").start()  # doctest: +SKIP
@@ -329,6 +366,8 @@ class SystemSampler:
         self._last_cpu = None
         self._cluster = cluster
         self._job: JobProcesses | None = None
+        self._disks: StorageDisks | None = None
+        self.paused = lambda: False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failed = False
@@ -352,26 +391,37 @@ class SystemSampler:
             self._nvml = None
 
     def _run(self) -> None:
-        self.sample()  # primes the CPU counters
+        # The thread's CPU (samples, waits) is charged to ``system`` once per turn of the loop:
+        # one clock read a wake-up instead of a ``charged`` block's two.
+        charged_ns = time.thread_time_ns()
+        if not self.paused():
+            self._sample()  # primes the CPU counters
         next_sample = time.monotonic() + self.interval_s
-        while True:
+        while not self._stop.is_set():
             until_sample = max(next_sample - time.monotonic(), 0.0)
-            asked = min(random.uniform(self._wake_s / 2, 1.5 * self._wake_s), until_sample) if self._wakes else until_sample
-            before = time.monotonic()
-            with charged("system"):  # the wake-up's own CPU: 50-130 µs on the 2-core test host
-                if self._stop.wait(asked):
-                    return
-            now = time.monotonic()
-            if self._wakes and asked > 0:  # not a sample overdue: no wait to time
-                self._wakes.woke(asked, now - before)
-            if now >= next_sample:
-                self.sample()
+            if self._wakes and not self.paused() and until_sample > 0:
+                asked = min(random.uniform(self._wake_s / 2, 1.5 * self._wake_s), until_sample)
+                before = time.monotonic()
+                time.sleep(asked)
+                self._wakes.woke(asked, time.monotonic() - before)
+                if self._stop.is_set():
+                    break
+            elif self._stop.wait(until_sample):
+                break
+            if time.monotonic() >= next_sample:
+                if not self.paused():
+                    self._sample()
                 if self._failed:
-                    return
+                    break
                 next_sample = time.monotonic() + self.interval_s
+            now_ns = time.thread_time_ns()
+            LEDGER.charge("system", now_ns - charged_ns)
+            charged_ns = now_ns
+        LEDGER.charge("system", time.thread_time_ns() - charged_ns)
 
     def sample(self) -> None:
-        """Takes one sample now (the thread calls this). Never raises."""
+        """Takes one sample now, charging its CPU to ``system`` (the thread's own samples
+        are charged by its loop). Never raises."""
         with charged("system"):
             self._sample()
 
@@ -408,15 +458,17 @@ class SystemSampler:
         throttled, self._last_throttled = self._last_throttled, (
             throttled_usec(self._cpu_stat) if self._cpu_stat else math.nan)
         net = psutil.net_io_counters()
+        if self._disks is None:
+            self._disks = StorageDisks(psutil)
         try:
-            disk = psutil.disk_io_counters()
+            disk = self._disks.read_write_bytes()
         except Exception:  # noqa: BLE001 - containers without /proc/diskstats
             disk = None
         self.writer.append(
             "system", host=self.host, task=self.task, time_ns=time.time_ns(), cpu_pct=cpu,
             mem_used_frac=psutil.virtual_memory().percent / 100.0,
             net_sent_bytes=int(net.bytes_sent) if net else 0, net_recv_bytes=int(net.bytes_recv) if net else 0,
-            disk_read_bytes=int(disk.read_bytes) if disk else 0, disk_write_bytes=int(disk.write_bytes) if disk else 0,
+            disk_read_bytes=disk[0] if disk else 0, disk_write_bytes=disk[1] if disk else 0,
             cpu_count=self._job.cores, pid=os.getpid(), proc_cpu_pct=own, job_cpu_pct=job, job_processes=processes,
             wakes=wakes, late_wakes=late_wakes, late_ms=late_ms, throttled_ms=(self._last_throttled - throttled) / 1e3,
         )

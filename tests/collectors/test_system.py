@@ -9,6 +9,7 @@ import time
 import types
 
 import pyarrow as pa
+import pytest
 
 from tfdiag.collectors.system import SystemSampler
 from tfdiag.store import TaskWriter, log_dir, read_task_file
@@ -326,3 +327,44 @@ def test_only_a_sampler_asked_to_times_its_wake_ups():
     time.sleep(0.35)
     sampler.stop()
     assert sum(s["wakes"] for s in writer.records["system"][1:]) >= 5
+
+
+def test_the_disk_counters_are_psutils_sum_over_storage_devices():
+    import psutil
+
+    from tfdiag.collectors.system import StorageDisks
+
+    if not psutil.disk_io_counters(perdisk=True):
+        pytest.skip("no disk counters here (/proc/diskstats): the sampler writes 0")
+    disks = StorageDisks(psutil)
+    for _ in range(3):
+        before, ours, after = psutil.disk_io_counters(), disks.read_write_bytes(), psutil.disk_io_counters()
+        assert before.read_bytes <= ours[0] <= after.read_bytes
+        assert before.write_bytes <= ours[1] <= after.write_bytes
+
+
+def test_a_paused_sampler_takes_no_samples_and_no_wake_ups():
+    writer = FakeWriter("worker:0")
+    sampler = SystemSampler(writer, "worker:0", interval_s=0.1, gpus=False, cluster={}, wake_s=0.02)
+    paused = True
+    sampler.paused = lambda: paused
+    sampler.start()
+    time.sleep(0.35)
+    assert writer.records["system"] == [] and sampler._wakes.take()[0] == 0  # noqa: SLF001
+    paused = False
+    time.sleep(0.35)
+    sampler.stop()
+    assert len(writer.records["system"]) >= 2 and sum(s["wakes"] for s in writer.records["system"]) >= 5
+
+
+def test_the_threads_wake_ups_are_charged_to_system():
+    from tfdiag.collectors.budget import LEDGER
+
+    sampler = SystemSampler(FakeWriter("worker:0"), "worker:0", interval_s=3600, gpus=False, cluster={}, wake_s=0.01)
+    sampler.start()
+    time.sleep(0.3)  # past the first sample: from here on only wake-ups
+    before, wakes = LEDGER.snapshot()["system"], sampler._wakes._wakes  # noqa: SLF001
+    time.sleep(0.3)
+    charged_ns, woke = LEDGER.snapshot()["system"] - before, sampler._wakes._wakes - wakes  # noqa: SLF001
+    sampler.stop()
+    assert woke >= 5 and charged_ns > 0

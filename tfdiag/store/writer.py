@@ -18,8 +18,8 @@ from tfdiag.store.paths import LOG_SUFFIX, log_dir
 logger = logging.getLogger("tfdiag")
 
 # A killed task loses what it appended since the last flush: at most one second. Each flush
-# costs a fixed ~0.4 ms of CPU (a frame per record kind), so flushing more often costs more
-# (docs/benchmarks.md, "Per component, against the budget").
+# costs a fixed CPU per record kind in it (a frame each: 22-79 µs for a row on the
+# 2-core test host, benchmarks/collector_cost.py), so flushing more often costs more.
 DEFAULT_FLUSH_INTERVAL_S = 1.0
 # After a failed write the writer tries again this often (not at every flush: each try
 # encodes the buffered records, wasted work while the disk stays full).
@@ -80,6 +80,7 @@ class TaskWriter:
         self._next_try = 0.0
         self._given_up = False
         self._bad_kinds: set[str] = set()
+        self._schemas: dict[str, tuple[pa.Schema, pa.StructType]] = {}  # per kind, made at its first flush
         self.flush_cpu_ns = 0  # CPU time of the flush thread so far (the collectors' cost budget reads it)
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"tfdiag-writer-{task}", daemon=True)
@@ -154,13 +155,25 @@ class TaskWriter:
             self.flush()
             self.flush_cpu_ns = time.thread_time_ns()  # this thread's CPU: only flushes
 
+    def _batch(self, kind: str, rows: list[dict]) -> pa.RecordBatch:
+        """The rows as a record batch of the kind's schema (a missing field is null).
+
+        Converted as one struct array, with the schema made once per kind: a third of
+        ``RecordBatch.from_pylist``'s CPU for the few rows of a flush.
+        """
+        if kind not in self._schemas:
+            schema = KINDS[kind].arrow_schema(self.task)
+            self._schemas[kind] = schema, pa.struct(list(schema))
+        schema, struct = self._schemas[kind]
+        return pa.RecordBatch.from_struct_array(pa.array(rows, type=struct)).replace_schema_metadata(schema.metadata)
+
     def _encode(self, pending: dict[str, list[dict]]) -> tuple[bytes, int]:
         """One frame per kind, and how many records they hold; a kind whose records do not
         fit its schema is dropped (logged once per kind)."""
         frames, records = [], 0
         for kind, rows in pending.items():
             try:
-                frames.append(encode_frame(pa.RecordBatch.from_pylist(rows, schema=KINDS[kind].arrow_schema(self.task))))
+                frames.append(encode_frame(self._batch(kind, rows)))
                 records += len(rows)
             except Exception as error:  # noqa: BLE001 - a collector's bad record must not stop the others
                 with self._lock:
