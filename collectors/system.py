@@ -43,8 +43,9 @@ GIL (its switch interval is 5 ms); a stopped process — ``SIGSTOP``,
 a container CPU quota's throttling — wakes late by the rest of the stop whenever its timer
 expires inside one. So the share of wake-ups later than ``LATE_WAKE_S`` estimates the
 share of time the process could not run (a little under it: the first ``LATE_WAKE_S``
-of each stop is not seen). Where the process is in a cgroup v2 with a ``cpu.stat``,
-the sample also carries the delta of its ``throttled_usec``: the quota's own count.
+of each stop is not seen). Where the process's cgroup has the ``cpu`` controller, the
+sample also carries the delta of its throttled time (v2 ``throttled_usec``, v1
+``throttled_time``): the quota's own count.
 """
 
 from __future__ import annotations
@@ -227,25 +228,31 @@ class StorageDisks:
 
 
 def cgroup_cpu_stat(pid: int | str = "self") -> str | None:
-    """The ``cpu.stat`` of the process's cgroup v2, or ``None`` (cgroup v1, no such file)."""
+    """The ``cpu.stat`` of the process's cgroup that has the ``cpu`` controller: on cgroup v1
+    (or a hybrid host) the ``cpu`` hierarchy's, else the v2 one's; ``None`` when there is none."""
     try:
         with open(f"/proc/{pid}/cgroup") as lines:
-            path = next((line[3:].strip() for line in lines if line.startswith("0::")), None)
+            memberships = [line.rstrip("\n").split(":", 2) for line in lines]
     except OSError:
         return None
-    if path is None:
-        return None
-    stat = os.path.join(CGROUP_ROOT, path.lstrip("/"), "cpu.stat")
-    return stat if os.path.isfile(stat) else None
+    candidates = [os.path.join(CGROUP_ROOT, directory, path.lstrip("/"), "cpu.stat")
+                  for _, controllers, path in memberships if "cpu" in controllers.split(",")
+                  for directory in (controllers, "cpu", "cpu,cpuacct")]
+    candidates += [os.path.join(CGROUP_ROOT, path.lstrip("/"), "cpu.stat")
+                   for hierarchy, controllers, path in memberships if hierarchy == "0" and not controllers]
+    return next((stat for stat in candidates if os.path.isfile(stat)), None)
 
 
 def throttled_usec(stat_path: str) -> float:
-    """The cgroup's ``throttled_usec`` so far (NaN when the file has none or cannot be read)."""
+    """The cgroup's throttled time so far, µs: v2's ``throttled_usec``, v1's ``throttled_time``
+    (ns); NaN when the file has neither (v2 without the cpu controller) or cannot be read."""
     try:
         with open(stat_path) as stat:
             for line in stat:
                 if line.startswith("throttled_usec "):
                     return float(line.split()[1])
+                if line.startswith("throttled_time "):
+                    return float(line.split()[1]) / 1e3
     except (OSError, ValueError):
         pass
     return math.nan
@@ -455,8 +462,11 @@ class SystemSampler:
             self._job = JobProcesses(identity.resolve_cluster() if self._cluster is None else self._cluster, psutil)
         own, job, processes = self._job.cpu_pct()
         wakes, late_wakes, late_ms = self._wakes.take() if self._wakes else (None, None, None)
-        throttled, self._last_throttled = self._last_throttled, (
-            throttled_usec(self._cpu_stat) if self._cpu_stat else math.nan)
+        # Looked up each sample (20-40 µs): a process can be moved into a quota's cgroup while it runs.
+        cpu_stat = cgroup_cpu_stat()
+        throttled = throttled_usec(cpu_stat) if cpu_stat else math.nan
+        throttled_ms = (throttled - self._last_throttled) / 1e3 if cpu_stat == self._cpu_stat else math.nan
+        self._cpu_stat, self._last_throttled = cpu_stat, throttled
         net = psutil.net_io_counters()
         if self._disks is None:
             self._disks = StorageDisks(psutil)
@@ -470,7 +480,7 @@ class SystemSampler:
             net_sent_bytes=int(net.bytes_sent) if net else 0, net_recv_bytes=int(net.bytes_recv) if net else 0,
             disk_read_bytes=disk[0] if disk else 0, disk_write_bytes=disk[1] if disk else 0,
             cpu_count=self._job.cores, pid=os.getpid(), proc_cpu_pct=own, job_cpu_pct=job, job_processes=processes,
-            wakes=wakes, late_wakes=late_wakes, late_ms=late_ms, throttled_ms=(self._last_throttled - throttled) / 1e3,
+            wakes=wakes, late_wakes=late_wakes, late_ms=late_ms, throttled_ms=throttled_ms,
         )
 
     def _sample_gpus(self) -> None:

@@ -130,7 +130,7 @@ SYSTEM = RecordKind(
         ("wakes", "int64"),  # the sampler thread's timed wake-ups since the previous sample
         ("late_wakes", "int64"),  # of those, the ones 10 ms or more later than asked (the process was stopped)
         ("late_ms", "float64"),  # their summed lateness
-        ("throttled_ms", "float64"),  # cgroup v2 cpu.stat throttled_usec delta, ms; NaN without one
+        ("throttled_ms", "float64"),  # the cgroup cpu.stat throttled time delta (v1 or v2), ms; NaN without one
     ),
 )
 

@@ -11,6 +11,7 @@ import types
 import pyarrow as pa
 import pytest
 
+from tfdiag.collectors import system
 from tfdiag.collectors.system import SystemSampler
 from tfdiag.store import TaskWriter, log_dir, read_task_file
 
@@ -313,6 +314,43 @@ def test_a_process_stopped_40_ms_in_100_wakes_late_where_a_running_one_does_not(
     assert stopped_wakes >= 100 and running_wakes >= 100
     assert stopped_late / stopped_wakes >= 0.15
     assert running_late / running_wakes <= 0.5 * stopped_late / stopped_wakes
+
+
+def test_a_sampler_held_to_a_cgroups_cpu_quota_counts_the_kernels_throttled_time():
+    # A real CFS quota (benchmarks/faults.py: 5 ms of CPU in every 50 ms) on a child that
+    # spins while its sampler runs: the kernel throttles it most of each period, and the
+    # samples after the move count that time (the first one after it cannot: NaN).
+    import json
+    import subprocess
+
+    from benchmarks import faults
+
+    child = subprocess.Popen([sys.executable, "-m", "tests.collectors.stopped_sampler", "3", "spin"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        child.stdout.readline()
+        quota = faults.cgroup_quota(child.pid, on_ms=5, off_ms=45)
+    except OSError as error:
+        child.kill()
+        child.wait()
+        pytest.skip(f"no writable cgroup with the cpu controller here: {error}")
+    with quota:
+        assert system.cgroup_cpu_stat(child.pid) == str(quota.cgroup / "cpu.stat")
+        output = child.communicate(timeout=60)[0]
+    throttled_ms = [json.loads(line)["throttled_ms"] for line in output.splitlines()]
+    counted = [value for value in throttled_ms if not math.isnan(value)]
+    assert len(counted) >= 2
+    assert sum(counted) >= 0.5 * 500 * (len(counted) - 1)
+
+
+def test_throttled_time_is_read_from_cgroup_v1_and_v2(tmp_path):
+    v2, v1, none = tmp_path / "v2", tmp_path / "v1", tmp_path / "none"
+    v2.write_text("usage_usec 100\nnr_throttled 3\nthrottled_usec 2500\n")
+    v1.write_text("nr_periods 10\nnr_throttled 3\nthrottled_time 2500000\n")
+    none.write_text("usage_usec 100\n")
+    assert system.throttled_usec(str(v2)) == system.throttled_usec(str(v1)) == 2500.0
+    assert math.isnan(system.throttled_usec(str(none)))
+    assert math.isnan(system.throttled_usec(str(tmp_path / "missing")))
 
 
 def test_only_a_sampler_asked_to_times_its_wake_ups():

@@ -30,7 +30,8 @@ peers wait too: its compute stamps barely change (``mwms_fit`` with worker 1 sto
 of every 100 ms: mean compute 9.0 against 5.8 ms, medians about equal) and no step time
 singles it out. Its system sampler does (``collectors/system.py``): the share of its timed
 wake-ups that came 10 ms or more late estimates the share of time the process could not
-run, and cgroup v2 ``throttled_usec`` counts a quota's throttling directly
+run, and the cgroup's throttled time (v2 ``throttled_usec``, v1 ``throttled_time``) counts a
+quota's throttling directly
 (``stopped_shares``). A host under load delays every process alike, so a worker is
 judged against the others of the same run, and the prediction takes away only its
 excess: while it is stopped every synchronous step stands still, so the job would run
