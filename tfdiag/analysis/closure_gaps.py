@@ -266,8 +266,9 @@ class JobPace:
 
 
 def job_pace(measured) -> JobPace | None:
-    """The ``JobPace`` of a ParameterServerStrategy run (``measured``: ``Measurements``), or
-    None without closure records paired with steps.
+    """The ``JobPace`` of a ParameterServerStrategy run (``measured``: ``Measurements``, whose
+    ``gaps`` are ``closure_gaps``'; its ``pace`` is this, computed once), or None without
+    closure records paired with steps.
 
     The fixed time is the start (first ``schedule()`` to the first closure's start on a
     worker) and the pauses (the median worker's: an epoch end idles every worker at once).
@@ -275,7 +276,7 @@ def job_pace(measured) -> JobPace | None:
     closures = measured.closures
     if measured.synchronous or closures is None or closures.empty or measured.workers.empty:
         return None
-    gaps = closure_gaps(measured.steps, closures).set_index("task")
+    gaps = measured.gaps.set_index("task")
     if gaps.empty:
         return None
     steps = float(measured.workers["steps"].sum())
@@ -297,7 +298,7 @@ def paced_speedup(measured, tasks: pd.Series, period_ratio: pd.Series) -> float 
     ParameterServerStrategy's ``model.fit`` (ps_fit) spends 2.1-2.4 s of a 5.3-5.7 s run
     outside its steps (start-up, five epoch ends), which no faster worker shortens.
     """
-    pace = job_pace(measured)
+    pace = measured.pace
     if pace is None:
         return None
     ratio = pd.Series(period_ratio.to_numpy("float64"), index=tasks.astype(str).to_numpy())

@@ -8,6 +8,7 @@ import pandas as pd
 
 from tfdiag.analysis.align import clock_offsets
 from tfdiag.analysis.breakdown import step_table, worker_table
+from tfdiag.analysis.closure_gaps import JobPace, closure_gaps, job_pace
 from tfdiag.analysis.devices import SharedHost, gpu_table, host_table, shared_worker_host
 from tfdiag.analysis.faults import fault_table
 from tfdiag.analysis.groups import value_of_group
@@ -16,6 +17,7 @@ from tfdiag.analysis.load import LoadedRun
 from tfdiag.analysis.placement import ps_load_table
 from tfdiag.analysis.restarts import restart_faults
 from tfdiag.analysis.shards import shard_table, shards_from_steps
+from tfdiag.analysis.sync_steps import own_times
 from tfdiag.analysis.whatif import is_synchronous
 from tfdiag.events import cluster_tasks
 
@@ -112,6 +114,21 @@ class Measurements:
     def closures(self) -> pd.DataFrame:
         """The closure records, ``dispatch_ns`` and ``result_ns`` on the reference clock."""
         return _on_reference_clock(self.run.frame("closure"), ["dispatch_ns", "result_ns"], self.offsets, "source")
+
+    @cached_property
+    def gaps(self) -> pd.DataFrame:
+        """``closure_gaps.closure_gaps`` of the steps and closures (ParameterServerStrategy's time between closures)."""
+        return closure_gaps(self.steps, self.closures)
+
+    @cached_property
+    def pace(self) -> JobPace | None:
+        """``closure_gaps.job_pace``: the run's steps as the workers' paces and the coordinator's loop."""
+        return job_pace(self)
+
+    @cached_property
+    def own_times(self) -> pd.DataFrame:
+        """``sync_steps.own_times`` of the step records: each synchronous worker's own compute and input."""
+        return own_times(self.run.frame("step"))
 
     @cached_property
     def session_waits(self) -> dict[str, float]:
