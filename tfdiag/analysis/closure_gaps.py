@@ -175,10 +175,14 @@ def _waited_for_loop(closures: pd.DataFrame) -> np.ndarray:
     if "dispatch_ns" not in closures:
         return np.zeros(len(closures), bool)
     order = np.argsort(closures["dispatch_ns"].to_numpy("float64"), kind="stable")
-    ordered = closures.iloc[order]
-    previous_result = ordered.groupby(ordered["worker"].astype(str), sort=False)["result_ns"].shift()
+    dispatch, result = (closures[name].to_numpy("float64")[order] for name in ("dispatch_ns", "result_ns"))
+    worker = codes_of(closures["worker"])[0][order]  # -1: no worker, no previous closure
+    by_worker = np.argsort(worker, kind="stable")  # each worker's closures, in dispatch order
+    follows = (worker[by_worker[1:]] == worker[by_worker[:-1]]) & (worker[by_worker[1:]] >= 0)
+    previous_result = np.full(len(closures), np.nan)  # the same worker's previous closure's result
+    previous_result[by_worker[1:][follows]] = result[by_worker[:-1][follows]]
     waited = np.empty(len(closures), bool)
-    waited[order] = ordered["dispatch_ns"].to_numpy("float64") > previous_result.to_numpy("float64")  # NaN: False
+    waited[order] = dispatch > previous_result  # NaN: False
     return waited
 
 

@@ -111,15 +111,18 @@ def _progress_state(measured: Measurements, beats: pd.DataFrame, subject: str, n
     if closures is not None and not closures.empty:
         mine = (closures["worker"] == subject).to_numpy() & closures["ok"].fillna(False).astype(bool).to_numpy()
         results = closures["result_ns"].to_numpy()[mine]
-    counted = beats[(beats["subject"] == subject) & beats["progress"].notna()].sort_values("time_ns")
-    final = counted["progress"].iloc[-1]
+    counted = ((beats["subject"] == subject) & beats["progress"].notna()).to_numpy()
+    beat_times, counts = beats["time_ns"].to_numpy()[counted], beats["progress"].to_numpy()[counted]
+    by_time = np.argsort(beat_times, kind="quicksort")  # as sort_values("time_ns") orders them
+    beat_times, counts = beat_times[by_time], counts[by_time]
+    final = counts[-1]
     progress_times = ends if len(ends) >= len(results) else np.sort(results)
     # After the warm-up record, and only the latest: a long run's older rows are a sample
     # by step number (step_stats), whose gaps are stretched by its stride.
     intervals = np.diff(progress_times)[1:]
     intervals = pd.Series(intervals[~np.isnan(intervals)][-(RECENT_ROWS - 1):])
     if not len(progress_times):  # only the beats counted it: the first beat that saw the final count
-        last_ns = float(counted.loc[counted["progress"] == final, "time_ns"].iloc[0])
+        last_ns = float(beat_times[counts == final][0])
     else:  # a collector counts a step or closure after writing its record: the records are as recent
         last_ns = max(float(np.nanmax(times)) for times in (ends, results) if len(times) and not np.isnan(times).all())
     return {
