@@ -21,11 +21,12 @@ free until it ends. Read back from the coordinator's task file:
 copies such a run frame by frame into a growing run (each frame once the run's clock
 passes its newest row), evaluates live findings every ``--interval`` seconds of the
 run's time, and prints the thread CPU per evaluation (a first pass as it runs, a second
-under ``cProfile``) and the share of it each part took
-(``cProfile`` timed by thread CPU: ``measure`` and what it calls, each detector, the
-advisor, the reading), for docs/benchmarks.md, "Where an evaluation's CPU goes":
+with each part timed) and each part's own thread CPU (``timed_parts``: the reading, each
+table, each detector, the advisor), for docs/benchmarks.md, "Where an evaluation's CPU
+goes". Any recorded run replays (``RUN/plugins/tfdiag``), a kept one or a sample job's:
 
     .venv/bin/python benchmarks/live.py --replay /tmp/live/run0/run
+    .venv/bin/python benchmarks/live.py --replay /tmp/mwms   # after tfdiag sample mwms_fit --logdir /tmp/mwms
 """
 
 from __future__ import annotations

@@ -22,6 +22,10 @@ from tfdiag.analysis.whatif import is_synchronous
 from tfdiag.events import cluster_tasks
 
 
+# Tables a live window may take from the previous one, with the kinds of records they read.
+REUSABLE = {"ps_load": ("placement", "transfer")}
+
+
 class Measurements:
     """What every detector reads, each table computed on its first use and kept.
 
@@ -29,10 +33,26 @@ class Measurements:
     ask for ``hosts`` (the report's), and a detector that returns early never pays for
     the tables after its test. Every table is a pure function of ``run``, so the order
     they are built in changes nothing.
+
+    ``previous``: the measurements of the same run's previous live window. A table of
+    ``REUSABLE`` whose frames are the very frames that window's was built from
+    (``WindowLoader`` keeps a kind's frame while none of its records came or aged out)
+    is taken from it.
     """
 
-    def __init__(self, run: LoadedRun):
+    def __init__(self, run: LoadedRun, previous: Measurements | None = None):
         self.run = run
+        # table -> (the run it was built from, the table): not ``previous`` itself, whose own
+        # previous would chain every window of the run.
+        self._earlier = {name: (previous.run, vars(previous)[name]) for name in REUSABLE
+                         if previous is not None and name in vars(previous)}
+
+    def _reused(self, name: str):
+        """The previous window's table ``name`` if its frames did not change since, else None."""
+        run, table = self._earlier.get(name, (None, None))
+        if run is None or any(self.run.frames.get(kind) is not run.frames.get(kind) for kind in REUSABLE[name]):
+            return None
+        return table
 
     @cached_property
     def strategy(self) -> str | None:
@@ -95,8 +115,9 @@ class Measurements:
 
     @cached_property
     def ps_load(self) -> pd.DataFrame:
-        """``placement.ps_load_table``."""
-        return ps_load_table(self.run.frame("placement"), self.run.frame("transfer"))
+        """``placement.ps_load_table`` (a live window's previous one while both kinds are unchanged)."""
+        reused = self._reused("ps_load")
+        return reused if reused is not None else ps_load_table(self.run.frame("placement"), self.run.frame("transfer"))
 
     @cached_property
     def shared_host(self) -> SharedHost | None:
@@ -141,14 +162,15 @@ class Measurements:
         return cluster_tasks(cluster, jobs=("ps",))
 
 
-def measure(run: LoadedRun) -> Measurements:
-    """The measurements of a loaded run: clocks aligned and every table, each computed when first read.
+def measure(run: LoadedRun, previous: Measurements | None = None) -> Measurements:
+    """The measurements of a loaded run: clocks aligned and every table, each computed when
+    first read (``previous``: the run's previous live window's, whose unchanged tables are kept).
 
     Example:
         >>> measured = measure(load_run("logs/run1"))  # doctest: +SKIP
         >>> measured.workers[["task", "p50_ns"]]  # doctest: +SKIP
     """
-    return Measurements(run)
+    return Measurements(run, previous)
 
 
 def _faults_with_restarts(run: LoadedRun) -> pd.DataFrame:
