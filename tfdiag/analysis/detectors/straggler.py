@@ -47,7 +47,7 @@ from tfdiag.analysis.closure_gaps import paced_speedup
 from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.groups import TaskGroups, mean_of, median_of
 from tfdiag.analysis.measurements import Measurements
-from tfdiag.analysis.step_stats import WINDOW_COLUMNS, window_counters
+from tfdiag.analysis.step_stats import window_counters
 from tfdiag.analysis.sync_steps import shared_ns, speedup_with_own, step_if_running_as_peers, stopped_shares
 from tfdiag.analysis.whatif import predicted_speedup, speedup_at_periods
 
@@ -135,10 +135,10 @@ def compared_workers(steps: pd.DataFrame, workers: pd.DataFrame | None = None, c
         return pd.DataFrame(columns=COMPARED_COLUMNS)
     start, stop = float(firsts.max()), float(lasts.min())
     inside = timed & (begin >= start) & (end <= stop)
-    window = (window_counters(counters[counters["task"].astype(str).isin(sampled)], offsets or {}, start, stop)
-              if sampled else pd.DataFrame(columns=WINDOW_COLUMNS))
-    counts = pd.concat([pd.Series({name: float(inside[rows].sum()) for name, rows in timed_rows.items()}, dtype=float),
-                        window.set_index("task")["records"]])
+    counts = pd.Series({name: float(inside[rows].sum()) for name, rows in timed_rows.items()}, dtype=float)
+    if sampled:
+        window = window_counters(counters[counters["task"].astype(str).isin(sampled)], offsets or {}, start, stop)
+        counts = pd.concat([counts, window.set_index("task")["records"]])
     overlap = bool((counts >= OVERLAP_RECORDS).all())
     rows = _of_rows(steps, groups, inside if overlap else timed, float(stop - start) if overlap else 0.0)
     if not sampled:
@@ -229,7 +229,8 @@ def detect(measured: Measurements) -> list[Finding]:
     present = present - compared["task"].map(_downtime_ns(measured.faults)).fillna(0.0)
     spans_most = (compared["records"] >= 2) & (present >= MIN_SPAN_SHARE * float(measured.workers["active_ns"].max()))
     judged = compared[(compared["records"] >= MIN_RECORDS) | spans_most]
-    judged = pd.concat([judged, _barely_stepping(measured, compared)], ignore_index=True)
+    paced = _barely_stepping(measured, compared)
+    judged = pd.concat([judged, paced], ignore_index=True) if paced is not None else judged.reset_index(drop=True)
     if len(judged) < 2:
         return []
     eps = judged["examples_per_step"]
@@ -268,10 +269,11 @@ def detect(measured: Measurements) -> list[Finding]:
                      starved=bool(by_period[slow.index].all() and not by_step[slow.index].any()), per_example=per_example)]
 
 
-def _barely_stepping(measured: Measurements, compared: pd.DataFrame) -> pd.DataFrame:
+def _barely_stepping(measured: Measurements, compared: pd.DataFrame) -> pd.DataFrame | None:
     """Workers that had work for ``MIN_SPAN_SHARE`` of the run but finished under 2 timed
     records, as ``compared_workers`` rows judged by the pace they delivered: their period
-    is the time they had work per step they finished (their step, the whole run's).
+    is the time they had work per step they finished (their step, the whole run's). None
+    without any (the usual case: no frame is built).
 
     Under ParameterServerStrategy a worker has work from its first closure's dispatch: at
     200 steps of ps_ctl on the 2-core host at load 15, a worker under a CPU quota began its
@@ -280,13 +282,17 @@ def _barely_stepping(measured: Measurements, compared: pd.DataFrame) -> pd.DataF
     little because it was gone (``task_failure`` names it; ps_ctl with worker 1 killed at
     step 50 of 200 and restarted after the run ended: 1 closure, "15.6x less often").
     """
-    workers = measured.workers.assign(task=measured.workers["task"].astype(str))
     stepped = set(compared.loc[compared["records"] >= 2, "task"].astype(str))
+    if set(measured.workers["task"].astype(str)) <= stepped:  # every worker stepped (the usual case)
+        return None
+    workers = measured.workers.assign(task=measured.workers["task"].astype(str))
     faults = measured.faults
     gone = set(faults.loc[(faults["kind"] == "failure") & faults["recovered_after_s"].isna(), "task"].astype(str))
     few = workers[~workers["task"].isin(stepped | gone) & (workers["steps"] > 0)]
     present = _present_ns(measured, few)
     few = few[present >= MIN_SPAN_SHARE * float(workers["active_ns"].max())]
+    if few.empty:
+        return None
     return pd.DataFrame({
         "task": few["task"], "records": (few["records"] - 1).clip(lower=0), "steps": few["steps"],
         "p50_ns": few["p50_ns"].astype(float), "mean_ns": few["mean_ns"].astype(float),
@@ -299,8 +305,6 @@ def _present_ns(measured: Measurements, workers: pd.DataFrame) -> pd.Series:
     """Per worker (rows of ``measured.workers``, tasks as strings), the time it had work: its
     first record to its last (``active_ns``), plus the wait from its first closure's dispatch
     to its first record, less its time away after failures."""
-    if workers.empty:  # every worker stepped (the usual case): no groupby
-        return pd.Series(dtype="float64")
     first_begin = measured.steps.groupby(measured.steps["task"].astype(str), observed=True)["begin_ns"].min()
     closures = measured.closures
     waited = pd.Series(0.0, index=workers.index)
