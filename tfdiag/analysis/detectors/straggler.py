@@ -289,6 +289,8 @@ def _barely_stepping(measured: Measurements, compared: pd.DataFrame) -> pd.DataF
     faults = measured.faults
     gone = set(faults.loc[(faults["kind"] == "failure") & faults["recovered_after_s"].isna(), "task"].astype(str))
     few = workers[~workers["task"].isin(stepped | gone) & (workers["steps"] > 0)]
+    if few.empty:
+        return None
     present = _present_ns(measured, few)
     few = few[present >= MIN_SPAN_SHARE * float(workers["active_ns"].max())]
     if few.empty:
