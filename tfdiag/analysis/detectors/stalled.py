@@ -70,12 +70,14 @@ def detect(measured: Measurements) -> list[Finding]:
     if beats.empty:
         return []
     now_ns = int(beats["time_ns"].max())
-    last_beat = beats.groupby("task")["time_ns"].max()
-    closed = set(beats.loc[beats["closed"].fillna(False).astype(bool), "task"])
+    groups, times, tasks = TaskGroups(beats["task"]), beats["time_ns"].to_numpy(), beats["task"].to_numpy()
+    last_beat = pd.Series([times[rows].max() for rows in groups.rows], index=groups.names, dtype=times.dtype)
+    closed = set(tasks[beats["closed"].fillna(False).to_numpy(bool)])
     stopped = sorted(task for task, at in last_beat.items()
                      if task not in closed and now_ns - at > HEARTBEAT_LOST_S * 1e9)
     alive = set(last_beat.index) - closed - set(stopped)
-    subjects = sorted(set(beats.loc[beats["task"].isin(alive) & beats["progress"].notna(), "subject"]))
+    reporting = np.isin(tasks, list(alive)) & beats["progress"].notna().to_numpy()
+    subjects = sorted(set(beats["subject"].to_numpy()[reporting]))
     stalled, progressing = [], []
     for subject in subjects:
         state = _progress_state(measured, beats, subject, now_ns)
