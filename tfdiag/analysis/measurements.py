@@ -47,7 +47,7 @@ class Measurements:
         self._earlier = {name: (previous.run, vars(previous)[name]) for name in REUSABLE
                          if previous is not None and name in vars(previous)}
 
-    def _reused(self, name: str):
+    def _reused(self, name: str) -> pd.DataFrame | None:
         """The previous window's table ``name`` if its frames did not change since, else None."""
         run, table = self._earlier.get(name, (None, None))
         if run is None or any(self.run.frames.get(kind) is not run.frames.get(kind) for kind in REUSABLE[name]):
