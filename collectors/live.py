@@ -40,13 +40,14 @@ logger = logging.getLogger("tfdiag")
 # Seconds between evaluations when live findings are on and no interval is given, at the
 # least: with two evaluations to announce and a 20-s window, a worker that became 2x slower
 # is announced within about 20-30 s of its onset where evaluations are cheap enough for
-# 10 s; at about 35-45 ms each on the 2-core machine (more under load) the budget spaces
-# them 18-23 s apart (docs/benchmarks.md, "Live findings").
+# 10 s; at the 35-45 ms an evaluation took replayed on the 2-core machine, 53-59 ms inside
+# a loaded job's coordinator, the budget spaces them 18-30 s apart (docs/benchmarks.md,
+# "Where an evaluation's CPU goes").
 DEFAULT_INTERVAL_S = 10.0
 # Read when the caller passes no interval: seconds between evaluations ("on": the
 # default interval); unset, 0 or "off": off. Off by default: the analysis adds pandas to
-# the process, and an evaluation costs about 35-45 ms of CPU on a two-worker window: a
-# third reading the window, the rest the tables' and the detectors' pandas calls
+# the process, and an evaluation costs 35-60 ms of CPU on a two-worker window: a quarter
+# to a third reading the window, the rest the tables' and the detectors' pandas calls
 # (docs/benchmarks.md, "Where an evaluation's CPU goes").
 ENV_VAR = "TFDIAG_LIVE_FINDINGS"
 # Read when the thread starts: the share of one core the evaluations may use (a fraction,
