@@ -21,26 +21,28 @@ free until it ends. Read back from the coordinator's task file:
 copies such a run frame by frame into a growing run (each frame once the run's clock
 passes its newest row), evaluates live findings every ``--interval`` seconds of the
 run's time, and prints the thread CPU per evaluation (a first pass as it runs, a second
-under ``cProfile``) and the share of it each part took
-(``cProfile`` timed by thread CPU: ``measure`` and what it calls, each detector, the
-advisor, the reading), for docs/benchmarks.md, "Where an evaluation's CPU goes":
+with each part timed) and each part's own thread CPU (``timed_parts``: the reading, each
+table, each detector, the advisor), for docs/benchmarks.md, "Where an evaluation's CPU
+goes". Any recorded run replays (``RUN/plugins/tfdiag``), a kept one or a sample job's:
 
     .venv/bin/python benchmarks/live.py --replay /tmp/live/run0/run
+    .venv/bin/python benchmarks/live.py --replay /tmp/mwms   # after tfdiag sample mwms_fit --logdir /tmp/mwms
 """
 
 from __future__ import annotations
 
 import argparse
-import cProfile
+import contextlib
+import functools
 import json
 import os
-import pstats
 import re
 import shutil
 import statistics
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import pyarrow as pa
@@ -156,30 +158,80 @@ class GrowingCopy:
 
 def replay(run: Path, interval_s: float) -> str:
     """Live findings evaluated along a recorded run, twice: thread CPU per evaluation and
-    the transitions as it runs, then under ``cProfile`` for each part's share."""
-    plain_ms, _, messages = _replayed(run, interval_s, None)
-    profile = cProfile.Profile(time.thread_time)
-    cpu_ms, live, _ = _replayed(run, interval_s, profile)
-    stats = pstats.Stats(profile).stats  # (file, line, name) -> (calls, ..., own time, cumulative, callers)
-    whole = sum(entry[3] for key, entry in stats.items() if key[2] == "evaluate")
-    lines = [f"{len(cpu_ms)} evaluations ({live.evaluations} judged, {live.analyses} analysed), thread CPU per "
+    the transitions as it runs, then with each part timed (``timed_parts``) for its share."""
+    plain_ms, _, messages = _replayed(run, interval_s)
+    with timed_parts() as spent:
+        timed_ms, live, _ = _replayed(run, interval_s)
+    whole = sum(timed_ms)
+    lines = [f"{len(plain_ms)} evaluations ({live.evaluations} judged, {live.analyses} analysed), thread CPU per "
              f"evaluation: median {statistics.median(plain_ms):.1f} ms (mean {statistics.mean(plain_ms):.1f}, "
-             f"largest {max(plain_ms):.1f}), {statistics.median(cpu_ms):.1f} ms under cProfile; "
+             f"largest {max(plain_ms):.1f}), {statistics.median(timed_ms):.1f} ms with its parts timed; "
              f"load average {os.getloadavg()[0]:.1f}", "",
              *[f"- {message}" for message in messages], "",
-             "| part | share of an evaluation |", "| --- | --- |"]
-    for parent in ("refresh", "measure", "detect_all", "advise"):
-        for key, entry in stats.items():
-            if key[2] == parent:
-                lines.append(f"| {key[2]} ({Path(key[0]).name}) | {entry[3] / whole:.1%} |")
-        children = sorted(((entry[3], key) for key, entry in stats.items()
-                           if any(caller[2] == parent for caller in entry[4])), reverse=True)
-        lines += [f"| &nbsp;&nbsp;{key[2]} ({Path(key[0]).name}) | {cumulative / whole:.1%} |"
-                  for cumulative, key in children if cumulative / whole >= 0.005]
+             "| part | ms per evaluation | share of an evaluation |", "| --- | --- | --- |"]
+    groups = {"reading": ["refresh"], "tables": sorted(name for name in spent if name.startswith("table ")),
+              "detectors": sorted(name for name in spent if name.startswith("detector ")), "advisor": ["advise"]}
+    for group, names in groups.items():
+        group_ns = sum(spent[name] for name in names)
+        lines.append(f"| {group} | {group_ns / 1e6 / len(timed_ms):.1f} | {group_ns / 1e6 / whole:.1%} |")
+        if len(names) > 1:
+            lines += [f"| &nbsp;&nbsp;{name.split(' ', 1)[1]} | {spent[name] / 1e6 / len(timed_ms):.2f} | "
+                      f"{spent[name] / 1e6 / whole:.1%} |"
+                      for name in sorted(names, key=spent.get, reverse=True) if spent[name] / 1e6 / whole >= 0.005]
+    rest_ms = whole - sum(spent.values()) / 1e6
+    lines.append(f"| the rest (judging the window, hysteresis) | {rest_ms / len(timed_ms):.1f} | {rest_ms / whole:.1%} |")
     return "\n".join(lines)
 
 
-def _replayed(run: Path, interval_s: float, profile: cProfile.Profile | None):
+@contextlib.contextmanager
+def timed_parts():
+    """The thread CPU of each part of the evaluations run inside it, by part: ``refresh``
+    (``WindowLoader``'s reading), ``table NAME`` (each ``Measurements`` table, built when
+    first read), ``detector KIND`` and ``advise``; each part's own time, the parts it
+    calls left out (a detector's first read of a table is the table's). The functions are
+    wrapped while it lasts. cProfile, which this replaces, charged its own overhead per
+    Python call: several times the evaluation, and most on the parts made of small
+    pandas calls.
+    """
+    from tfdiag.analysis import detectors, live
+    from tfdiag.analysis.load import WindowLoader
+    from tfdiag.analysis.measurements import Measurements
+
+    spent: dict[str, int] = defaultdict(int)
+    children = [0]  # the thread CPU of the parts the running part called
+
+    def timed(name, function):
+        @functools.wraps(function)
+        def part(*args, **kwargs):
+            outer, children[0] = children[0], 0
+            begin = time.thread_time_ns()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                took = time.thread_time_ns() - begin
+                spent[name] += took - children[0]
+                children[0] = outer + took
+        return part
+
+    tables = {name: table for name, table in vars(Measurements).items() if isinstance(table, functools.cached_property)}
+    originals = ({name: table.func for name, table in tables.items()}, dict(detectors.DETECTORS), live.advise,
+                 WindowLoader.refresh)
+    for name, table in tables.items():
+        table.func = timed(f"table {name}", table.func)
+    for kind, detect in originals[1].items():
+        detectors.DETECTORS[kind] = timed(f"detector {kind}", detect)  # detect_all's default registry
+    live.advise = timed("advise", live.advise)
+    WindowLoader.refresh = timed("refresh", WindowLoader.refresh)
+    try:
+        yield spent
+    finally:
+        for name, table in tables.items():
+            table.func = originals[0][name]
+        detectors.DETECTORS.update(originals[1])
+        live.advise, WindowLoader.refresh = originals[2], originals[3]
+
+
+def _replayed(run: Path, interval_s: float):
     """(thread CPU ms of each evaluation, the ``LiveFindings``, the transitions' messages) along ``run``."""
     from tfdiag.analysis.live import LiveFindings
 
@@ -190,7 +242,7 @@ def _replayed(run: Path, interval_s: float, profile: cProfile.Profile | None):
         while now_ns <= copy.last_ns:
             copy.until(now_ns)
             begin = time.thread_time_ns()
-            transitions = profile.runcall(live.evaluate, now_ns) if profile else live.evaluate(now_ns)
+            transitions = live.evaluate(now_ns)
             cpu_ms.append((time.thread_time_ns() - begin) / 1e6)
             messages += [transition.message for transition in transitions]
             now_ns += int(interval_s * 1e9)

@@ -40,14 +40,15 @@ logger = logging.getLogger("tfdiag")
 # Seconds between evaluations when live findings are on and no interval is given, at the
 # least: with two evaluations to announce and a 20-s window, a worker that became 2x slower
 # is announced within about 20-30 s of its onset where evaluations are cheap enough for
-# 10 s; at about 45 ms each on the 2-core machine the budget spaces them about 22 s apart
-# (docs/benchmarks.md, "Live findings").
+# 10 s; at the 35-45 ms an evaluation took replayed on the 2-core machine, 53-59 ms inside
+# a loaded job's coordinator, the budget spaces them 18-30 s apart (docs/benchmarks.md,
+# "Where an evaluation's CPU goes").
 DEFAULT_INTERVAL_S = 10.0
 # Read when the caller passes no interval: seconds between evaluations ("on": the
 # default interval); unset, 0 or "off": off. Off by default: the analysis adds pandas to
-# the process, and an evaluation costs about 45 ms of CPU on a two-worker window, most of
-# it the tables' and the detectors' pandas calls (docs/benchmarks.md, "Where an
-# evaluation's CPU goes").
+# the process, and an evaluation costs 35-60 ms of CPU on a two-worker window: a quarter
+# to a third reading the window, the rest the tables' and the detectors' pandas calls
+# (docs/benchmarks.md, "Where an evaluation's CPU goes").
 ENV_VAR = "TFDIAG_LIVE_FINDINGS"
 # Read when the thread starts: the share of one core the evaluations may use (a fraction,
 # e.g. 0.01), for a user who wants findings every few seconds and will pay for them;
@@ -161,8 +162,8 @@ class LiveThread:
     def pause_s(self) -> float:
         """Seconds until the next evaluation: ``interval_s``, or longer where the last one
         used more CPU than ``core_share`` allows in that time, so that every evaluation and
-        the pause after it stay within the share (an evaluation of 45 ms at the 0.2 % of
-        ``collectors/budget.py``: the next one 22.5 s later)."""
+        the pause after it stay within the share (an evaluation of 40 ms at the 0.2 % of
+        ``collectors/budget.py``: the next one 20 s later)."""
         return max(self.interval_s, self._last_cpu_ns / 1e9 / self.core_share)
 
     def cost(self) -> dict:

@@ -38,7 +38,6 @@ import dataclasses
 
 import numpy as np
 
-from tfdiag.analysis.closure_gaps import closure_gaps
 from tfdiag.analysis.devices import SharedHost
 from tfdiag.analysis.findings import Finding, Severity
 from tfdiag.analysis.measurements import Measurements
@@ -114,7 +113,7 @@ def _workers_wait(measured: Measurements) -> bool:
     workers = measured.workers
     if workers.empty:
         return False
-    gaps = closure_gaps(measured.steps, measured.closures) if not measured.synchronous else None
+    gaps = measured.gaps if not measured.synchronous else None
     if gaps is not None and not gaps.empty:
         idle = gaps["idle_ns"] / (gaps["run_ns"] + gaps["idle_ns"]).clip(lower=1.0)
     else:

@@ -175,10 +175,14 @@ def _waited_for_loop(closures: pd.DataFrame) -> np.ndarray:
     if "dispatch_ns" not in closures:
         return np.zeros(len(closures), bool)
     order = np.argsort(closures["dispatch_ns"].to_numpy("float64"), kind="stable")
-    ordered = closures.iloc[order]
-    previous_result = ordered.groupby(ordered["worker"].astype(str), sort=False)["result_ns"].shift()
+    dispatch, result = (closures[name].to_numpy("float64")[order] for name in ("dispatch_ns", "result_ns"))
+    worker = codes_of(closures["worker"])[0][order]  # -1: no worker, no previous closure
+    by_worker = np.argsort(worker, kind="stable")  # each worker's closures, in dispatch order
+    follows = (worker[by_worker[1:]] == worker[by_worker[:-1]]) & (worker[by_worker[1:]] >= 0)
+    previous_result = np.full(len(closures), np.nan)  # the same worker's previous closure's result
+    previous_result[by_worker[1:][follows]] = result[by_worker[:-1][follows]]
     waited = np.empty(len(closures), bool)
-    waited[order] = ordered["dispatch_ns"].to_numpy("float64") > previous_result.to_numpy("float64")  # NaN: False
+    waited[order] = dispatch > previous_result  # NaN: False
     return waited
 
 
@@ -266,8 +270,9 @@ class JobPace:
 
 
 def job_pace(measured) -> JobPace | None:
-    """The ``JobPace`` of a ParameterServerStrategy run (``measured``: ``Measurements``), or
-    None without closure records paired with steps.
+    """The ``JobPace`` of a ParameterServerStrategy run (``measured``: ``Measurements``, whose
+    ``gaps`` are ``closure_gaps``'; its ``pace`` is this, computed once), or None without
+    closure records paired with steps.
 
     The fixed time is the start (first ``schedule()`` to the first closure's start on a
     worker) and the pauses (the median worker's: an epoch end idles every worker at once).
@@ -275,7 +280,7 @@ def job_pace(measured) -> JobPace | None:
     closures = measured.closures
     if measured.synchronous or closures is None or closures.empty or measured.workers.empty:
         return None
-    gaps = closure_gaps(measured.steps, closures).set_index("task")
+    gaps = measured.gaps.set_index("task")
     if gaps.empty:
         return None
     steps = float(measured.workers["steps"].sum())
@@ -297,7 +302,7 @@ def paced_speedup(measured, tasks: pd.Series, period_ratio: pd.Series) -> float 
     ParameterServerStrategy's ``model.fit`` (ps_fit) spends 2.1-2.4 s of a 5.3-5.7 s run
     outside its steps (start-up, five epoch ends), which no faster worker shortens.
     """
-    pace = job_pace(measured)
+    pace = measured.pace
     if pace is None:
         return None
     ratio = pd.Series(period_ratio.to_numpy("float64"), index=tasks.astype(str).to_numpy())

@@ -107,18 +107,18 @@ def transfer_link_table(transfer: pd.DataFrame) -> pd.DataFrame:
     """
     if transfer.empty:
         return pd.DataFrame(columns=LATENCY_COLUMNS)
-    calls = pd.DataFrame({
-        "src": transfer["dst"].astype(str),  # the caller: the task that received the tensor
-        "dst": transfer["src"].astype(str),
-        "rtt": transfer["duration_ns"].astype("float64"),
-    })
-    grouped = calls.groupby(["src", "dst"], sort=True)["rtt"]
-    table = grouped.quantile([0.5, 0.99]).unstack()
-    table.columns = ["rtt_p50_ns", "rtt_p99_ns"]
-    table["samples"] = grouped.size()
-    table["rtt_min_ns"] = grouped.min()
-    table["source"] = "transfer"
-    return table.reset_index()[LATENCY_COLUMNS]
+    rtt = transfer["duration_ns"].to_numpy("float64")
+    src_codes, src_names = pd.factorize(transfer["dst"].astype(str), sort=True)  # the caller: the task that received the tensor
+    dst_codes, dst_names = pd.factorize(transfer["src"].astype(str), sort=True)
+    pair = np.where((src_codes >= 0) & (dst_codes >= 0), src_codes * len(dst_names) + dst_codes, -1)
+    rows = []
+    for code, own in zip(*grouped_rows(pair, len(src_names) * len(dst_names))):  # (src, dst) in sorted order
+        own_rtt = rtt[own]
+        valid = own_rtt[~np.isnan(own_rtt)]
+        rows.append((str(src_names[code // len(dst_names)]), str(dst_names[code % len(dst_names)]), len(own),
+                     valid.min() if len(valid) else math.nan, quantile(own_rtt, 0.5), quantile(own_rtt, 0.99),
+                     "transfer"))
+    return pd.DataFrame(rows, columns=LATENCY_COLUMNS)
 
 
 def link_latency_table(probe_links: pd.DataFrame, transfer: pd.DataFrame) -> pd.DataFrame:

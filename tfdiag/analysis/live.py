@@ -3,7 +3,8 @@
 ``LiveFindings.evaluate()`` reads what the task files gained since its previous call
 (``tfdiag.analysis.load.WindowLoader``: the loader's incremental reading, keeping only
 the records of the last ``window_s`` seconds, so its memory and its cost per evaluation
-are bounded by the rate of records, not by the length of the run), runs ``measure``,
+are bounded by the rate of records, not by the length of the run), runs ``measure``
+(keeping the previous window's tables whose records did not change: ``Measurements``),
 every detector and the advisor on that window, and returns the transitions: a finding
 that two evaluations in a row saw *began*; one that two in a row did not see *cleared*.
 A window with too few step records (``MIN_STEP_RECORDS``, ``MIN_SPAN_FRACTION``) is not
@@ -36,7 +37,7 @@ from tfdiag.analysis.advisor import advise
 from tfdiag.analysis.detectors import detect_all
 from tfdiag.analysis.findings import Finding, Severity
 from tfdiag.analysis.load import LoadedRun, WindowLoader
-from tfdiag.analysis.measurements import measure
+from tfdiag.analysis.measurements import Measurements, measure
 from tfdiag.store import log_dir
 
 # The window the detectors see. 20 s holds a few hundred steps of any job that steps at
@@ -103,6 +104,7 @@ class LiveFindings:
         self.findings: dict[tuple[str, tuple[str, ...]], Finding] = {}  # the last judged window's, announced severities
         self._loader: WindowLoader | None = None
         self._judged: LoadedRun | None = None
+        self._measured: Measurements | None = None  # the last judged window's, for the next to reuse
         self._tracked: dict[tuple[str, tuple[str, ...]], _Tracked] = {}
 
     def window(self, now_ns: int) -> LoadedRun | None:
@@ -124,7 +126,8 @@ class LiveFindings:
             return []
         self.evaluations += 1
         if run is not self._judged:
-            self.findings = announced_findings(run)
+            self._measured = measure(run, self._measured)
+            self.findings = _announced(self._measured)
             self._judged = run
             self.analyses += 1
         findings = self.findings
@@ -152,7 +155,10 @@ class LiveFindings:
 def announced_findings(run: LoadedRun) -> dict[tuple[str, tuple[str, ...]], Finding]:
     """The analysis of a window: ``measure``, every detector and the advisor, as for a whole
     run; the findings of an announced severity by (kind, tasks)."""
-    measured = measure(run)
+    return _announced(measure(run))
+
+
+def _announced(measured: Measurements) -> dict[tuple[str, tuple[str, ...]], Finding]:
     return {(f.kind, f.tasks): f for f in advise(detect_all(measured), measured) if f.severity in ANNOUNCED}
 
 

@@ -379,12 +379,49 @@ def _conform(batch: pa.RecordBatch, kind: str) -> pa.RecordBatch:
 
 
 def _to_pandas(table: pa.Table) -> pd.DataFrame:
-    """String columns become categoricals (a few tasks' names, not millions of Python strings)."""
+    """String columns become categoricals (a few tasks' names, not millions of Python strings).
+
+    The frame pyarrow's ``to_pandas`` makes of the dictionary-encoded table, built column by
+    column: a categorical's dtype is made once per set of categories (``_categories``),
+    where ``to_pandas`` validates them at every call, half the conversion of a live
+    window's small frames.
+    """
     table = table.combine_chunks()  # one dictionary per column, not one per frame
+    columns = {}
+    for column_field, column in zip(table.schema, table.columns):
+        if column.num_chunks != 1:  # an empty table has none
+            return _to_pandas_by_arrow(table)
+        array = column.chunk(0)
+        if pa.types.is_string(column_field.type):
+            array = array.dictionary_encode()
+        if pa.types.is_dictionary(array.type):
+            codes = array.indices.fill_null(-1).to_numpy(zero_copy_only=False)
+            columns[column_field.name] = pd.Categorical.from_codes(codes, dtype=_categories(array.dictionary.to_pylist()))
+        else:
+            columns[column_field.name] = array.to_numpy(zero_copy_only=False)
+    return pd.DataFrame(columns)
+
+
+def _to_pandas_by_arrow(table: pa.Table) -> pd.DataFrame:
     for index, column_field in enumerate(table.schema):
         if pa.types.is_string(column_field.type):
             table = table.set_column(index, column_field.name, table.column(index).dictionary_encode())
     return table.unify_dictionaries().to_pandas()
+
+
+# Sets of categories up to this size (task names, kinds: a live window's) keep their dtype.
+MAX_CACHED_CATEGORIES = 64
+
+
+def _categories(values: list[str]) -> pd.CategoricalDtype:
+    if len(values) > MAX_CACHED_CATEGORIES:
+        return pd.CategoricalDtype(values)
+    return _cached_categories(tuple(values))
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_categories(values: tuple[str, ...]) -> pd.CategoricalDtype:
+    return pd.CategoricalDtype(values)
 
 
 def _skip_warnings(skipped: list[SkippedRecords]) -> list[str]:

@@ -8,6 +8,7 @@ import pandas as pd
 
 from tfdiag.analysis.align import clock_offsets
 from tfdiag.analysis.breakdown import step_table, worker_table
+from tfdiag.analysis.closure_gaps import JobPace, closure_gaps, job_pace
 from tfdiag.analysis.devices import SharedHost, gpu_table, host_table, shared_worker_host
 from tfdiag.analysis.faults import fault_table
 from tfdiag.analysis.groups import value_of_group
@@ -16,8 +17,13 @@ from tfdiag.analysis.load import LoadedRun
 from tfdiag.analysis.placement import ps_load_table
 from tfdiag.analysis.restarts import restart_faults
 from tfdiag.analysis.shards import shard_table, shards_from_steps
+from tfdiag.analysis.sync_steps import own_times
 from tfdiag.analysis.whatif import is_synchronous
 from tfdiag.events import cluster_tasks
+
+
+# Tables a live window may take from the previous one, with the kinds of records they read.
+REUSABLE = {"ps_load": ("placement", "transfer")}
 
 
 class Measurements:
@@ -27,10 +33,26 @@ class Measurements:
     ask for ``hosts`` (the report's), and a detector that returns early never pays for
     the tables after its test. Every table is a pure function of ``run``, so the order
     they are built in changes nothing.
+
+    ``previous``: the measurements of the same run's previous live window. A table of
+    ``REUSABLE`` whose frames are the very frames that window's was built from
+    (``WindowLoader`` keeps a kind's frame while none of its records came or aged out)
+    is taken from it.
     """
 
-    def __init__(self, run: LoadedRun):
+    def __init__(self, run: LoadedRun, previous: Measurements | None = None):
         self.run = run
+        # table -> (the run it was built from, the table): not ``previous`` itself, whose own
+        # previous would chain every window of the run.
+        self._earlier = {name: (previous.run, vars(previous)[name]) for name in REUSABLE
+                         if previous is not None and name in vars(previous)}
+
+    def _reused(self, name: str) -> pd.DataFrame | None:
+        """The previous window's table ``name`` if its frames did not change since, else None."""
+        run, table = self._earlier.get(name, (None, None))
+        if run is None or any(self.run.frames.get(kind) is not run.frames.get(kind) for kind in REUSABLE[name]):
+            return None
+        return table
 
     @cached_property
     def strategy(self) -> str | None:
@@ -93,8 +115,9 @@ class Measurements:
 
     @cached_property
     def ps_load(self) -> pd.DataFrame:
-        """``placement.ps_load_table``."""
-        return ps_load_table(self.run.frame("placement"), self.run.frame("transfer"))
+        """``placement.ps_load_table`` (a live window's previous one while both kinds are unchanged)."""
+        reused = self._reused("ps_load")
+        return reused if reused is not None else ps_load_table(self.run.frame("placement"), self.run.frame("transfer"))
 
     @cached_property
     def shared_host(self) -> SharedHost | None:
@@ -114,6 +137,21 @@ class Measurements:
         return _on_reference_clock(self.run.frame("closure"), ["dispatch_ns", "result_ns"], self.offsets, "source")
 
     @cached_property
+    def gaps(self) -> pd.DataFrame:
+        """``closure_gaps.closure_gaps`` of the steps and closures (ParameterServerStrategy's time between closures)."""
+        return closure_gaps(self.steps, self.closures)
+
+    @cached_property
+    def pace(self) -> JobPace | None:
+        """``closure_gaps.job_pace``: the run's steps as the workers' paces and the coordinator's loop."""
+        return job_pace(self)
+
+    @cached_property
+    def own_times(self) -> pd.DataFrame:
+        """``sync_steps.own_times`` of the step records: each synchronous worker's own compute and input."""
+        return own_times(self.run.frame("step"))
+
+    @cached_property
     def session_waits(self) -> dict[str, float]:
         """TF1 task -> seconds from ``DiagnosticsHook.begin()`` to its session being ready."""
         return session_waits(self.run.frame("session"))
@@ -124,14 +162,15 @@ class Measurements:
         return cluster_tasks(cluster, jobs=("ps",))
 
 
-def measure(run: LoadedRun) -> Measurements:
-    """The measurements of a loaded run: clocks aligned and every table, each computed when first read.
+def measure(run: LoadedRun, previous: Measurements | None = None) -> Measurements:
+    """The measurements of a loaded run: clocks aligned and every table, each computed when
+    first read (``previous``: the run's previous live window's, whose unchanged tables are kept).
 
     Example:
         >>> measured = measure(load_run("logs/run1"))  # doctest: +SKIP
         >>> measured.workers[["task", "p50_ns"]]  # doctest: +SKIP
     """
-    return Measurements(run)
+    return Measurements(run, previous)
 
 
 def _faults_with_restarts(run: LoadedRun) -> pd.DataFrame:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
+
+from tfdiag.analysis.groups import codes_of
 
 
 def ps_load_table(placement: pd.DataFrame, transfer: pd.DataFrame) -> pd.DataFrame:
@@ -19,9 +22,12 @@ def ps_load_table(placement: pd.DataFrame, transfer: pd.DataFrame) -> pd.DataFra
     held = held.drop_duplicates(subset=["variable", "task", "shape"])
     moved = {}
     if not transfer.empty:
+        size = np.nan_to_num(transfer["bytes"].to_numpy("float64"))  # a sum leaves NaN out
         for column in ("src", "dst"):
-            for task, total in transfer.groupby(column, observed=True)["bytes"].sum().items():
-                moved[str(task)] = moved.get(str(task), 0) + int(total)
+            codes, tasks = codes_of(transfer[column])
+            totals = np.bincount(codes[codes >= 0], weights=size[codes >= 0], minlength=len(tasks))
+            for code in np.unique(codes[codes >= 0]):
+                moved[str(tasks[code])] = moved.get(str(tasks[code]), 0) + int(totals[code])
     rows = []
     for task, variables in held.groupby("task", observed=True):
         largest = variables.loc[variables["bytes"].idxmax()]

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from tfdiag.analysis.align import to_reference_clock
-from tfdiag.analysis.groups import median_of
+from tfdiag.analysis.groups import codes_of, median_of
 from tfdiag.analysis.measurements import Measurements
 from tfdiag.analysis.whatif import ps_communication_ns
 
@@ -103,14 +103,18 @@ def _transfer_bandwidth(measured: Measurements, ps_tasks: list[str]) -> dict[str
     transfer = measured.run.frame("transfer")
     if transfer.empty:
         return {}
-    from_ps = transfer[transfer["src"].astype(str).isin(ps_tasks) & (transfer["duration_ns"] > 0)]
-    links = from_ps.assign(src=from_ps["src"].astype(str), dst=from_ps["dst"].astype(str))
-    small = links[links["bytes"] < MIN_BANDWIDTH_BYTES]
-    round_trip = small.groupby(["src", "dst"])["duration_ns"].min().rename("round_trip_ns")
-    large = links[links["bytes"] >= MIN_BANDWIDTH_BYTES].join(round_trip, on=["src", "dst"], how="inner")
-    large = large[large["duration_ns"] > large["round_trip_ns"]]
-    rate = large["bytes"] / ((large["duration_ns"] - large["round_trip_ns"]) / 1e9)
-    return {str(ps): float(value) for ps, value in rate.groupby(large["src"]).max().items()}
+    src, dst = transfer["src"].astype(str), transfer["dst"].astype(str)
+    duration, size = transfer["duration_ns"].to_numpy("float64"), transfer["bytes"].to_numpy("float64")
+    from_ps = (src.isin(ps_tasks) & dst.notna()).to_numpy() & (duration > 0)
+    link = pd.factorize(src + "\n" + dst)[0]  # one code per (src, dst)
+    round_trip = np.full(link.max() + 1, np.inf)  # the quickest small transfer per link
+    small = from_ps & (size < MIN_BANDWIDTH_BYTES)
+    np.minimum.at(round_trip, link[small], duration[small])
+    large = np.flatnonzero(from_ps & (size >= MIN_BANDWIDTH_BYTES))
+    large = large[duration[large] > round_trip[link[large]]]  # a link without a small one has none
+    rate = size[large] / ((duration[large] - round_trip[link[large]]) / 1e9)
+    senders = src.to_numpy()[large]
+    return {ps: float(rate[senders == ps].max()) for ps in sorted(set(senders))}
 
 
 def traced_ps_load(measured: Measurements) -> pd.DataFrame:
@@ -125,14 +129,16 @@ def traced_ps_load(measured: Measurements) -> pd.DataFrame:
     if traced.empty:
         return pd.DataFrame(columns=["task", "variables", "bytes", "bytes_share", "largest", "largest_bytes",
                                      "transfer_bytes"])
-    traced_steps = traced[["worker", "step"]].drop_duplicates().shape[0]
+    traced_steps = len(set(zip(traced["worker"], traced["step"])))
+    ps, size, tensor = traced["ps"].to_numpy(), traced["bytes"].to_numpy(), traced["tensor"]
     rows = []
-    for ps, moved in traced.groupby("ps", sort=True):
-        largest = moved.loc[moved["bytes"].idxmax()]
-        rows.append({"task": ps, "variables": moved["tensor"].nunique(),
-                     "bytes": float(moved["bytes"].sum()) / 2 / traced_steps,
-                     "largest": str(largest["tensor"]), "largest_bytes": int(largest["bytes"]),
-                     "transfer_bytes": int(moved["bytes"].sum())})
+    for task in sorted(set(ps)):
+        own = np.flatnonzero(ps == task)
+        largest = own[np.argmax(size[own])]  # the first of the largest, as idxmax
+        rows.append({"task": task, "variables": tensor.iloc[own].nunique(),
+                     "bytes": float(size[own].sum()) / 2 / traced_steps,
+                     "largest": str(tensor.iloc[largest]), "largest_bytes": int(size[largest]),
+                     "transfer_bytes": int(size[own].sum())})
     table = pd.DataFrame(rows)
     table["bytes_share"] = table["bytes"] / max(float(table["bytes"].sum()), 1.0)
     return table
@@ -202,12 +208,26 @@ def _transfers_in_steps(measured: Measurements, transfer: pd.DataFrame) -> pd.Da
         "begin": begin.astype("int64"), "end": (begin + transfer["duration_ns"]).astype("int64"),
         "bytes": transfer["bytes"].astype("int64"), "tensor": transfer["tensor"].astype(str),
     }).sort_values("begin")
-    steps = measured.steps[["task", "step", "begin_ns", "end_ns"]].astype({"task": str, "begin_ns": "int64",
-                                                                           "end_ns": "int64"})
-    steps = steps.rename(columns={"task": "worker"}).sort_values("begin_ns")
-    placed = pd.merge_asof(moved, steps, left_on="begin", right_on="begin_ns", by="worker", direction="backward")
-    inside = placed["step"].notna() & (placed["begin"] <= placed["end_ns"])
-    return placed.loc[inside, ["worker", "ps", "step", "begin", "end", "bytes", "tensor"]]
+    # Each transfer's step: its worker's latest step to begin at or before it (an as-of join
+    # by worker, the steps by begin as sort_values orders them), if it had not ended.
+    steps = measured.steps
+    step_begin, step_end = steps["begin_ns"].to_numpy("int64"), steps["end_ns"].to_numpy("int64")
+    by_begin = np.argsort(step_begin, kind="quicksort")
+    codes, tasks = codes_of(steps["task"])
+    begin, worker = moved["begin"].to_numpy(), moved["worker"].to_numpy()
+    step_row = np.full(len(moved), -1)
+    for code, task in enumerate(tasks):
+        own_steps = by_begin[codes[by_begin] == code]
+        own_moves = np.flatnonzero(worker == str(task))
+        latest = np.searchsorted(step_begin[own_steps], begin[own_moves], side="right") - 1
+        step_row[own_moves] = np.where(latest >= 0, own_steps[latest.clip(min=0)], -1)
+    matched = step_row >= 0
+    numbered = ~np.isnan(steps["step"].to_numpy("float64")[step_row])
+    inside = np.flatnonzero(matched & numbered & (begin <= step_end[step_row]))
+    placed = moved.iloc[inside].set_axis(inside)
+    step = steps["step"].to_numpy()[step_row[inside]]
+    placed.insert(2, "step", step if matched.all() else step.astype("float64"))
+    return placed
 
 
 def _covered_ns(begin: pd.Series, end: pd.Series) -> float:

@@ -48,7 +48,10 @@ Example:
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
+
+from tfdiag.analysis.groups import codes_of
 
 COLUMNS = ["task", "kind", "time_ns", "message"]
 
@@ -64,6 +67,8 @@ def restart_faults(session: pd.DataFrame, heartbeat: pd.DataFrame, steps: pd.Dat
     else its session's readiness (by sessions), or its last sample (by processes); the
     restart by the later session's start or the later process's first sample.
     """
+    if session.empty and not _several_processes(system):
+        return pd.DataFrame(columns=COLUMNS)  # nothing restarted (a live window: every evaluation)
     beats = heartbeat if not heartbeat.empty else pd.DataFrame(columns=["task", "time_ns", "closed"])
     beats = beats.astype({"task": str})
     steps = steps if steps is not None and not steps.empty else pd.DataFrame(columns=["task", "end_ns"])
@@ -89,6 +94,17 @@ def restart_faults(session: pd.DataFrame, heartbeat: pd.DataFrame, steps: pd.Dat
             signs = [int(earlier.ready_ns), *between["time_ns"].astype("int64"), *ended.astype("int64")]
             rows += _restart_rows(task, max(signs), int(later.begin_ns), "without closing its session")
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _several_processes(system: pd.DataFrame | None) -> bool:
+    """Whether any task's ``system`` samples (with a pid and a time) come from more than one
+    process: the only way ``_process_restarts`` finds a restart."""
+    if system is None or system.empty:
+        return False
+    dated = (system["pid"].notna() & system["time_ns"].notna()).to_numpy()
+    keys = np.column_stack([codes_of(system[name])[0][dated] for name in ("task", "host", "pid")])
+    processes = np.unique(keys, axis=0)
+    return len(np.unique(processes[:, 0])) < len(processes)
 
 
 def _process_restarts(system: pd.DataFrame, beats: pd.DataFrame, steps: pd.DataFrame, skip: set[str]) -> list[dict]:

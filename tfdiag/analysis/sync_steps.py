@@ -58,6 +58,8 @@ import math
 
 import pandas as pd
 
+from tfdiag.analysis.groups import TaskGroups, mean_of, median_of
+
 STOPPED_COLUMNS = ["task", "wakes", "late_wakes", "late_ms", "throttled_ms", "span_ns", "stopped_share"]
 OWN_COLUMNS = ["task", "records", "step_ns", "input_ns", "compute_ns", "own_ns", "compute_p50_ns",
                "examples_per_step"]
@@ -75,20 +77,18 @@ def own_times(steps: pd.DataFrame) -> pd.DataFrame:
     stamped = steps[steps["compute_ns"].notna()]
     if stamped.empty:
         return pd.DataFrame(columns=OWN_COLUMNS)
-    frame = pd.DataFrame({
-        "task": stamped["task"].astype(str).to_numpy(),
-        "step_ns": (stamped["end_ns"] - stamped["begin_ns"]).astype("float64").to_numpy(),
-        "input_ns": stamped["input_wait_ns"].fillna(0).astype("float64").to_numpy(),
-        "compute_ns": stamped["compute_ns"].astype("float64").to_numpy(),
-        "examples": stamped["examples"].fillna(0).astype("float64").to_numpy(),
-    })
-    grouped = frame.groupby("task", sort=True)
-    table = grouped[["step_ns", "input_ns", "compute_ns"]].mean()
+    step = (stamped["end_ns"] - stamped["begin_ns"]).to_numpy("float64")
+    waited = stamped["input_wait_ns"].fillna(0).to_numpy("float64")
+    compute = stamped["compute_ns"].to_numpy("float64")
+    examples = stamped["examples"].fillna(0).to_numpy("float64")
+    groups = TaskGroups(stamped["task"].astype(str))  # by name, as a sorting groupby of the names
+    table = pd.DataFrame([(name, len(rows), mean_of(step[rows]), mean_of(waited[rows]), mean_of(compute[rows]),
+                           median_of(compute[rows]), mean_of(examples[rows]))
+                          for name, rows in zip(groups.names, groups.rows)],
+                         columns=["task", "records", "step_ns", "input_ns", "compute_ns", "compute_p50_ns",
+                                  "examples_per_step"])
     table["own_ns"] = table["input_ns"] + table["compute_ns"]
-    table["compute_p50_ns"] = grouped["compute_ns"].median()
-    table["examples_per_step"] = grouped["examples"].mean()
-    table["records"] = grouped.size()
-    return table.reset_index()[OWN_COLUMNS]
+    return table[OWN_COLUMNS]
 
 
 def shared_ns(own: pd.DataFrame) -> float:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pandas as pd
 
 from tfdiag.analysis.findings import Finding, Recommendation, Severity
+from tfdiag.analysis.groups import TaskGroups
 from tfdiag.analysis.measurements import Measurements
 from tfdiag.analysis.ps_traffic import ps_traffic
 from tfdiag.analysis.whatif import allreduce_ns, predicted_speedup
@@ -141,10 +145,17 @@ def last_arrival_allreduce_ns(allreduce: pd.DataFrame) -> tuple[float, int]:
         worker:1  200       4 ms
     """
     ordered = allreduce.sort_values("time_ns", kind="stable")
-    task = ordered["task"].astype(str)
-    rounds = ordered.assign(round=ordered.groupby(task).cumcount(), task=task).groupby("round")
-    quickest = rounds["duration_ns"].min().astype("float64")
-    complete = rounds["task"].nunique() == task.nunique()
+    groups = TaskGroups(ordered["task"].astype(str))
+    if not groups.rows:
+        return math.nan, 0
+    duration = ordered["duration_ns"].to_numpy("float64")
+    # One row per worker, one column per round: the worker's k-th record in column k.
+    by_round = np.full((len(groups.rows), max((len(rows) for rows in groups.rows), default=0)), np.nan)
+    recorded = np.zeros(by_round.shape, bool)
+    for worker, rows in enumerate(groups.rows):
+        by_round[worker, :len(rows)], recorded[worker, :len(rows)] = duration[rows], True
+    quickest = pd.Series(np.fmin.reduce(by_round, axis=0))  # NaN left out; NaN where every one is
+    complete = recorded.all(axis=0)
     if complete.any():
         quickest = quickest[complete]
     return float(quickest.quantile(ROUND_QUANTILE, interpolation="lower")), int(len(quickest))

@@ -41,7 +41,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tfdiag.analysis.closure_gaps import TAIL_PS_ROUND_TRIPS, JobPace, closure_gaps, job_pace, loop_link_saving
+from tfdiag.analysis.closure_gaps import TAIL_PS_ROUND_TRIPS, JobPace, loop_link_saving
 from tfdiag.analysis.detectors.ps_hotspot import MIN_VARIABLE_BYTES
 from tfdiag.analysis.detectors.slow_link import slow_ps
 from tfdiag.analysis.findings import Finding, Recommendation, Severity
@@ -131,8 +131,8 @@ def detect(measured: Measurements) -> list[Finding]:
     workers = measured.workers
     if workers.empty or measured.synchronous or measured.closures is None or measured.closures.empty:
         return []
-    gaps = closure_gaps(measured.steps, measured.closures).set_index("task")
-    pace = job_pace(measured)
+    gaps = measured.gaps.set_index("task")
+    pace = measured.pace
     if gaps.empty or pace is None:
         return []
     workers = workers[workers["task"].isin(gaps.index)]

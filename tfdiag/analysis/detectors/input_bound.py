@@ -23,7 +23,7 @@ import pandas as pd
 
 from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.measurements import Measurements
-from tfdiag.analysis.sync_steps import own_times, shared_ns
+from tfdiag.analysis.sync_steps import shared_ns
 from tfdiag.analysis.whatif import predicted_speedup
 
 KIND = "input_bound"
@@ -55,7 +55,7 @@ def detect(measured: Measurements) -> list[Finding]:
         return []
     input_ns = workers["mean_ns"] * workers["input_wait_frac"]
     cores = host_cores(measured)
-    own = own_times(measured.run.frame("step")) if measured.synchronous else None
+    own = measured.own_times if measured.synchronous else None
     if own is not None and len(own) == len(workers):  # every worker's own compute, stamped before the all-reduce
         speedup = _synchronous_speedup(own, dict(zip(workers["task"].astype(str), cores)))
     else:

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from tfdiag.analysis.breakdown import closure_tail_ns
-from tfdiag.analysis.closure_gaps import TAIL_PS_ROUND_TRIPS, job_pace, loop_link_saving
+from tfdiag.analysis.closure_gaps import TAIL_PS_ROUND_TRIPS, loop_link_saving
 from tfdiag.analysis.detectors.evidence import task_list
 from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.links import MIN_LINK_SAMPLES
@@ -161,7 +161,7 @@ def _probed_speedup(measured: Measurements, dst: str, extra: float, rtt_peers: f
     tail = closure_tail_ns(measured.steps, measured.run.frame("closure"), quantile=0.0)
     link_tail = measured.workers["task"].map(tail).fillna(0.0) - TAIL_PS_ROUND_TRIPS * rtt_peers
     tail_saving = link_tail.clip(lower=0.0, upper=TAIL_PS_ROUND_TRIPS * extra) / per_closure
-    pace = job_pace(measured)
+    pace = measured.pace
     if pace is None:
         return predicted_speedup(measured.workers, measured.workers["mean_ns"] - saving - tail_saving,
                                  measured.synchronous), {}

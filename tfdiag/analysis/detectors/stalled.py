@@ -70,12 +70,14 @@ def detect(measured: Measurements) -> list[Finding]:
     if beats.empty:
         return []
     now_ns = int(beats["time_ns"].max())
-    last_beat = beats.groupby("task")["time_ns"].max()
-    closed = set(beats.loc[beats["closed"].fillna(False).astype(bool), "task"])
+    groups, times, tasks = TaskGroups(beats["task"]), beats["time_ns"].to_numpy(), beats["task"].to_numpy()
+    last_beat = pd.Series([times[rows].max() for rows in groups.rows], index=groups.names, dtype=times.dtype)
+    closed = set(tasks[beats["closed"].fillna(False).to_numpy(bool)])
     stopped = sorted(task for task, at in last_beat.items()
                      if task not in closed and now_ns - at > HEARTBEAT_LOST_S * 1e9)
     alive = set(last_beat.index) - closed - set(stopped)
-    subjects = sorted(set(beats.loc[beats["task"].isin(alive) & beats["progress"].notna(), "subject"]))
+    reporting = np.isin(tasks, list(alive)) & beats["progress"].notna().to_numpy()
+    subjects = sorted(set(beats["subject"].to_numpy()[reporting]))
     stalled, progressing = [], []
     for subject in subjects:
         state = _progress_state(measured, beats, subject, now_ns)
@@ -111,15 +113,18 @@ def _progress_state(measured: Measurements, beats: pd.DataFrame, subject: str, n
     if closures is not None and not closures.empty:
         mine = (closures["worker"] == subject).to_numpy() & closures["ok"].fillna(False).astype(bool).to_numpy()
         results = closures["result_ns"].to_numpy()[mine]
-    counted = beats[(beats["subject"] == subject) & beats["progress"].notna()].sort_values("time_ns")
-    final = counted["progress"].iloc[-1]
+    counted = ((beats["subject"] == subject) & beats["progress"].notna()).to_numpy()
+    beat_times, counts = beats["time_ns"].to_numpy()[counted], beats["progress"].to_numpy()[counted]
+    by_time = np.argsort(beat_times, kind="quicksort")  # as sort_values("time_ns") orders them
+    beat_times, counts = beat_times[by_time], counts[by_time]
+    final = counts[-1]
     progress_times = ends if len(ends) >= len(results) else np.sort(results)
     # After the warm-up record, and only the latest: a long run's older rows are a sample
     # by step number (step_stats), whose gaps are stretched by its stride.
     intervals = np.diff(progress_times)[1:]
     intervals = pd.Series(intervals[~np.isnan(intervals)][-(RECENT_ROWS - 1):])
     if not len(progress_times):  # only the beats counted it: the first beat that saw the final count
-        last_ns = float(counted.loc[counted["progress"] == final, "time_ns"].iloc[0])
+        last_ns = float(beat_times[counts == final][0])
     else:  # a collector counts a step or closure after writing its record: the records are as recent
         last_ns = max(float(np.nanmax(times)) for times in (ends, results) if len(times) and not np.isnan(times).all())
     return {

@@ -47,8 +47,8 @@ from tfdiag.analysis.closure_gaps import paced_speedup
 from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.groups import TaskGroups, mean_of, median_of
 from tfdiag.analysis.measurements import Measurements
-from tfdiag.analysis.step_stats import WINDOW_COLUMNS, window_counters
-from tfdiag.analysis.sync_steps import own_times, shared_ns, speedup_with_own, step_if_running_as_peers, stopped_shares
+from tfdiag.analysis.step_stats import window_counters
+from tfdiag.analysis.sync_steps import shared_ns, speedup_with_own, step_if_running_as_peers, stopped_shares
 from tfdiag.analysis.whatif import predicted_speedup, speedup_at_periods
 
 KIND = "straggler"
@@ -135,10 +135,10 @@ def compared_workers(steps: pd.DataFrame, workers: pd.DataFrame | None = None, c
         return pd.DataFrame(columns=COMPARED_COLUMNS)
     start, stop = float(firsts.max()), float(lasts.min())
     inside = timed & (begin >= start) & (end <= stop)
-    window = (window_counters(counters[counters["task"].astype(str).isin(sampled)], offsets or {}, start, stop)
-              if sampled else pd.DataFrame(columns=WINDOW_COLUMNS))
-    counts = pd.concat([pd.Series({name: float(inside[rows].sum()) for name, rows in timed_rows.items()}, dtype=float),
-                        window.set_index("task")["records"]])
+    counts = pd.Series({name: float(inside[rows].sum()) for name, rows in timed_rows.items()}, dtype=float)
+    if sampled:
+        window = window_counters(counters[counters["task"].astype(str).isin(sampled)], offsets or {}, start, stop)
+        counts = pd.concat([counts, window.set_index("task")["records"]])
     overlap = bool((counts >= OVERLAP_RECORDS).all())
     rows = _of_rows(steps, groups, inside if overlap else timed, float(stop - start) if overlap else 0.0)
     if not sampled:
@@ -216,7 +216,7 @@ def detect(measured: Measurements) -> list[Finding]:
     if len(measured.workers) < 2:
         return []
     if measured.synchronous:
-        own = own_times(measured.run.frame("step"))
+        own = measured.own_times
         if len(own) == len(measured.workers):  # every worker's own compute, stamped before the all-reduce
             return _synchronous(measured, own)
     compared = _without_time_away(measured, compared_workers(measured.steps, measured.workers,
@@ -229,7 +229,8 @@ def detect(measured: Measurements) -> list[Finding]:
     present = present - compared["task"].map(_downtime_ns(measured.faults)).fillna(0.0)
     spans_most = (compared["records"] >= 2) & (present >= MIN_SPAN_SHARE * float(measured.workers["active_ns"].max()))
     judged = compared[(compared["records"] >= MIN_RECORDS) | spans_most]
-    judged = pd.concat([judged, _barely_stepping(measured, compared)], ignore_index=True)
+    paced = _barely_stepping(measured, compared)
+    judged = pd.concat([judged, paced], ignore_index=True) if paced is not None else judged.reset_index(drop=True)
     if len(judged) < 2:
         return []
     eps = judged["examples_per_step"]
@@ -268,10 +269,11 @@ def detect(measured: Measurements) -> list[Finding]:
                      starved=bool(by_period[slow.index].all() and not by_step[slow.index].any()), per_example=per_example)]
 
 
-def _barely_stepping(measured: Measurements, compared: pd.DataFrame) -> pd.DataFrame:
+def _barely_stepping(measured: Measurements, compared: pd.DataFrame) -> pd.DataFrame | None:
     """Workers that had work for ``MIN_SPAN_SHARE`` of the run but finished under 2 timed
     records, as ``compared_workers`` rows judged by the pace they delivered: their period
-    is the time they had work per step they finished (their step, the whole run's).
+    is the time they had work per step they finished (their step, the whole run's). None
+    without any (the usual case: no frame is built).
 
     Under ParameterServerStrategy a worker has work from its first closure's dispatch: at
     200 steps of ps_ctl on the 2-core host at load 15, a worker under a CPU quota began its
@@ -280,20 +282,19 @@ def _barely_stepping(measured: Measurements, compared: pd.DataFrame) -> pd.DataF
     little because it was gone (``task_failure`` names it; ps_ctl with worker 1 killed at
     step 50 of 200 and restarted after the run ended: 1 closure, "15.6x less often").
     """
-    workers = measured.workers.assign(task=measured.workers["task"].astype(str))
-    first_begin = measured.steps.groupby(measured.steps["task"].astype(str), observed=True)["begin_ns"].min()
-    closures = measured.closures
-    waited = pd.Series(0.0, index=workers.index)
-    if closures is not None and not closures.empty:
-        first_dispatch = closures.groupby(closures["worker"].astype(str))["dispatch_ns"].min()
-        waited = (workers["task"].map(first_begin) - workers["task"].map(first_dispatch)).astype(float)
-        waited = waited.fillna(0.0).clip(lower=0.0)
-    present = workers["active_ns"] + waited - workers["task"].map(_downtime_ns(measured.faults)).fillna(0.0)
     stepped = set(compared.loc[compared["records"] >= 2, "task"].astype(str))
+    if set(measured.workers["task"].astype(str)) <= stepped:  # every worker stepped (the usual case)
+        return None
+    workers = measured.workers.assign(task=measured.workers["task"].astype(str))
     faults = measured.faults
     gone = set(faults.loc[(faults["kind"] == "failure") & faults["recovered_after_s"].isna(), "task"].astype(str))
-    few = workers[~workers["task"].isin(stepped | gone)
-                  & (present >= MIN_SPAN_SHARE * float(workers["active_ns"].max())) & (workers["steps"] > 0)]
+    few = workers[~workers["task"].isin(stepped | gone) & (workers["steps"] > 0)]
+    if few.empty:
+        return None
+    present = _present_ns(measured, few)
+    few = few[present >= MIN_SPAN_SHARE * float(workers["active_ns"].max())]
+    if few.empty:
+        return None
     return pd.DataFrame({
         "task": few["task"], "records": (few["records"] - 1).clip(lower=0), "steps": few["steps"],
         "p50_ns": few["p50_ns"].astype(float), "mean_ns": few["mean_ns"].astype(float),
@@ -302,13 +303,29 @@ def _barely_stepping(measured: Measurements, compared: pd.DataFrame) -> pd.DataF
     }, columns=COMPARED_COLUMNS)
 
 
+def _present_ns(measured: Measurements, workers: pd.DataFrame) -> pd.Series:
+    """Per worker (rows of ``measured.workers``, tasks as strings), the time it had work: its
+    first record to its last (``active_ns``), plus the wait from its first closure's dispatch
+    to its first record, less its time away after failures."""
+    first_begin = measured.steps.groupby(measured.steps["task"].astype(str), observed=True)["begin_ns"].min()
+    closures = measured.closures
+    waited = pd.Series(0.0, index=workers.index)
+    if closures is not None and not closures.empty:
+        first_dispatch = closures.groupby(closures["worker"].astype(str))["dispatch_ns"].min()
+        waited = (workers["task"].map(first_begin) - workers["task"].map(first_dispatch)).astype(float)
+        waited = waited.fillna(0.0).clip(lower=0.0)
+    return workers["active_ns"] + waited - workers["task"].map(_downtime_ns(measured.faults)).fillna(0.0)
+
+
 def _without_time_away(measured: Measurements, compared: pd.DataFrame) -> pd.DataFrame:
     """``compared`` with each worker's period taken over the time it was up: the time from a
     failure to its recovery or restart inside the worker's span of step records is left out
     (a TF1 worker killed 2.3 s into an 800-step run and back 5.5 s later started a step every
     45 ms over its span, every 20 ms while it was up, as its peer did)."""
+    if measured.faults.empty or compared.empty:
+        return compared
     away_spans = _time_away(measured.faults)
-    if away_spans.empty or compared.empty:
+    if away_spans.empty:
         return compared
     steps = measured.steps
     begins = steps.groupby(steps["task"].astype(str), observed=True)["begin_ns"].agg(["min", "max"])
@@ -336,6 +353,8 @@ def _time_away(faults: pd.DataFrame) -> pd.DataFrame:
 
 def _downtime_ns(faults: pd.DataFrame) -> dict[str, float]:
     """Per task, the time from each of its failures to its recovery or restart (ns)."""
+    if faults.empty:
+        return {}
     away = _time_away(faults)
     return (away["to_ns"] - away["from_ns"]).groupby(away["task"]).sum().to_dict()
 
@@ -355,10 +374,11 @@ def _finding(measured, judged, slow, slowdown, typical, typical_period, speedup,
     run_steps = dict(zip(measured.workers["task"], measured.workers["steps"].astype(int)))
     total_steps = max(sum(run_steps.values()), 1)
     unit = "per example" if per_example else "per step"
+    judged_rows, slow_rows = list(judged.itertuples()), list(slow.itertuples())  # each itertuples() costs
     if starved:
         title = f"{names} {'starts' if len(tasks) == 1 else 'start'} steps {worst:.1f}x less often than the other workers"
         summary = (
-            f"{names} ran {', '.join(f'{run_steps[row.task] / total_steps:.0%}' for row in slow.itertuples())} of the "
+            f"{names} ran {', '.join(f'{run_steps[row.task] / total_steps:.0%}' for row in slow_rows)} of the "
             f"steps, one every {float(slow['period_ns'].max()) / 1e6:.1f} ms against "
             f"{float(typical_period[slow.index].min()) / 1e6:.1f} ms for the other workers, with about the same step "
             "time: it loses its time between steps."
@@ -372,17 +392,17 @@ def _finding(measured, judged, slow, slowdown, typical, typical_period, speedup,
             + (", over the time every worker ran." if judged["window_ns"].iloc[0] else ".")
         )
     evidence = {
-        "step_time_ms_p50": {row.task: round(float(row.p50_ns) / 1e6, 2) for row in judged.itertuples()},
+        "step_time_ms_p50": {row.task: round(float(row.p50_ns) / 1e6, 2) for row in judged_rows},
         "typical_step_ms": round(float(typical[slow.index].min()) / 1e6, 2),
-        "step_period_ms": {row.task: round(float(row.period_ns) / 1e6, 2) for row in judged.itertuples()},
+        "step_period_ms": {row.task: round(float(row.period_ns) / 1e6, 2) for row in judged_rows},
         "typical_period_ms": round(float(typical_period[slow.index].min()) / 1e6, 2),
-        "slowdown": {row.task: round(float(slowdown[row.Index]), 2) for row in slow.itertuples()},
+        "slowdown": {row.task: round(float(slowdown[row.Index]), 2) for row in slow_rows},
         "compared": unit,
-        "examples_per_step": {row.task: round(float(row.examples_per_step), 1) for row in judged.itertuples()},
+        "examples_per_step": {row.task: round(float(row.examples_per_step), 1) for row in judged_rows},
         "overlap_s": round(float(judged["window_ns"].iloc[0]) / 1e9, 3) or None,  # None: the whole run
         "steps": run_steps,
         "step_share": {task: round(steps / total_steps, 3) for task, steps in run_steps.items()},
-        "compared_steps": {row.task: int(row.steps) for row in judged.itertuples()},
+        "compared_steps": {row.task: int(row.steps) for row in judged_rows},
     }
     unjudged = sorted(set(measured.workers["task"]) - set(judged["task"]))
     if unjudged:

@@ -21,7 +21,6 @@ from functools import reduce
 import numpy as np
 import pandas as pd
 
-from tfdiag.analysis.closure_gaps import job_pace
 from tfdiag.analysis.faults import FAILURE_KINDS
 from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.measurements import Measurements
@@ -56,7 +55,7 @@ def detect(measured: Measurements) -> list[Finding]:
     # Each worker supplies 1/n of the capacity: losing one for d seconds costs d/n of the run.
     lost_s = sum(d for d, task in zip(downtime_s, failures["task"]) if str(task).startswith("worker:")) / worker_count
     restored = _restored_run(measured, failures, sorted(known))
-    pace = job_pace(measured)
+    pace = measured.pace
     never_stepped = sorted(known - set(pace.own_ns.index)) if pace is not None else []
     failed_workers = {str(task) for task in failures["task"] if str(task).startswith("worker:")}
     if restored is not None:
