@@ -232,7 +232,8 @@ def cgroup_cpu_stat(pid: int | str = "self") -> str | None:
     (or a hybrid host) the ``cpu`` hierarchy's, else the v2 one's; ``None`` when there is none."""
     try:
         with open(f"/proc/{pid}/cgroup") as lines:
-            memberships = [line.rstrip("\n").split(":", 2) for line in lines]
+            # hierarchy:controllers:path; anything else (a damaged or foreign file) is skipped
+            memberships = [parts for parts in (line.rstrip("\n").split(":", 2) for line in lines) if len(parts) == 3]
     except OSError:
         return None
     candidates = [os.path.join(CGROUP_ROOT, directory, path.lstrip("/"), "cpu.stat")

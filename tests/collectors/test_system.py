@@ -343,6 +343,14 @@ def test_a_sampler_held_to_a_cgroups_cpu_quota_counts_the_kernels_throttled_time
     assert sum(counted) >= 0.5 * 500 * (len(counted) - 1)
 
 
+def test_a_malformed_proc_cgroup_line_is_skipped(monkeypatch, tmp_path):
+    proc = tmp_path / "cgroup"
+    proc.write_text("garbage without colons\n1:cpu\n")
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda path, *a, **k: real_open(proc if path == "/proc/7/cgroup" else path, *a, **k))
+    assert system.cgroup_cpu_stat(7) is None
+
+
 def test_throttled_time_is_read_from_cgroup_v1_and_v2(tmp_path):
     v2, v1, none = tmp_path / "v2", tmp_path / "v1", tmp_path / "none"
     v2.write_text("usage_usec 100\nnr_throttled 3\nthrottled_usec 2500\n")
