@@ -80,7 +80,11 @@ def test_slow_ps_link_is_measured_and_named(analysed, capsys):
     links = {(link["src"], link["dst"]): link for link in report["rpc"]}
     for worker in ("worker:0", "worker:1"):
         slow, fast = links[worker, "ps:1"], links[worker, "ps:0"]
-        assert 25 <= slow["rtt_ms"]["p50"] <= 40 and fast["rtt_ms"]["p50"] < 5
+        # The proxy (a Python process sharing two cores with five TensorFlow tasks) adds its
+        # 25 ms once per round trip, plus its own scheduling delay under load (41 ms seen in
+        # CI); 50 ms would be the delay counted twice.
+        assert 25 <= slow["rtt_ms"]["p50"] < 50 and fast["rtt_ms"]["p50"] < 10
+        assert slow["rtt_ms"]["p50"] - fast["rtt_ms"]["p50"] >= 20
         # A 200-step run lasts a few seconds: the probe's first rounds must all land in it.
         assert slow["samples"] >= 3 and fast["samples"] >= 3
         # One host, one clock: an offset within the probe's own uncertainty.
