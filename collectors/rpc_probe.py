@@ -75,14 +75,21 @@ DEFAULT_LEGS_PER_ROUND = 1
 FULL_PASSES = 3
 # After the first passes the pause between rounds grows while the links read as before:
 # each pass over the links in which no link moved doubles the pause, up to MAX_SLOWDOWN
-# times ``interval_s``; a link moved when two of its round trips in a row fall outside
-# its typical reading ± STABLE_TOLERANCE of it (at least STABLE_FLOOR_S; one alone is
-# jitter), and that brings the pause back at once. On a steady cluster of 8 links each
-# link is then probed every 32 s, at a quarter of the cost; a link that turns slow is
-# probed at the full rate again from its second slow probe.
+# times ``interval_s``; a link moved when MOVED_AFTER of its round trips in a row read
+# MOVE_RATIO times its typical reading or more (or 1/MOVE_RATIO or less) and at least
+# MOVE_FLOOR_S away from it (fewer are jitter), and that brings the pause back at once.
+# The band is the slow-link detector's own notion of a slow link (3x its peers' round
+# trip and 2 ms more, analysis/detectors/slow_link.py). A busy job's own jitter is wide:
+# ps_ctl's links under its load read 3-5 ms at the median and 11-24 ms at the 90th
+# percentile, and the rule before (two readings in a row out of ±50 %) kept the pause at
+# 1.1-1.5 times ``interval_s`` on average over nine recorded runs, this one at 2.0-3.8
+# (``benchmarks/probe_cadence.py`` replays a run's round trips through the rule). On a steady cluster of 8
+# links each link is then probed every 32 s, at a quarter of the cost; a link that turns
+# slow is probed at the full rate again from its third slow probe.
 MAX_SLOWDOWN = 4
-STABLE_TOLERANCE = 0.5
-STABLE_FLOOR_S = 0.001
+MOVE_RATIO = 3.0
+MOVE_FLOOR_S = 0.002
+MOVED_AFTER = 3
 # Every 10th probe of a link carries 1 MB: far below any link the analysis would call
 # slow, and the bandwidth estimate still gets a sample per link every 10 passes.
 DEFAULT_PAYLOAD_EVERY = 10
@@ -153,26 +160,28 @@ class _Cadence:
     def __init__(self, interval_s: float):
         self.interval_s = interval_s
         self.slowdown = 1
-        self._typical: dict = {}  # leg -> typical round trip (s), a moving average
-        self._outlying: set = set()  # legs whose last reading was out of their band
+        self._typical: dict = {}  # leg -> typical round trip (s): a moving geometric mean of its readings in band
+        self._outlying: dict = {}  # leg -> its readings out of band in a row, up to now
         self._moved = False
 
     def observe(self, leg, rtt_s: float) -> None:
-        """A round trip without payload of ``leg``. Two in a row out of its typical band mean
-        the link changed: the pause goes back to ``interval_s`` (one alone is jitter)."""
+        """A round trip without payload of ``leg``. ``MOVED_AFTER`` in a row out of its
+        typical band mean the link changed: the pause goes back to ``interval_s``."""
         typical = self._typical.get(leg)
+        if rtt_s <= 0:  # below the clock's resolution: says nothing
+            return
         if typical is None:
             self._typical[leg] = rtt_s
-        elif abs(rtt_s - typical) <= max(STABLE_TOLERANCE * typical, STABLE_FLOOR_S):
-            self._typical[leg] = 0.75 * typical + 0.25 * rtt_s
-            self._outlying.discard(leg)
-        elif leg in self._outlying:
+        elif not _moved(typical, rtt_s):
+            self._typical[leg] = typical ** 0.75 * rtt_s ** 0.25
+            self._outlying.pop(leg, None)
+        elif self._outlying.get(leg, 0) + 1 >= MOVED_AFTER:
             self._typical[leg] = rtt_s
-            self._outlying.discard(leg)
+            self._outlying.pop(leg, None)
             self._moved = True
             self.slowdown = 1
         else:
-            self._outlying.add(leg)
+            self._outlying[leg] = self._outlying.get(leg, 0) + 1
 
     def pass_done(self) -> None:
         """A pass over every link ended: slow down if none of its readings moved."""
@@ -182,6 +191,17 @@ class _Cadence:
 
     def pause_s(self) -> float:
         return self.interval_s * self.slowdown
+
+
+def _moved(typical_s: float, rtt_s: float) -> bool:
+    """Whether one round trip reads out of its link's typical band (``MOVE_RATIO``, ``MOVE_FLOOR_S``).
+
+    >>> _moved(0.003, 0.012), _moved(0.003, 0.008), _moved(0.0005, 0.002), _moved(0.028, 0.003)
+    (True, False, False, True)
+    """
+    if abs(rtt_s - typical_s) < MOVE_FLOOR_S:
+        return False
+    return rtt_s >= MOVE_RATIO * typical_s or rtt_s * MOVE_RATIO <= typical_s
 
 
 def _ns(seconds: float) -> int:
