@@ -83,9 +83,9 @@ FULL_PASSES = 3
 # ps_ctl's links under its load read 3-5 ms at the median and 11-24 ms at the 90th
 # percentile, and the rule before (two readings in a row out of ±50 %) kept the pause at
 # 1.1-1.5 times ``interval_s`` on average over nine recorded runs, this one at 2.0-3.8
-# (``benchmarks/probe_cadence.py`` replays a run's round trips through the rule). On a steady cluster of 8
-# links each link is then probed every 32 s, at a quarter of the cost; a link that turns
-# slow is probed at the full rate again from its third slow probe.
+# (``benchmarks/probe_cadence.py`` replays a run's round trips through the rule). On a
+# steady cluster of 8 links each link is then probed every 32 s, at a quarter of the
+# cost; a link that turns slow is probed at the full rate again from its third slow probe.
 MAX_SLOWDOWN = 4
 MOVE_RATIO = 3.0
 MOVE_FLOOR_S = 0.002
@@ -167,12 +167,12 @@ class _Cadence:
     def observe(self, leg, rtt_s: float) -> None:
         """A round trip without payload of ``leg``. ``MOVED_AFTER`` in a row out of its
         typical band mean the link changed: the pause goes back to ``interval_s``."""
-        typical = self._typical.get(leg)
         if rtt_s <= 0:  # below the clock's resolution: says nothing
             return
+        typical = self._typical.get(leg)
         if typical is None:
             self._typical[leg] = rtt_s
-        elif not _moved(typical, rtt_s):
+        elif not _out_of_band(typical, rtt_s):
             self._typical[leg] = typical ** 0.75 * rtt_s ** 0.25
             self._outlying.pop(leg, None)
         elif self._outlying.get(leg, 0) + 1 >= MOVED_AFTER:
@@ -193,11 +193,13 @@ class _Cadence:
         return self.interval_s * self.slowdown
 
 
-def _moved(typical_s: float, rtt_s: float) -> bool:
+def _out_of_band(typical_s: float, rtt_s: float) -> bool:
     """Whether one round trip reads out of its link's typical band (``MOVE_RATIO``, ``MOVE_FLOOR_S``).
 
-    >>> _moved(0.003, 0.012), _moved(0.003, 0.008), _moved(0.0005, 0.002), _moved(0.028, 0.003)
-    (True, False, False, True)
+    >>> [_out_of_band(0.003, rtt_s) for rtt_s in (0.012, 0.008, 0.0009, 0.004)]
+    [True, False, True, False]
+    >>> _out_of_band(0.0005, 0.002)  # 4x, but under 2 ms away
+    False
     """
     if abs(rtt_s - typical_s) < MOVE_FLOOR_S:
         return False
