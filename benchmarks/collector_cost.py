@@ -9,8 +9,9 @@ so that both see the same load. CPU is the measuring thread's own
 * ``sample``: ``SystemSampler.sample()`` in a loop, as a ParameterServerStrategy
   coordinator takes it: a cluster spec with ``--tasks`` listening processes on this host
   (children of this script) and the coordinator's own port (this process listens on it,
-  as the coordinator's in-process server does); alone, and while another thread of this
-  process runs Python code (holding the GIL, as a coordinator's scheduling thread does:
+  as the coordinator's in-process server does); alone, ``--paused`` of them each
+  ``PAUSE_S`` after the last (as the sampler's thread wakes for them: its caches cold),
+  and while another thread of this process runs Python code (holding the GIL, as a coordinator's scheduling thread does:
   every file the sample reads releases the GIL and waits to take it back). Then the
   search for the cluster's processes (``psutil.net_connections``) once, and a profile of
   the current sample's CPU by function.
@@ -49,6 +50,8 @@ LISTENER = ("import socket, time; s = socket.create_server(('127.0.0.1', 0)); "
             "print(s.getsockname()[1], flush=True); time.sleep(3600)")
 # One coordinator second of a 2-worker ps_ctl run (docs/benchmarks.md): its record kinds and rows.
 COORDINATOR_SECOND = {"system": 1, "heartbeat": 3, "closure": 10, "step": 10, "rpc": 1}
+# The pause before each of the samples taken as the sampler takes them, apart.
+PAUSE_S = 0.5
 
 
 def baseline_module(revision: str, path: str):
@@ -76,6 +79,19 @@ def per_call_us(fn, calls: int) -> float:
     for _ in range(calls):
         fn()
     return (time.thread_time_ns() - start) / calls / 1e3
+
+
+def after_pause_us(fn, calls: int, pause_s: float) -> float:
+    """Median CPU µs of a call of ``fn`` made ``pause_s`` after the previous one, as a thread
+    that wakes once a second makes it (its caches cold), over ``calls`` calls."""
+    fn()
+    spent = []
+    for _ in range(calls):
+        time.sleep(pause_s)
+        start = time.thread_time_ns()
+        fn()
+        spent.append(time.thread_time_ns() - start)
+    return statistics.median(spent) / 1e3
 
 
 def interleaved(versions: dict, blocks: int, measure) -> dict[str, list[float]]:
@@ -131,6 +147,8 @@ def measure_sample(modules: dict, args) -> None:
         assert all(n == len(ports) for n in counted.values()), f"not every listener found: {counted}"
         show("one sample (CPU)",
              interleaved(samplers, args.blocks, lambda s: per_call_us(s.sample, args.samples)), "µs")
+        show(f"one sample {PAUSE_S:g} s after the last (CPU; the sampler takes one a second)",
+             interleaved(samplers, args.blocks, lambda s: after_pause_us(s.sample, args.paused, PAUSE_S)), "µs")
         busy = BusyThread()
         try:
             show("one sample while another thread runs Python (CPU)",
@@ -202,6 +220,8 @@ def main(argv=None) -> int:
     parser.add_argument("--only", choices=("sample", "wake", "flush"), action="append")
     parser.add_argument("--tasks", type=int, default=4, help="listening processes of the cluster (default 4)")
     parser.add_argument("--samples", type=int, default=200, help="samples a block (default 200)")
+    parser.add_argument("--paused", type=int, default=10,
+                        help=f"samples a block taken {PAUSE_S:g} s apart (default 10)")
     parser.add_argument("--seconds", type=float, default=5.0, help="seconds a wake-up block (default 5)")
     parser.add_argument("--rows", type=int, default=1, help="rows per kind in the per-kind flushes (default 1)")
     parser.add_argument("--flushes", type=int, default=200, help="flushes a block (default 200)")
