@@ -187,7 +187,8 @@ def own_executor():
     waits). A timing copy from a frozen worker, or a handle to one of its tensors let go,
     on that executor stopped every worker's closures until the worker ran again
     (docs/reliability.md); on an executor of its own it holds up only the calling thread,
-    when it leaves the scope. (Private API: ``tensorflow.python.eager``.)
+    when it leaves the scope. The executor is of the kind ``ClusterCoordinator`` gives
+    each worker. (Private API: ``tensorflow.python.eager``.)
     """
     from tensorflow.python.eager import context, executor
 

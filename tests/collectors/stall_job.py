@@ -6,8 +6,9 @@ would block ``join``) and holds every result, writes LOGDIR/ready once the RPC p
 and closures have come back from both workers, and stops when STOP_FILE appears (or after
 ``MAX_SECONDS``); then closes the coordinator and prints JSON.
 
-When LOGDIR/copy_timings appears (the test writes it once worker:1 is frozen), the job
-copies the timings of one of worker:1's finished closures as the result thread does
+When LOGDIR/copy_timings appears (the test writes a worker's name there once it has
+frozen it), the job copies the timings of one of that worker's finished closures from
+it, as the result thread does
 (``closure_timing.fetch_stats``), abandoned after ``COPY_TIMEOUT_S``: what the result
 thread does when it records a closure of a worker frozen before TensorFlow copied the
 closure's outputs here, a race the freeze hits only now and then. Such a copy once
@@ -21,8 +22,9 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from tfdiag.collectors import closure_timing, instrument_coordinator
+from tfdiag.collectors import closure_timing, instrument_coordinator, tf_internals
 from tfdiag.collectors.bounded import BoundedCalls
+from tfdiag.events import task_of_device
 from tfdiag.sample_jobs.task import wait_for_cluster
 
 PACE_S = 0.2
@@ -45,26 +47,28 @@ def step():
     return total.read_value()
 
 
+def copy_timings_of(worker: str) -> None:
+    """Copies the timings of ``worker``'s latest finished closure from it, as the result thread would."""
+    remotes = [view._remote for view in reversed(results)]  # noqa: SLF001 - the RemoteValue the view wraps
+    # Copied here already: the handle is ready, reading its device waits for nothing.
+    handles = [closure_timing.stats_handle(remote) for remote in remotes
+               if tf_internals.closure_finished(remote) and tf_internals.local_outputs(remote) is not None]
+    handle = next((h for h in handles if task_of_device(h.device) == worker), None)
+    if handle is None:
+        sys.exit(f"stall_job: no finished closure of {worker} to copy timings from")
+    closure_timing.fetch_stats([handle], BoundedCalls("stall-job-copy"), COPY_TIMEOUT_S)
+
+
 start = time.monotonic()
 prober = coordinator.collectors["rpc"]
 ready = False
 results = []  # held, so TensorFlow copies every closure's output to the coordinator as it comes in
-
-def copy_timings_of(worker_device: str) -> None:
-    """Copies the timings of the latest finished closure of ``worker_device`` from it, as the result thread would."""
-    remotes = [view._remote for view in reversed(results)]  # noqa: SLF001 - the InstrumentedRemoteValue's closure
-    handle = next(closure_timing.stats_handle(remote) for remote in remotes
-                  if remote._status_available_event.is_set() and remote._error is None  # noqa: SLF001
-                  and closure_timing.stats_handle(remote).device.endswith(worker_device))
-    closure_timing.fetch_stats([handle], BoundedCalls("stall-job-copy"), COPY_TIMEOUT_S)
-
-
 copied = False
 while not stop_file.exists() and time.monotonic() - start < MAX_SECONDS:
     results.append(coordinator.schedule(step))
     time.sleep(PACE_S)
     if not copied and (logdir / "copy_timings").exists():
-        copy_timings_of("/job:worker/replica:0/task:1/device:CPU:0")
+        copy_timings_of((logdir / "copy_timings").read_text())
         copied = True
     if not ready and prober.prepared.is_set() and coordinator.closures_recorded >= 20:
         (logdir / "ready").write_text("ready")
