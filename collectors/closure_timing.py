@@ -179,13 +179,12 @@ def timing_of(remote):
 def own_executor():
     """Runs the calling thread's eager ops on a synchronous executor of its own, while in scope.
 
-    An op on a worker's device, and the release of a handle to a tensor on a worker, is
-    a node of the calling thread's executor until the worker answers; and every
-    ``ClusterCoordinator`` dispatch thread, as it leaves its worker's executor after each
-    closure, waits for every node of the executor it was on before: the process-wide
-    default one (``context.executor_scope`` wraps it in an ``Executor`` whose ``__del__``
-    waits). A timing copy from a frozen worker, or a handle to one of its tensors let go,
-    on that executor stopped every worker's closures until the worker ran again
+    An op on a worker's device is a node of the calling thread's executor until the
+    worker answers; and every ``ClusterCoordinator`` dispatch thread, as it leaves its
+    worker's executor after each closure, waits for every node of the executor it was on
+    before: the process-wide default one (``context.executor_scope`` wraps it in an
+    ``Executor`` whose ``__del__`` waits). A timing copy from a frozen worker on that
+    executor stopped every worker's closures until the worker ran again
     (docs/reliability.md); on an executor of its own it holds up only the calling thread,
     when it leaves the scope. The executor is of the kind ``ClusterCoordinator`` gives
     each worker. (Private API: ``tensorflow.python.eager``.)

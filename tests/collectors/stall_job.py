@@ -8,8 +8,7 @@ and closures have come back from both workers, and stops when STOP_FILE appears 
 
 When LOGDIR/copy_timings appears (the test writes a worker's name there once it has
 frozen it), the job copies the timings of one of that worker's finished closures from
-it, as the result thread does
-(``closure_timing.fetch_stats``), abandoned after ``COPY_TIMEOUT_S``: what the result
+it (``closure_timing.fetch_stats``, abandoned after ``COPY_TIMEOUT_S``): what the result
 thread does when it records a closure of a worker frozen before TensorFlow copied the
 closure's outputs here, a race the freeze hits only now and then. Such a copy once
 stopped worker:0's closures too (``closure_timing.own_executor``).
