@@ -89,7 +89,9 @@ STALL_JOB = Path(__file__).with_name("stall_job.py")
 @pytest.mark.cluster
 def test_a_frozen_worker_is_named_stalled_while_the_job_hangs(tmp_path):
     """SIGSTOPs worker:1 of a live ParameterServerStrategy job; the coordinator's beats name it
-    in ``tfdiag analyze`` and in the TensorBoard tab, with its closure in flight."""
+    in ``tfdiag analyze`` and in the TensorBoard tab, with its closure in flight. Worker:0
+    keeps progressing (as it does without tfdiag), also through a copy of timings from
+    the frozen worker (``stall_job.copy_timings_of``), which once stopped it too."""
     logdir, stop_file = tmp_path / "run", tmp_path / "stop"
     cluster = LocalCluster(JobConfig("ps_ctl", str(logdir), ps=1, workers=2))
     job = frozen = None
@@ -107,6 +109,7 @@ def test_a_frozen_worker_is_named_stalled_while_the_job_hangs(tmp_path):
 
         frozen = cluster.tasks["worker:1"].process.pid
         os.kill(frozen, signal.SIGSTOP)
+        (logdir / "copy_timings").write_text("worker:1")
         time.sleep(STALL_FLOOR_S + 2 * heartbeat.HEARTBEAT_EVERY_S + 5)
 
         [finding] = [f for f in analyze(logdir).findings if f.kind == "stalled"]
