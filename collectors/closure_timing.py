@@ -176,30 +176,12 @@ def timing_of(remote):
     return stats_handle(remote)
 
 
-def own_executor():
-    """Runs the calling thread's eager ops on a synchronous executor of its own, while in scope.
-
-    An op on a worker's device is a node of the calling thread's executor until the
-    worker answers; and every ``ClusterCoordinator`` dispatch thread, as it leaves its
-    worker's executor after each closure, waits for every node of the executor it was on
-    before: the process-wide default one (``context.executor_scope`` wraps it in an
-    ``Executor`` whose ``__del__`` waits). A timing copy from a frozen worker on that
-    executor stopped every worker's closures until the worker ran again
-    (docs/reliability.md); on an executor of its own it holds up only the calling thread,
-    when it leaves the scope. The executor is of the kind ``ClusterCoordinator`` gives
-    each worker. (Private API: ``tensorflow.python.eager``.)
-    """
-    from tensorflow.python.eager import context, executor
-
-    return context.executor_scope(executor.new_executor(enable_async=False))
-
-
 def fetch_stats(timings, calls: BoundedCalls, timeout_s: float, on_failure=None) -> list[list[float] | None]:
     """The stats vectors of finished closures (:func:`timing_of` each): one op and one copy per worker.
 
     Vectors already read are passed through; the handles are stacked on their worker and
     copied at once, through ``calls``: a worker that does not answer within ``timeout_s``
-    is left to its thread, on an eager executor of its own (:func:`own_executor`), so it
+    is left to its thread, on an eager executor of its own (``tf_internals.own_executor``), so it
     holds up no closure. The cost is mostly per call, not per vector
     (``benchmarks/timing_copy.py``), so the caller batches. A worker that fails or is
     late loses its vectors (None), not its closures' records; each such loss is reported
@@ -217,7 +199,7 @@ def fetch_stats(timings, calls: BoundedCalls, timeout_s: float, on_failure=None)
         handles = [timings[p] for p in positions]
 
         def copy(handles=handles, device=device):
-            with own_executor(), tf.device(device):
+            with tf_internals.own_executor(), tf.device(device):
                 return tf.stack(handles).numpy().tolist()
 
         try:

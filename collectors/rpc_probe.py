@@ -435,11 +435,13 @@ class RpcProber(_ProberBase):
     def _every_task_answers(self) -> None:
         """Returns once every task of the cluster has answered ``tf.timestamp()`` (an eager op:
         nothing is registered), with its time or an error (a task gone: registering a
-        function with it fails at once, it does not wait)."""
+        function with it fails at once, it does not wait). On an executor of its own: a
+        task frozen meanwhile holds up this thread only, not the closures' dispatch
+        (``tf_internals.own_executor``)."""
         tf = _tf()
         for task in self._cluster:
             try:
-                with tf.device(device_of(task)):
+                with tf_internals.own_executor(), tf.device(device_of(task)):
                     tf.timestamp().numpy()
             except tf.errors.OpError:
                 continue

@@ -160,6 +160,24 @@ def call_uncancelled(function) -> list:
     return execute.execute(name, num_outputs=len(signature.output_arg), inputs=[], attrs=attrs, ctx=ctx)
 
 
+def own_executor():
+    """Runs the calling thread's eager ops on a synchronous executor of its own, while in scope.
+
+    An op on a worker's device is a node of the calling thread's executor until the
+    worker answers; and every ``ClusterCoordinator`` dispatch thread, as it leaves its
+    worker's executor after each closure, waits for every node of the executor it was on
+    before: the process-wide default one (``context.executor_scope`` wraps it in an
+    ``Executor`` whose ``__del__`` waits). A timing copy from a frozen worker on that
+    executor stopped every worker's closures until the worker ran again
+    (docs/reliability.md); on an executor of its own it holds up only the calling thread,
+    when it leaves the scope. The executor is of the kind ``ClusterCoordinator`` gives
+    each worker.
+    """
+    from tensorflow.python.eager import context, executor
+
+    return context.executor_scope(executor.new_executor(enable_async=False))
+
+
 # -- ClusterCoordinator under tf-keras model.fit -----------------------------------------
 def cluster_coordinator_of(model, strategy):
     """The ``ClusterCoordinator`` tf-keras ``model.fit`` schedules through, None if none.

@@ -11,7 +11,7 @@ frozen it), the job copies the timings of one of that worker's finished closures
 it (``closure_timing.fetch_stats``, abandoned after ``COPY_TIMEOUT_S``): what the result
 thread does when it records a closure of a worker frozen before TensorFlow copied the
 closure's outputs here, a race the freeze hits only now and then. Such a copy once
-stopped worker:0's closures too (``closure_timing.own_executor``).
+stopped worker:0's closures too (``tf_internals.own_executor``).
 """
 
 import json

@@ -83,3 +83,14 @@ def test_worker_count_and_resolver_of_multi_worker_mirrored_strategy(tmp_path):
     facts = json.loads(done.stdout.strip().splitlines()[-1])
     # extended._num_workers; cluster_resolver (public, from extended._cluster_resolver).
     assert facts == {"version_supported": True, "workers": 1, "resolver": "TFConfigClusterResolver"}
+
+
+def test_own_executor_runs_the_threads_eager_ops_apart_from_the_executor_it_was_on():
+    import tensorflow as tf
+    from tensorflow.python.eager import context, executor
+
+    with context.executor_scope(executor.new_executor(enable_async=True)):  # one to tell apart
+        with tf_internals.own_executor():
+            assert not context.context().executor.is_async()
+            assert tf.add(1, 2).numpy() == 3
+        assert context.context().executor.is_async()  # the thread's executor is back on leaving
