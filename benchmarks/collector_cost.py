@@ -11,8 +11,9 @@ so that both see the same load. CPU is the measuring thread's own
   (children of this script) and the coordinator's own port (this process listens on it,
   as the coordinator's in-process server does); alone, ``--paused`` of them each
   ``PAUSE_S`` after the last (as the sampler's thread wakes for them: its caches cold),
-  and while another thread of this process runs Python code (holding the GIL, as a coordinator's scheduling thread does:
-  every file the sample reads releases the GIL and waits to take it back). Then the
+  and while another thread of this process runs Python code (holding the GIL, as a
+  coordinator's scheduling thread does: every file the sample reads releases the GIL
+  and waits to take it back). Then the
   search for the cluster's processes (``psutil.net_connections``) once, and a profile of
   the current sample's CPU by function.
 * ``wake``: a running sampler thread's CPU per timed wake-up (10 a second), over

@@ -181,8 +181,8 @@ def fetch_stats(timings, calls: BoundedCalls, timeout_s: float, on_failure=None)
 
     Vectors already read are passed through; the handles are stacked on their worker and
     copied at once, through ``calls``: a worker that does not answer within ``timeout_s``
-    is left to its thread, on an eager executor of its own (``tf_internals.own_executor``), so it
-    holds up no closure. The cost is mostly per call, not per vector
+    is left to its thread, on an eager executor of its own (``tf_internals.own_executor``),
+    so it holds up no closure. The cost is mostly per call, not per vector
     (``benchmarks/timing_copy.py``), so the caller batches. A worker that fails or is
     late loses its vectors (None), not its closures' records; each such loss is reported
     as ``on_failure(device, closures, error)``.
