@@ -344,11 +344,21 @@ def test_a_sampler_held_to_a_cgroups_cpu_quota_counts_the_kernels_throttled_time
 
 
 def test_a_malformed_proc_cgroup_line_is_skipped(monkeypatch, tmp_path):
-    proc = tmp_path / "cgroup"
-    proc.write_text("garbage without colons\n1:cpu\n")
+    proc, root = tmp_path / "cgroup", tmp_path / "sys-fs-cgroup"
+    stat = root / "cpu,cpuacct" / "job1" / "cpu.stat"
+    stat.parent.mkdir(parents=True)
+    stat.write_text("nr_throttled 0\nthrottled_time 0\n")
+    monkeypatch.setattr(system, "CGROUP_ROOT", str(root))
     real_open = open
-    monkeypatch.setattr("builtins.open", lambda path, *a, **k: real_open(proc if path == "/proc/7/cgroup" else path, *a, **k))
+
+    def open_proc_as(path, *args, **kwargs):
+        return real_open(proc if path == "/proc/7/cgroup" else path, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", open_proc_as)
+    proc.write_text("garbage without colons\n1:cpu\n")
     assert system.cgroup_cpu_stat(7) is None
+    proc.write_text("garbage without colons\n4:cpu,cpuacct:/job1\n1:cpu\n")  # the well-formed line still counts
+    assert system.cgroup_cpu_stat(7) == str(stat)
 
 
 def test_throttled_time_is_read_from_cgroup_v1_and_v2(tmp_path):
