@@ -70,7 +70,8 @@ COMPONENTS: dict[str, Budget] = {
     # timed wake-ups a second (90-146 µs each, from 127-185). overhead_ab.py's A phases take
     # no samples and no wake-ups, so its B - A counts both: 0.135 % a worker of mwms_fit in
     # a 20-pair run at load 7.
-    "system": Budget(core_share=0.002, what="system sampler: one sample a second (and 10 timed wake-ups on sync workers)"),
+    # Halved again since by sampling every 2 s instead of every second (system.SAMPLE_EVERY_S).
+    "system": Budget(core_share=0.002, what="system sampler: a sample every 2 s (and 10 timed wake-ups a second on sync workers)"),
     "heartbeat": Budget(core_share=0.0002, what="heartbeat rows every 5 s"),
     # A coordinator's flush (system, heartbeat, closure, step and rpc records) encodes in
     # 181-251 µs, from 307-416 (one struct array per kind, its schema made once:
@@ -87,8 +88,11 @@ COMPONENTS: dict[str, Budget] = {
     # 3.8-5.6 (docs/benchmarks.md).
     "step_input": Budget(per_step_us=20, jobs=("fit",),
                          what="in-graph input-arrival and gradients stamps, read in batches"),
-    # collectors/live.py spaces its evaluations so that each one's CPU stays within this share.
-    "live": Budget(core_share=0.002, what="live findings: the detectors in the chief, paced to this share"),
+    # collectors/live.py spaces its evaluations so that each one's CPU stays within this
+    # share. 0.2 % until issue 15's last cut: live findings were 40 % of a ps_ctl
+    # coordinator's collector CPU there (docs/benchmarks.md); at 0.1 % an evaluation of
+    # 55 ms comes every 55 s (TFDIAG_LIVE_CPU_SHARE gives more for faster findings).
+    "live": Budget(core_share=0.001, what="live findings: the detectors in the chief, paced to this share"),
 }
 
 

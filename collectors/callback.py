@@ -19,7 +19,7 @@ from tfdiag.collectors.arguments import check_count, check_logdir
 from tfdiag.collectors.batch_size import examples_in
 from tfdiag.collectors.placement import record_placement
 from tfdiag.collectors.step_input import StepStamps, match_stamps, stamp_train_step
-from tfdiag.collectors.system import WAKE_S, SystemSampler
+from tfdiag.collectors.system import SAMPLE_EVERY_S, WAKE_S, SystemSampler
 from tfdiag.errors import InvalidOptionError
 
 logger = logging.getLogger("tfdiag")
@@ -177,7 +177,7 @@ class DiagnosticsCallback(_KerasCallback):
     # ParameterServerStrategy's "no batch-level callbacks" check from rejecting us.
     _supports_tf_logs = True
 
-    def __init__(self, logdir, examples_per_step: int | None = None, *, system_interval_s: float | None = 1.0,
+    def __init__(self, logdir, examples_per_step: int | None = None, *, system_interval_s: float | None = SAMPLE_EVERY_S,
                  allreduce_every_s: float = DEFAULT_ALLREDUCE_EVERY_S, allreduce_bytes: int = DEFAULT_ALLREDUCE_BYTES,
                  live_interval_s: float | None = None):
         if _KerasCallback is not object:

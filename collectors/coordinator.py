@@ -56,7 +56,7 @@ from tfdiag.collectors.budget import MeteredCalls, charged
 from tfdiag.collectors.faults import FaultCapture
 from tfdiag.collectors.placement import record_placement
 from tfdiag.collectors.rpc_probe import DEFAULT_INTERVAL_S, RpcProber
-from tfdiag.collectors.system import SystemSampler
+from tfdiag.collectors.system import SAMPLE_EVERY_S, SystemSampler
 from tfdiag.events import cluster_tasks, task_of_device
 
 logger = logging.getLogger("tfdiag")
@@ -155,7 +155,7 @@ class InstrumentedCoordinator:
     """
 
     def __init__(self, coordinator, logdir, examples_per_step: int | None = None, task: str | None = None, *,
-                 probe_interval_s: float | None = DEFAULT_INTERVAL_S, system_interval_s: float | None = 1.0,
+                 probe_interval_s: float | None = DEFAULT_INTERVAL_S, system_interval_s: float | None = SAMPLE_EVERY_S,
                  capture_faults: bool = True, variables=None, probe_workers: bool = True):
         self._coordinator = coordinator
         self.logdir = logdir
@@ -486,7 +486,7 @@ class InstrumentedCoordinator:
 
 def instrument_coordinator(coordinator, logdir, examples_per_step: int | None = None, *,
                            probe_interval_s: float | None = DEFAULT_INTERVAL_S,
-                           system_interval_s: float | None = 1.0, capture_faults: bool = True,
+                           system_interval_s: float | None = SAMPLE_EVERY_S, capture_faults: bool = True,
                            variables=None, live_interval_s: float | None = None) -> InstrumentedCoordinator:
     """Wraps a ``tf.distribute.coordinator.ClusterCoordinator`` so that its closures are recorded.
 

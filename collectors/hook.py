@@ -43,7 +43,7 @@ from tfdiag.collectors import heartbeat, identity, live, writers
 from tfdiag.collectors.arguments import check_count, check_logdir
 from tfdiag.collectors.placement import record_placement
 from tfdiag.collectors.session_input import InputTimer
-from tfdiag.collectors.system import SystemSampler
+from tfdiag.collectors.system import SAMPLE_EVERY_S, SystemSampler
 from tfdiag.events import task_of_device
 
 logger = logging.getLogger("tfdiag")
@@ -131,7 +131,7 @@ class DiagnosticsHook(tf.compat.v1.train.SessionRunHook):
     """
 
     def __init__(self, logdir, task: str | None = None, examples_per_step: int | None = None,
-                 trace_every: int = DEFAULT_TRACE_EVERY, system_interval_s: float | None = 1.0,
+                 trace_every: int = DEFAULT_TRACE_EVERY, system_interval_s: float | None = SAMPLE_EVERY_S,
                  live_interval_s: float | None = None):
         check_logdir(logdir)
         check_count("trace_every", trace_every)

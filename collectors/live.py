@@ -162,8 +162,8 @@ class LiveThread:
     def pause_s(self) -> float:
         """Seconds until the next evaluation: ``interval_s``, or longer where the last one
         used more CPU than ``core_share`` allows in that time, so that every evaluation and
-        the pause after it stay within the share (an evaluation of 40 ms at the 0.2 % of
-        ``collectors/budget.py``: the next one 20 s later)."""
+        the pause after it stay within the share (an evaluation of 40 ms at the 0.1 % of
+        ``collectors/budget.py``: the next one 40 s later)."""
         return max(self.interval_s, self._last_cpu_ns / 1e9 / self.core_share)
 
     def cost(self) -> dict:

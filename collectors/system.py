@@ -1,6 +1,6 @@
 """System sampler: host CPU, memory, network and disk (psutil); GPUs through NVML.
 
-A daemon thread samples every ``interval_s`` (default 1 s) and appends one ``system``
+A daemon thread samples every ``interval_s`` (default ``SAMPLE_EVERY_S``, 2 s) and appends one ``system``
 record for the host and one ``gpu`` record per GPU. CPU load is computed from
 ``psutil.cpu_times()`` deltas kept in the sampler object, not with
 ``psutil.cpu_percent()``, whose state is a module global shared with anything else in
@@ -65,7 +65,12 @@ from tfdiag.errors import InvalidOptionError
 
 logger = logging.getLogger("tfdiag")
 
-DEFAULT_INTERVAL_S = 1.0
+# Seconds between samples: 1 until issue 15's cuts. The analysis reads samples as sums and
+# means over windows of 20 s and more (CPU shares, late wake-ups, throttled time, bytes
+# moved), and a sample's cost is mostly fixed: one woken after a pause costs about twice
+# one taken right after another (docs/benchmarks.md, "Collector overhead"). A synchronous
+# worker's timed wake-ups (``WAKE_S``) are counted between samples whatever the interval.
+SAMPLE_EVERY_S = 2.0
 # Seconds between two searches for the cluster's processes while one is missing or has
 # ended: a restarted task is counted again within this, at ~10 ms of CPU a search.
 RESCAN_S = 30.0
@@ -359,7 +364,7 @@ class SystemSampler:
         >>> sampler.stop()  # doctest: +SKIP
     """
 
-    def __init__(self, writer, task: str, interval_s: float = DEFAULT_INTERVAL_S, gpus: bool = True,
+    def __init__(self, writer, task: str, interval_s: float = SAMPLE_EVERY_S, gpus: bool = True,
                  cluster: dict | None = None, wake_s: float | None = None):
         if interval_s is None or interval_s <= 0:
             raise InvalidOptionError(f"Invalid value for argument `system_interval_s`. Expected > 0. Received: {interval_s!r}")

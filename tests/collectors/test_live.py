@@ -101,7 +101,7 @@ def test_evaluations_are_spaced_to_stay_within_the_live_share_of_a_core(tmp_path
     assert thread.pause_s() == pytest.approx(max(0.05, thread._last_cpu_ns / 1e9 / 0.05))  # noqa: SLF001
 
 
-@pytest.mark.parametrize("env, expected", [(None, 0.002), ("0.01", 0.01), ("2", 0.002), ("lots", 0.002)])
+@pytest.mark.parametrize("env, expected", [(None, 0.001), ("0.01", 0.01), ("2", 0.001), ("lots", 0.001)])
 def test_the_share_comes_from_the_environment_else_the_budget(monkeypatch, env, expected):
     if env is None:
         monkeypatch.delenv(live.SHARE_ENV_VAR, raising=False)
