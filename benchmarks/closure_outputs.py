@@ -35,9 +35,9 @@ import time
 from tfdiag.collectors import closure_timing
 
 try:
-    from overhead_ab import Z95, cpu_s, ps_ctl_servers  # run as a script: benchmarks/ is sys.path[0]
+    from overhead_ab import Z95, cpu_s, ps_ctl_servers, ps_ctl_training  # run as a script: benchmarks/ is sys.path[0]
 except ImportError:
-    from benchmarks.overhead_ab import Z95, cpu_s, ps_ctl_servers
+    from benchmarks.overhead_ab import Z95, cpu_s, ps_ctl_servers, ps_ctl_training
 
 VARIANTS = ("plain", "extra_output", "instrumented")
 
@@ -66,14 +66,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     load = os.getloadavg()[0]
     with ps_ctl_servers(tempfile.mkdtemp(prefix="tfdiag-closure-outputs-")) as (tf, config, strategy, cluster):
-        from tfdiag.sample_jobs import ps_ctl
-
         coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
-        with strategy.scope():
-            model = ps_ctl.MLP(tf, strategy, config.hidden)
-        functions = variants(tf, ps_ctl.make_train_steps(tf, strategy, model, config, 1))
-        dataset_fn = ps_ctl.make_dataset_fn(tf, config)
-        iterator = iter(coordinator.create_per_worker_dataset(tf.function(lambda: dataset_fn())))
+        _, train, iterator = ps_ctl_training(tf, config, strategy, coordinator, 1)
+        functions = variants(tf, train)
         task_pids = [task.process.pid for task in cluster.tasks.values()]
         phases = {name: {"coordinator": [], "tasks": [], "rate": []} for name in VARIANTS}
         for round_ in range(args.rounds + 1):

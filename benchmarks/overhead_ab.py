@@ -252,6 +252,19 @@ def ps_ctl_servers(logdir: str):
         cluster.stop()
 
 
+def ps_ctl_training(tf, config, strategy, coordinator, steps: int):
+    """``ps_ctl``'s model under ``strategy``, its train function of ``steps`` steps a closure,
+    and a per-worker iterator of its input made by ``coordinator``: ``(model, train, iterator)``."""
+    from tfdiag.sample_jobs import ps_ctl
+
+    with strategy.scope():
+        model = ps_ctl.MLP(tf, strategy, config.hidden)
+    train = ps_ctl.make_train_steps(tf, strategy, model, config, steps)
+    dataset_fn = ps_ctl.make_dataset_fn(tf, config)
+    iterator = iter(coordinator.create_per_worker_dataset(tf.function(lambda: dataset_fn())))
+    return model, train, iterator
+
+
 def measure_ps_ctl(pairs: int, closures: int, logdir: str, components: frozenset) -> dict:
     """Starts the servers, runs the phases as the coordinator, and summarises them."""
     with ps_ctl_servers(logdir) as (tf, config, strategy, cluster):
@@ -267,13 +280,9 @@ def measure_ps_ctl(pairs: int, closures: int, logdir: str, components: frozenset
         live_thread = next((t for t in instrumented._background if isinstance(t, live.LiveThread)), None)  # noqa: SLF001
         switch = PhaseSwitch(components).gate(prober, instrumented.collectors.get("system"),
                                               instrumented._writer, live_thread)  # noqa: SLF001
-        with strategy.scope():
-            model = ps_ctl.MLP(tf, strategy, config.hidden)
-        instrumented.record_placement(model.variables)
         steps = ps_ctl.STEPS_PER_CLOSURE
-        train = ps_ctl.make_train_steps(tf, strategy, model, config, steps)
-        dataset_fn = ps_ctl.make_dataset_fn(tf, config)
-        iterator = iter(plain.create_per_worker_dataset(tf.function(lambda: dataset_fn())))
+        model, train, iterator = ps_ctl_training(tf, config, strategy, plain, steps)
+        instrumented.record_placement(model.variables)
         flush = instrumented.flush_records  # the phase's own records, read at its end
         schedulers = ps_schedulers(plain, instrumented, train, iterator, components)
         task_pids = [task.process.pid for task in cluster.tasks.values()]

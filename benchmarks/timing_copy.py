@@ -25,9 +25,9 @@ from tfdiag.collectors import closure_timing, tf_internals
 from tfdiag.collectors.bounded import BoundedCalls
 
 try:
-    from overhead_ab import ps_ctl_servers  # run as a script: benchmarks/ is sys.path[0]
+    from overhead_ab import ps_ctl_servers, ps_ctl_training  # run as a script: benchmarks/ is sys.path[0]
 except ImportError:
-    from benchmarks.overhead_ab import ps_ctl_servers
+    from benchmarks.overhead_ab import ps_ctl_servers, ps_ctl_training
 
 
 def main(argv=None) -> int:
@@ -37,14 +37,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     load = os.getloadavg()[0]
     with ps_ctl_servers(tempfile.mkdtemp(prefix="tfdiag-timing-copy-")) as (tf, config, strategy, _):
-        from tfdiag.sample_jobs import ps_ctl
-
         coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
-        with strategy.scope():
-            model = ps_ctl.MLP(tf, strategy, config.hidden)
-        timed = closure_timing.instrument(ps_ctl.make_train_steps(tf, strategy, model, config, 1))
-        dataset_fn = ps_ctl.make_dataset_fn(tf, config)
-        iterator = iter(coordinator.create_per_worker_dataset(tf.function(lambda: dataset_fn())))
+        _, train, iterator = ps_ctl_training(tf, config, strategy, coordinator, 1)
+        timed = closure_timing.instrument(train)
         calls = BoundedCalls("tfdiag-timing-copy")
 
         def finished(count: int) -> list:

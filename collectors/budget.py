@@ -70,7 +70,8 @@ COMPONENTS: dict[str, Budget] = {
     # timed wake-ups a second (90-146 µs each, from 127-185). overhead_ab.py's A phases take
     # no samples and no wake-ups, so its B - A counts both: 0.135 % a worker of mwms_fit in
     # a 20-pair run at load 7.
-    # Halved again since by sampling every 2 s instead of every second (system.SAMPLE_EVERY_S).
+    # A sample every 2 s instead of every second (system.SAMPLE_EVERY_S): 38 µs a ps_ctl closure
+    # from 87, 53 µs an mwms_fit step from 85 (overhead_ab.py, 240 pairs each).
     "system": Budget(core_share=0.002, what="system sampler: a sample every 2 s (and 10 timed wake-ups a second on sync workers)"),
     "heartbeat": Budget(core_share=0.0002, what="heartbeat rows every 5 s"),
     # A coordinator's flush (system, heartbeat, closure, step and rpc records) encodes in
