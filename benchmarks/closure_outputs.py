@@ -72,7 +72,7 @@ def main(argv=None) -> int:
         task_pids = [task.process.pid for task in cluster.tasks.values()]
         phases = {name: {"coordinator": [], "tasks": [], "rate": []} for name in VARIANTS}
         for round_ in range(args.rounds + 1):
-            for name in VARIANTS[round_ % 3:] + VARIANTS[:round_ % 3]:
+            for name in VARIANTS[round_ % len(VARIANTS):] + VARIANTS[:round_ % len(VARIANTS)]:
                 tasks, process, start = cpu_s(task_pids), time.process_time(), time.perf_counter()
                 for _ in range(args.closures):
                     coordinator.schedule(functions[name], args=(iterator,))
