@@ -36,11 +36,19 @@ def _tf():
 
 
 class _ClosureTiming:
-    """Trace-time accumulator of the ``next()`` timings of one closure's graph."""
+    """Trace-time accumulator of the ``next()`` timings of one closure's graph.
+
+    Each ``next()`` adds two timestamps; the waits are summed once, at the end, by a
+    handful of ops whatever the number of steps (one ``Sub`` per step before: the
+    in-graph timing's cost grew with the steps of a closure). Examples known when the
+    graph is traced (a batch of static size, the usual case) are added up here, not in
+    the graph.
+    """
 
     def __init__(self):
-        self.waits = []
-        self.examples = []
+        self.starts = []
+        self.stops = []
+        self.examples = []  # per element: a Python int where known at trace time, else a tensor
 
     def timed_next(self, get_next):
         tf = _tf()
@@ -50,17 +58,31 @@ class _ClosureTiming:
         tensors = [t for t in tf.nest.flatten(element, expand_composites=True) if isinstance(t, tf.Tensor)]
         with tf.control_dependencies(tensors):
             stop = tf.timestamp()
-        self.waits.append(stop - start)
-        self.examples.append(examples_in(element))
+        self.starts.append(start)
+        self.stops.append(stop)
+        count = examples_in(element)
+        static = tf.get_static_value(count)
+        self.examples.append(int(static) if static is not None else count)
         return element
+
+    def total_wait(self):
+        """The time spent in every ``next()``, as float64 seconds (0 when none was read)."""
+        tf = _tf()
+        if not self.stops:
+            return tf.constant(0.0, tf.float64)
+        return tf.reduce_sum(tf.stack(self.stops) - tf.stack(self.starts))
 
     def total_examples(self):
         """The examples of every element read, as float64; -1 when none was read or any is unknowable."""
         tf = _tf()
-        if not self.examples:
+        known = [count for count in self.examples if isinstance(count, int)]
+        if not self.examples or any(count < 0 for count in known):
             return tf.constant(float(UNKNOWN), tf.float64)
-        counts = tf.stack(self.examples)
-        total = tf.where(tf.reduce_any(counts < 0), tf.constant(UNKNOWN, tf.int64), tf.reduce_sum(counts))
+        tensors = [count for count in self.examples if not isinstance(count, int)]
+        if not tensors:
+            return tf.constant(float(sum(known)), tf.float64)
+        counts = tf.stack(tensors)
+        total = tf.where(tf.reduce_any(counts < 0), tf.constant(UNKNOWN, tf.int64), tf.reduce_sum(counts) + sum(known))
         return tf.cast(total, tf.float64)
 
 
@@ -111,9 +133,8 @@ def instrument(fn):
         with tf.control_dependencies([begin]):
             outputs = python_fn(*args, **kwargs)
         done = [t for t in tf.nest.flatten(outputs, expand_composites=True) if isinstance(t, tf.Tensor)]
-        with tf.control_dependencies(done + timing.waits):
+        with tf.control_dependencies(done + timing.stops):
             end = tf.timestamp()
-        zero = tf.constant(0.0, tf.float64)
         # One float64 vector, not five tensors: the coordinator copies every output of a
         # closure back with its own RPC, which for five scalars more than doubled the
         # per-closure cost of a small step.
@@ -121,14 +142,96 @@ def instrument(fn):
             [
                 begin,
                 end,
-                tf.add_n(timing.waits) if timing.waits else zero,
+                timing.total_wait(),
                 timing.total_examples(),
-                tf.constant(float(max(len(timing.waits), 1)), tf.float64),
+                tf.constant(float(max(len(timing.stops), 1)), tf.float64),
             ]
         )
         return outputs, stats
 
     return instrumented
+
+
+class InstrumentedFunction:
+    """The user's ``fn``, its instrumented ``tf.function`` (:func:`instrument`), and what to schedule for given arguments.
+
+    ``ClusterCoordinator.schedule`` of a ``tf.function`` looks its concrete function up in
+    the trace cache on every call (``Closure.__init__``: about 70 µs of the calling thread
+    on ps_ctl's train function, ``benchmarks/schedule_cost.py``); of a ``ConcreteFunction``
+    it runs that one. Once the same arguments were scheduled twice in a row (the same
+    per-worker values and tensors, equal Python scalars: :func:`_same_arguments`), the
+    concrete function traced for them is looked up once and scheduled while they stay
+    the same; any other arguments get the ``tf.function``, which traces or looks up as
+    TensorFlow would. Holds the last arguments of that kind until others come.
+
+    Example:
+        >>> timed = InstrumentedFunction(train_step)  # doctest: +SKIP
+        >>> remote = coordinator.schedule(timed.function_for(args, None), args=args)  # doctest: +SKIP
+        >>> timed.scheduled(args, None, coordinator.strategy)  # doctest: +SKIP
+    """
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.function = instrument(fn)
+        self.traced = False  # scheduled once: a later failure to schedule is the coordinator's, not tracing's
+        self._arguments = None  # (args, kwargs) of the last schedule, where _same_arguments can compare them
+        self._concrete = None  # the concrete function traced for ``_arguments``, once looked up
+        self._lookup_failed = False
+
+    def function_for(self, args, kwargs):
+        """The concrete function for ``args``/``kwargs`` where known, else the ``tf.function``."""
+        if self._concrete is not None and _same_arguments(self._arguments, (tuple(args or ()), dict(kwargs or {}))):
+            return self._concrete
+        return self.function
+
+    def scheduled(self, args, kwargs, strategy) -> None:
+        """Notes a successful schedule with ``args``/``kwargs`` (under ``strategy``)."""
+        self.traced = True
+        arguments = (tuple(args or ()), dict(kwargs or {}))
+        if self._arguments is not None and _same_arguments(self._arguments, arguments):
+            if self._concrete is None and not self._lookup_failed:
+                self._concrete = tf_internals.traced_concrete_function(self.function, *arguments, strategy)
+                self._lookup_failed = self._concrete is None  # never again: a lookup that traced must not recur
+            return
+        self._concrete = None
+        self._arguments = arguments if _comparable(arguments) else None
+
+
+def _fixed_spec(value) -> bool:
+    """Whether ``value``'s type spec can never change: a tensor, or a ``ClusterCoordinator`` per-worker value."""
+    tf = _tf()
+    return isinstance(value, (tf.Tensor, tf.distribute.experimental.coordinator.PerWorkerValues))
+
+
+_SCALARS = (int, float, bool, str, type(None))
+
+
+def _comparable(arguments) -> bool:
+    """Whether every argument is of a kind :func:`_same_arguments` can compare (no containers)."""
+    args, kwargs = arguments
+    return all(type(value) in _SCALARS or _fixed_spec(value) for value in (*args, *kwargs.values()))
+
+
+def _same_arguments(old, new) -> bool:
+    """Whether ``new`` ``(args, kwargs)`` trace as ``old`` did for sure: each the same object of
+    a fixed spec (:func:`_fixed_spec`) or an equal Python scalar of the same type.
+
+    >>> _same_arguments(((1, "a"), {"k": None}), ((1, "a"), {"k": None}))
+    True
+    >>> _same_arguments(((1,), {}), ((True,), {})), _same_arguments(((1,), {}), ((1, 2), {}))
+    (False, False)
+    """
+    (old_args, old_kwargs), (new_args, new_kwargs) = old, new
+    if len(old_args) != len(new_args) or old_kwargs.keys() != new_kwargs.keys():
+        return False
+    pairs = [*zip(old_args, new_args), *((old_kwargs[k], new_kwargs[k]) for k in old_kwargs)]
+    for before, now in pairs:
+        if type(before) in _SCALARS:
+            if type(now) is not type(before) or now != before:
+                return False
+        elif now is not before:
+            return False
+    return True
 
 
 _remote_value_class = None

@@ -177,7 +177,7 @@ class InstrumentedCoordinator:
         self._workers: dict[str, str] = {}  # device -> worker task, as closures come back
         self._flush_asked = False
         self._unreadable_workers: set[str] = set()
-        self._functions: dict[int, tuple] = {}
+        self._functions: dict[int, closure_timing.InstrumentedFunction] = {}
         self._ids = itertools.count()
         self._pending: collections.deque[_Pending] = collections.deque()
         self._cv = threading.Condition()
@@ -203,16 +203,17 @@ class InstrumentedCoordinator:
             return self._coordinator.schedule(fn, args=args, kwargs=kwargs)
         try:
             instrumented = self._instrumented(fn)
+            function = instrumented.function_for(args, kwargs)
         except Exception as error:  # noqa: BLE001 - a collector never breaks training
             return self._disable(error, fn, args, kwargs)
         dispatch_ns = time.time_ns()
         try:
-            remote = self._coordinator.schedule(instrumented, args=args, kwargs=kwargs)
+            remote = self._coordinator.schedule(function, args=args, kwargs=kwargs)
         except Exception as error:  # noqa: BLE001
-            if self._traced(fn):
+            if instrumented.traced:
                 raise  # fn traced before: this is the coordinator reporting a failure
             return self._disable(error, fn, args, kwargs)
-        self._mark_traced(fn)
+        instrumented.scheduled(args, kwargs, self._coordinator.strategy)
         if not tf_internals.has_remote_value_state(remote):
             logger.warning("tfdiag: this TensorFlow's RemoteValue hides its state; scheduling without step records.")
             self._disabled = True
@@ -319,19 +320,11 @@ class InstrumentedCoordinator:
         for worker, examples in sorted(self._examples.items()):
             self._writer.append("shard", task=worker, time_ns=now, examples=int(examples), file="", policy="")
 
-    def _instrumented(self, fn):
+    def _instrumented(self, fn) -> closure_timing.InstrumentedFunction:
         entry = self._functions.get(id(fn))
-        if entry is None or entry[0] is not fn:
-            entry = [fn, closure_timing.instrument(fn), False]
-            self._functions[id(fn)] = entry
-        return entry[1]
-
-    def _traced(self, fn) -> bool:
-        entry = self._functions.get(id(fn))
-        return bool(entry and entry[0] is fn and entry[2])
-
-    def _mark_traced(self, fn) -> None:
-        self._functions[id(fn)][2] = True
+        if entry is None or entry.fn is not fn:
+            entry = self._functions[id(fn)] = closure_timing.InstrumentedFunction(fn)
+        return entry
 
     def _disable(self, error, fn, args, kwargs):
         logger.warning("tfdiag: cannot instrument %r (%r); scheduling it without step records.", fn, error)

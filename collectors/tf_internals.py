@@ -134,6 +134,35 @@ def on_result(remote, callback) -> None:
     remote._copy_to_local = copy_to_local  # noqa: SLF001 - RemoteValueImpl's dispatch path calls it
 
 
+# -- ClusterCoordinator.schedule's tracing -----------------------------------------------
+def traced_concrete_function(function, args, kwargs, strategy):
+    """The ``ConcreteFunction`` that ``ClusterCoordinator.schedule(function, args, kwargs)``
+    runs, looked up as its ``Closure`` does (in ``strategy``'s scope, worker 0's slice of
+    per-worker arguments as type specs); None where the lookup traced or failed.
+
+    Ask only after ``schedule`` traced ``function`` for the same arguments: the lookup then
+    hits that trace. Outside the scope it would miss and trace anew (a different concrete
+    function), and a trace outside ``schedule`` has ParameterServerStrategy warn that
+    ``run`` is not being scheduled; the tracing count tells a hit from a trace.
+    """
+    from tensorflow.python.distribute.coordinator import cluster_coordinator
+    from tensorflow.python.util import nest
+
+    def as_spec(value):
+        return cluster_coordinator._maybe_as_type_spec(value)  # noqa: SLF001
+
+    try:
+        traces = function.experimental_get_tracing_count()
+        replica_args = cluster_coordinator._select_worker_slice(0, tuple(args or ()))  # noqa: SLF001
+        replica_kwargs = cluster_coordinator._select_worker_slice(0, dict(kwargs or {}))  # noqa: SLF001
+        with strategy.scope():
+            concrete = function.get_concrete_function(*nest.map_structure(as_spec, replica_args),
+                                                      **nest.map_structure(as_spec, replica_kwargs))
+    except Exception:  # noqa: BLE001 - the caller schedules the tf.function instead
+        return None
+    return concrete if function.experimental_get_tracing_count() == traces else None
+
+
 # -- tf.function calls from collector threads ------------------------------------------------
 def call_uncancelled(function) -> list:
     """Runs ``function``, a ``ConcreteFunction`` of no arguments, eagerly; returns its flat outputs.

@@ -2,7 +2,9 @@
 
 Usage: python coordinator_job.py LOGDIR  (TF_CONFIG names this process chief:0)
 Schedules a good closure, a failing one and a good one again, counts the records in its
-task file before ``close()`` (timings are copied only at close here), then prints JSON.
+task file before ``close()`` (timings are copied only at close here); then the same
+arguments three times and other ones once, noting what the instrumented coordinator hands
+to ``ClusterCoordinator.schedule``; then prints JSON.
 """
 
 import json
@@ -46,6 +48,8 @@ outcome = {}
 first = coordinator.schedule(step, args=(iterator, tf.constant(False)))
 coordinator.join()
 outcome["first"] = float(first.fetch())
+traces = coordinator._instrumented(step).function.experimental_get_tracing_count
+traces_after_first = traces()
 coordinator.schedule(step, args=(iterator, tf.constant(True)))
 try:
     coordinator.join()
@@ -60,6 +64,18 @@ outcome["strategy"] = type(coordinator.strategy).__name__
 time.sleep(coordinator_module.RECORD_EVERY_S + 2 * DEFAULT_FLUSH_INTERVAL_S)
 written = read_task_file(log_dir(logdir) / "chief-0.tfdiag").batches
 outcome["before_close"] = {kind: sum(batch.num_rows for batch in written.get(kind, [])) for kind in ("closure", "step")}
+
+# The same arguments again: from the second schedule on, the concrete function traced for them.
+inner, handed = coordinator.coordinator, []
+plain_schedule = inner.schedule
+inner.schedule = lambda fn, args=None, kwargs=None: handed.append(type(fn).__name__) or plain_schedule(fn, args, kwargs)
+same = tf.constant(False)
+results = [coordinator.schedule(step, args=(iterator, same)) for _ in range(3)]
+results.append(coordinator.schedule(step, args=(iterator, tf.constant(False))))  # another tensor: the tf.function
+coordinator.join()
+inner.schedule = plain_schedule
+outcome["repeated"] = {"handed": handed, "values": [float(r.fetch()) for r in results],
+                       "traced_again": traces() - traces_after_first}
 coordinator.close()
 outcome["closures_recorded"] = coordinator.closures_recorded
 print(json.dumps(outcome), flush=True)

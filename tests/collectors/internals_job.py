@@ -80,9 +80,15 @@ facts["not_copied"] = tf_internals.local_outputs(waiting) is None
 with tf.device(tf_internals.worker_outputs(waiting)[1].device):
     facts["read_on_worker"] = tf.identity(tf_internals.worker_outputs(waiting)[1]).numpy().tolist()
 
-kept = coordinator.schedule(step, args=(tf.constant(False),))
+good = tf.constant(False)
+kept = coordinator.schedule(step, args=(good,))
 observe(kept, copy=True)
 coordinator.join()
+traces = step.experimental_get_tracing_count()
+concrete = tf_internals.traced_concrete_function(step, (good,), None, strategy)
+facts["concrete_of_scheduled"] = type(concrete).__name__
+facts["lookup_traced"] = step.experimental_get_tracing_count() - traces
+facts["concrete_runs"] = coordinator.schedule(concrete, args=(good,)).fetch()[1].tolist()
 local = tf_internals.local_outputs(kept)
 facts["copied"] = local is not None and local[1].numpy().tolist()
 

@@ -67,6 +67,11 @@ def test_remote_values_and_coordinator_of_a_real_cluster(tmp_path):
         "not_copied": True,  # the hook said no copy: _fetched_tensors is not a copy here
         "read_on_worker": [2.0, 3.0],
         "copied": [2.0, 3.0],  # the hook asked for the copy: _fetched_tensors holds it
+        # Closure's lookup (_select_worker_slice, _maybe_as_type_spec), after schedule traced:
+        # the concrete function schedule runs, found without tracing, and schedulable itself.
+        "concrete_of_scheduled": "ConcreteFunction",
+        "lookup_traced": 0,
+        "concrete_runs": [2.0, 3.0],
         "finished_failure": True,
         "error_of_failure": "InvalidArgumentError",  # _error
     }
