@@ -3,8 +3,10 @@
 A ``ClusterCoordinator`` runs each scheduled function (a *closure*) on one worker. The
 instrumented coordinator schedules, instead of the user's ``fn``, a ``tf.function`` that
 calls ``fn`` and also returns its begin and end time, input wait and examples, measured
-in-graph on the worker (``closure_timing``). The caller gets back a RemoteValue of
-``fn``'s own outputs.
+in-graph on the worker (``closure_timing``); once the same arguments come twice in a
+row, the concrete function traced for them, which spares ``schedule`` a trace-cache
+lookup per closure (``closure_timing.InstrumentedFunction``). The caller gets back a
+RemoteValue of ``fn``'s own outputs.
 
 The worker that ran a closure is the device its outputs stay on until they are fetched
 (asking in-graph, with ``experimental_get_current_worker_index()``, would feed the
@@ -248,6 +250,7 @@ class InstrumentedCoordinator:
             except Exception as error:  # noqa: BLE001
                 logger.warning("tfdiag: cannot stop %r: %r", collector, error)
         self._thread.join(timeout_s + 5)
+        self._functions.clear()  # their last arguments (a per-worker iterator) go; schedule passes through now
         self._write_shards()
         if self._faults is not None:
             self._faults.uninstall()
