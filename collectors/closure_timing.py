@@ -162,7 +162,9 @@ class InstrumentedFunction:
     per-worker values and tensors, equal Python scalars: :func:`_same_arguments`), the
     concrete function traced for them is looked up once and scheduled while they stay
     the same; any other arguments get the ``tf.function``, which traces or looks up as
-    TensorFlow would. Holds the last arguments of that kind until others come.
+    TensorFlow would. Holds the last arguments of that kind until others come, and the
+    concrete function while the coordinator lives: dropping it at ``close()`` unregisters
+    it from every task, which waits on a stopped worker (``tests/collectors/test_faults.py``).
 
     Example:
         >>> timed = InstrumentedFunction(train_step)  # doctest: +SKIP

@@ -250,7 +250,6 @@ class InstrumentedCoordinator:
             except Exception as error:  # noqa: BLE001
                 logger.warning("tfdiag: cannot stop %r: %r", collector, error)
         self._thread.join(timeout_s + 5)
-        self._functions.clear()  # their last arguments (a per-worker iterator) go; schedule passes through now
         self._write_shards()
         if self._faults is not None:
             self._faults.uninstall()
