@@ -65,6 +65,7 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 
 import psutil
@@ -85,8 +86,9 @@ COMPONENTS = {"ps_ctl": ("closure_timing", "results", "probe", "system", "heartb
 BUDGET_JOBS = {"ps_ctl": "ps", "mwms_fit": "fit"}
 # ps_ctl warms up for at most this many pairs (until the probe's first full passes are done).
 WARM_UP_PAIRS = 10
-# How an mwms_fit worker's log line with its phase results starts.
+# How an mwms_fit worker's log lines with its phase results and with its progress start.
 RESULT_PREFIX = "tfdiag-ab: "
+PROGRESS_PREFIX = "tfdiag-ab-progress: "
 
 
 def cpu_s(pids) -> float:
@@ -379,6 +381,9 @@ def phased_callback(keras, inner, steps: int, components: frozenset):
                 result["seconds"].append(time.perf_counter() - self._started)
                 result["meter"].append(self.meter.end())
                 result["hooks"].append(self._hooks_s)
+                if batch % (2 * steps) == 2 * steps - 1:  # a pair done: its rates, for the progress line
+                    print(PROGRESS_PREFIX + f"pair {batch // (2 * steps)}: " + ", ".join(
+                        f"{kind}={steps / self.results[kind]['seconds'][-1]:.1f} steps/s" for kind in KINDS), flush=True)
 
     return Phased()
 
@@ -414,7 +419,11 @@ def measure_mwms_fit(pairs: int, steps: int, logdir: str, components: frozenset)
                        extra={"pairs": pairs + 1, "steps": steps, "components": sorted(components)})
     cluster = LocalCluster(config, task_command=[sys.executable, "-u", __file__, "--mwms-worker"])
     with cluster:  # starts the workers
-        if cluster.wait() != 0:
+        done = threading.Event()
+        threading.Thread(target=relay_progress, args=(cluster.tasks["worker:0"].log, done), daemon=True).start()
+        code = cluster.wait()
+        done.set()
+        if code != 0:
             raise SystemExit(f"the mwms_fit A/B failed; see {logdir}/tasks/")
     workers = []
     for task in sorted(cluster.tasks.values(), key=lambda t: t.task):
@@ -434,6 +443,15 @@ def measure_mwms_fit(pairs: int, steps: int, logdir: str, components: frozenset)
                 [m["process"] / steps for m in results["plain"]["meter"]],
                 [m["process"] / steps for m in results["instrumented"]["meter"]], 1e3)},
             "model": cost_model(results, steps, "step", components, "fit", processes=len(workers))}
+
+
+def relay_progress(log, done: threading.Event, every_s: float = 2.0) -> None:
+    """Copies the progress lines of a worker's log to stderr until ``done`` (a long A/B's progress)."""
+    with open(log, errors="replace") as lines:
+        while not done.wait(every_s):
+            for line in lines:
+                if line.startswith(PROGRESS_PREFIX):
+                    print("  " + line[len(PROGRESS_PREFIX):].rstrip(), file=sys.stderr, flush=True)
 
 
 def merge_meters(meters: list[dict], hooks: list[float]) -> dict:
