@@ -42,7 +42,7 @@ from tfdiag.store import log_dir
 
 # The window the detectors see. 20 s holds a few hundred steps of any job that steps at
 # least every 100 ms, and lets a worker that became 2x slower cross the straggler
-# threshold (1.25x) about 8 s after it began (half its window steps are then slow).
+# threshold (1.25x, 1.5x on one shared host) about 8 s after it began (half its window steps are then slow).
 WINDOW_S = 20.0
 # A window is judged only when it holds this many step records, spread over at least
 # this share of the window (a job that has just started, or a stalled one, is not).
