@@ -222,7 +222,7 @@ def _starved_by(builder, idle_ms: float, hosts: tuple[str, ...]):
 
 @pytest.mark.parametrize("idle_ms", [8.0, 12.0])
 def test_a_worker_sharing_its_host_is_judged_against_the_schedulers_spread(builder, idle_ms):
-    # 1.4-1.6x less often: a straggler on a host of its own, and beside its peer on one host
+    # 1.33x and 1.52x less often: a straggler on a host of its own, and beside its peer on one host
     # only past SHARED_HOST_SLOWDOWN (the scheduler's share of a busy host's cores).
     apart = analyze(_starved_by(builder, idle_ms, ("host-a", "host-b")).write())
     assert [f.tasks for f in apart.findings if f.kind == "straggler"] == [("worker:1",)]
