@@ -17,6 +17,7 @@ import time
 from tfdiag.collectors import heartbeat, identity, live, tf_internals, writers
 from tfdiag.collectors.arguments import check_count, check_logdir
 from tfdiag.collectors.batch_size import examples_in
+from tfdiag.collectors.last_words import LastWords
 from tfdiag.collectors.placement import record_placement
 from tfdiag.collectors.step_input import StepStamps, match_stamps, stamp_train_step
 from tfdiag.collectors.system import SAMPLE_EVERY_S, WAKE_S, SystemSampler
@@ -201,6 +202,7 @@ class DiagnosticsCallback(_KerasCallback):
         self._cadence = ProbeCadence(allreduce_every_s)
         self._coordinator = None
         self._live = None  # collectors/live.py's thread, in the task that writes the manifest
+        self._last_words = None
         self._stamps = StepStamps()
         self._stamping = False
         self._failed = False
@@ -251,6 +253,7 @@ class DiagnosticsCallback(_KerasCallback):
                 return
             if self._writer is None:
                 self._writer = writers.acquire(self.logdir, self.task)
+                self._last_words = LastWords(self._writer).start()
         except Exception as error:  # noqa: BLE001 - a collector never breaks training
             self._fail(error)
             return
@@ -328,6 +331,9 @@ class DiagnosticsCallback(_KerasCallback):
         live_thread, self._live = self._live, None
         if live_thread is not None:
             live_thread.stop()
+        words, self._last_words = self._last_words, None
+        if words is not None:
+            words.stop()
         writer, self._writer = self._writer, None
         if writer is not None:
             try:

@@ -22,8 +22,11 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import re
 import sys
 import weakref
+
+from tfdiag.events import task_of_device
 
 logger = logging.getLogger("tfdiag")
 
@@ -248,3 +251,27 @@ def strategy_worker_count(strategy) -> int | None:
 def callback_model(callback):
     """The model a Keras callback is attached to (Keras 3 keeps it in ``_model``; tf-keras in ``model``)."""
     return getattr(callback, "_model", None) or getattr(callback, "model", None)
+
+
+# -- TensorFlow's error texts ----------------------------------------------------------------
+# Where an error names the task that failed (TF 2.21): the coordination service's verdict
+# on tasks that stopped beating, and gRPC's note on the peer that reset a connection.
+_UNHEALTHY_TASKS = re.compile(r"following tasks are unhealthy[^:]*:((?:\s*/job:[^\s,]+)+)")
+_REMOTE_TARGET = re.compile(r"from remote target (/job:[^\s,]+)")
+
+
+def tasks_blamed(error_text: str, own_task: str | None = None) -> list[str]:
+    """The tasks an error's text names as failed (not ``own_task``), in the order named.
+
+    >>> tasks_blamed("Collective ops is aborted by: ... The following tasks are unhealthy "
+    ...              "(stopped sending heartbeats):\\n/job:worker/replica:0/task:1\\nThe tasks have crashed.")
+    ['worker:1']
+    >>> tasks_blamed("Additional GRPC error information from remote target /job:ps/replica:0/task:0 while calling")
+    ['ps:0']
+    >>> tasks_blamed("Detected at node Foo on /job:worker/replica:0/task:0", "worker:0")
+    []
+    """
+    devices = [device for group in _UNHEALTHY_TASKS.findall(error_text or "") for device in group.split()]
+    devices += _REMOTE_TARGET.findall(error_text or "")
+    tasks = (task_of_device(device) for device in devices)
+    return [task for task in dict.fromkeys(tasks) if task and task != own_task]

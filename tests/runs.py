@@ -101,6 +101,13 @@ class RunBuilder:
         self.records.append(("fault", dict(task=task, time_ns=START_NS + int(at_ms * MS), kind=kind, message=message)))
         return self
 
+    def exit(self, task, at_ms, error_type="UnavailableError", message="", blamed=()):
+        """The ``exit`` record of ``task`` ending on ``error_type`` (reason ``exit`` when empty)."""
+        self.records.append(("exit", dict(task=task, time_ns=START_NS + int(at_ms * MS),
+                                          reason="exception" if error_type else "exit", error_type=error_type,
+                                          message=message, blamed=",".join(blamed))))
+        return self
+
     def allreduce(self, task, duration_ms, count=50, size=4 << 20):
         for i in range(count):
             self.records.append(("allreduce", dict(task=task, time_ns=START_NS + i * 30 * MS,

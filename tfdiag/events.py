@@ -238,10 +238,22 @@ LIVE_FINDING = RecordKind(
     ),
 )
 
+EXIT = RecordKind(
+    "exit",
+    (
+        ("task", "string"),
+        ("time_ns", "int64"),
+        ("reason", "string"),  # exception: one left the program; exit: it ended with its collectors open
+        ("error_type", "string"),  # the exception's class, "" for exit
+        ("message", "string"),  # its text, head and tail kept (TensorFlow puts the cause last)
+        ("blamed", "string"),  # the tasks the text names as failed, comma-separated ("" for none)
+    ),
+)
+
 KINDS: dict[str, RecordKind] = {
     kind.name: kind
     for kind in (STEP, CLOSURE, RPC, ALLREDUCE, TRANSFER, SYSTEM, GPU, SHARD, PLACEMENT, FAULT, NOTE, LABEL,
-                 HEARTBEAT, SESSION, LIVE_FINDING)
+                 HEARTBEAT, SESSION, LIVE_FINDING, EXIT)
 }
 
 

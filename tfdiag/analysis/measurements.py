@@ -12,6 +12,7 @@ from tfdiag.analysis.closure_gaps import JobPace, closure_gaps, job_pace
 from tfdiag.analysis.devices import SharedHost, gpu_table, host_table, shared_worker_host
 from tfdiag.analysis.faults import fault_table
 from tfdiag.analysis.groups import value_of_group
+from tfdiag.analysis.last_words import JobEnd, job_end
 from tfdiag.analysis.links import link_latency_table, link_table
 from tfdiag.analysis.load import LoadedRun
 from tfdiag.analysis.placement import ps_load_table
@@ -130,6 +131,12 @@ class Measurements:
     def heartbeats(self) -> pd.DataFrame:
         """``heartbeat_table``: liveness rows on the reference clock."""
         return heartbeat_table(self.run.frame("heartbeat"), self.offsets)
+
+    @cached_property
+    def job_end(self) -> JobEnd | None:
+        """``last_words.job_end``: the root and the victims of the tasks that ended on an error."""
+        exits = _on_reference_clock(self.run.frame("exit"), ["time_ns"], self.offsets, "task")
+        return job_end(exits, self.heartbeats)
 
     @cached_property
     def closures(self) -> pd.DataFrame:

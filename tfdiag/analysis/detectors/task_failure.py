@@ -23,6 +23,7 @@ import pandas as pd
 
 from tfdiag.analysis.faults import FAILURE_KINDS
 from tfdiag.analysis.findings import Finding, Recommendation, Severity
+from tfdiag.analysis.last_words import JobEnd
 from tfdiag.analysis.measurements import Measurements
 from tfdiag.events import cluster_tasks
 
@@ -35,6 +36,42 @@ MIN_ALL_UP_RECORDS = 10
 
 
 def detect(measured: Measurements) -> list[Finding]:
+    ended = measured.job_end
+    return ([_job_end_finding(ended)] if ended is not None else []) + _recovered_or_not(measured)
+
+
+def _job_end_finding(ended: JobEnd) -> Finding:
+    """The task whose failure ended the job, told apart from those that failed because of it."""
+    roots = [root["task"] for root in ended.roots]
+    victims = [victim["task"] for victim in ended.victims]
+    title = f"{', '.join(roots)} failed and ended the job"
+    if victims:
+        title += f": {', '.join(victims)} failed because of it"
+    states = "; ".join(f"{root['task']} {root['state']}" for root in ended.roots)
+    causes = "; ".join(f"{victim['task']}: {victim['error_type']}: {victim['cause']}" for victim in ended.victims)
+    return Finding(
+        kind=KIND,
+        severity=Severity.CRITICAL,
+        title=title,
+        summary=f"{states}." + (f" Then {causes}" if causes else ""),
+        tasks=tuple(roots),
+        evidence={"root": ended.roots, "failed_because_of_it": ended.victims, "ended_ns": ended.ended_ns},
+        recommendation=Recommendation(
+            action=f"Look at {', '.join(roots)} first (its log, its host: the OOM killer, preemption, a frozen "
+            "container); the other tasks only reported it. Make the job survive the next one: checkpoint and "
+            "restart failed tasks automatically.",
+            change=(
+                "model.fit(..., callbacks=[tf.keras.callbacks.BackupAndRestore(backup_dir)]) or "
+                "tf.distribute.experimental.PreemptionCheckpointHandler; run tasks under a supervisor that restarts "
+                "them (Kubernetes restartPolicy: OnFailure)"
+            ),
+            predicted_speedup=None,
+        ),
+    )
+
+
+def _recovered_or_not(measured: Measurements) -> list[Finding]:
+    """The failures the coordinator and the tasks' restarts show, with what they cost."""
     faults = measured.faults
     failures = faults[faults["kind"].isin(FAILURE_KINDS)] if not faults.empty else faults
     if failures.empty:
@@ -79,7 +116,7 @@ def detect(measured: Measurements) -> list[Finding]:
     )
     return [
         Finding(
-            kind="task_failure",
+            kind=KIND,
             severity=Severity.CRITICAL if unrecovered else Severity.WARNING,
             title=f"{len(failures)} task failure{'s' if len(failures) > 1 else ''}: {', '.join(tasks)}",
             summary=f"{', '.join(tasks)} failed during the run; {recovery}. First error: {failures['message'].iloc[0][:200]}",
