@@ -89,7 +89,7 @@ COMPONENTS: dict[str, Budget] = {
     # 3.8-5.6 (docs/benchmarks.md).
     "step_input": Budget(per_step_us=20, jobs=("fit",),
                          what="in-graph input-arrival and gradients stamps, read in batches"),
-    # collectors/live.py spaces its evaluations so that each one's CPU stays within this
+    # collectors/live_thread.py spaces its evaluations so that each one's CPU stays within this
     # share. 0.2 % until issue 15's last cut: live findings were 40 % of a ps_ctl
     # coordinator's collector CPU there (docs/benchmarks.md); at 0.1 % an evaluation of
     # 55 ms comes every 55 s (TFDIAG_LIVE_CPU_SHARE gives more for faster findings).

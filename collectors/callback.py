@@ -167,7 +167,7 @@ class DiagnosticsCallback(_KerasCallback):
             (MultiWorkerMirroredStrategy); 0: off.
         allreduce_bytes: size of the probe all-reduce.
         live_interval_s: seconds between live evaluations of the detectors, in the task
-            that writes the manifest (``collectors/live.py``); 0: off; None: the
+            that writes the manifest (``collectors/live_thread.py``); 0: off; None: the
             ``TFDIAG_LIVE_FINDINGS`` environment variable, else off.
 
     Example:
@@ -201,7 +201,7 @@ class DiagnosticsCallback(_KerasCallback):
         self._allreduce = None
         self._cadence = ProbeCadence(allreduce_every_s)
         self._coordinator = None
-        self._live = None  # collectors/live.py's thread, in the task that writes the manifest
+        self._live = None  # collectors/live_thread.py's thread, in the task that writes the manifest
         self._last_words = None
         self._stamps = StepStamps()
         self._stamping = False

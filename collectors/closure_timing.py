@@ -164,7 +164,7 @@ class InstrumentedFunction:
     the same; any other arguments get the ``tf.function``, which traces or looks up as
     TensorFlow would. Holds the last arguments of that kind until others come, and the
     concrete function while the coordinator lives: dropping it at ``close()`` unregisters
-    it from every task, which waits on a stopped worker (``tests/collectors/test_faults.py``).
+    it from every task, which waits on a stopped worker (``tests/collectors/test_fault_log.py``).
 
     Example:
         >>> timed = InstrumentedFunction(train_step)  # doctest: +SKIP

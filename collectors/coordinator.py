@@ -502,7 +502,7 @@ def instrument_coordinator(coordinator, logdir, examples_per_step: int | None = 
         variables: a model, ``tf.Module`` or list of variables whose placement to record
             now (or call ``record_placement`` on the result later).
         live_interval_s: seconds between live evaluations of the detectors on the run's
-            recent records (``collectors/live.py``; findings logged and written as
+            recent records (``collectors/live_thread.py``; findings logged and written as
             ``live_finding`` records); 0: off; None: the ``TFDIAG_LIVE_FINDINGS``
             environment variable, else off.
 

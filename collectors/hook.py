@@ -6,8 +6,8 @@ Estimator-era code on TensorFlow < 2.16, which attaches the same hooks). Per
 record. Every ``trace_every`` steps the run is traced (``RunOptions(trace_level=
 FULL_TRACE)``); its ``RunMetadata`` goes to a background thread that turns the
 ``RecvTensor`` pseudo-nodes of the step stats into ``transfer`` records: one per
-tensor moved between tasks, with source, destination, bytes, start time and duration.
-Their ``timeline_label`` names the tensor and both devices (TF 2.21)::
+tensor moved between tasks, with source, destination, bytes, start time and duration
+(``tf_internals.transfer_rows``). Their ``timeline_label`` names the tensor and both devices (TF 2.21)::
 
     [8192B] [595.78Mb/s] edge_5_matmul/ReadVariableOp from /job:ps/replica:0/task:0/device:CPU:0
         to /job:worker/replica:0/task:0/device:CPU:0
@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import logging
 import queue
-import re
 import threading
 import time
 
@@ -44,7 +43,6 @@ from tfdiag.collectors.arguments import check_count, check_logdir
 from tfdiag.collectors.placement import record_placement
 from tfdiag.collectors.session_input import InputTimer
 from tfdiag.collectors.system import SAMPLE_EVERY_S, SystemSampler
-from tfdiag.events import task_of_device
 
 logger = logging.getLogger("tfdiag")
 
@@ -53,62 +51,6 @@ logger = logging.getLogger("tfdiag")
 DEFAULT_TRACE_EVERY = 100
 # Traced steps waiting for the parser; more are dropped (never block training).
 MAX_QUEUED_TRACES = 8
-
-# "[<size>] [<rate>] <tensor> from <device> to <device>"; older TensorFlow prints no rate.
-_RECV_LABEL = re.compile(r"^\[([^\]]*)\]\s+(?:\[[^\]]*\]\s+)?(\S+) from (\S+) to (\S+)")
-_EXACT_SIZE = re.compile(r"^(\d+)B$")
-
-
-def parse_recv_label(label: str) -> tuple[int | None, str, str, str] | None:
-    """``(bytes, tensor, src device, dst device)`` of a RecvTensor ``timeline_label``.
-
-    ``bytes`` is None where the label rounds the size (``[4.0MB]``).
-
-    >>> parse_recv_label("[8192B] [595.78Mb/s] edge_5_matmul/ReadVariableOp from "
-    ...                  "/job:ps/replica:0/task:0/device:CPU:0 to /job:worker/replica:0/task:0/device:CPU:0")
-    (8192, 'edge_5_matmul/ReadVariableOp', '/job:ps/replica:0/task:0/device:CPU:0', '/job:worker/replica:0/task:0/device:CPU:0')
-    """
-    match = _RECV_LABEL.match(label or "")
-    if match is None:
-        return None
-    exact = _EXACT_SIZE.match(match[1])
-    return (int(exact[1]) if exact else None), match[2], match[3], match[4]
-
-
-def transfer_rows(step_stats) -> list[dict]:
-    """``transfer`` rows of the RecvTensor entries of a ``StepStats`` proto between two tasks.
-
-    Bytes are the entry's ``requested_bytes``, else the label's exact size; an entry with
-    neither (never seen) is left out rather than given a rounded size.
-    """
-    rows = []
-    for device in step_stats.dev_stats:
-        for node in device.node_stats:
-            if node.node_name != "RecvTensor" and not node.timeline_label.startswith("["):
-                continue
-            parsed = parse_recv_label(node.timeline_label)
-            if parsed is None:
-                continue
-            label_bytes, tensor, src_device, dst_device = parsed
-            size = _allocated_bytes(node)
-            size = label_bytes if size is None else size
-            src, dst = task_of_device(src_device), task_of_device(dst_device)
-            if size is None or not src or not dst or src == dst:
-                continue
-            start_ns = node.all_start_nanos or node.all_start_micros * 1000
-            duration_ns = (node.all_end_rel_nanos or node.all_end_rel_micros * 1000)
-            rows.append({"src": src, "dst": dst, "time_ns": int(start_ns), "bytes": size,
-                         "duration_ns": int(duration_ns), "tensor": tensor})
-    return rows
-
-
-def _allocated_bytes(node) -> int | None:
-    """The exact bytes of a RecvTensor entry: its output's ``requested_bytes``; None without
-    one, or when 0 (proto3 cannot tell 0 from unset; the label then says ``[0B]``)."""
-    if not node.output:
-        return None
-    return int(node.output[0].tensor_description.allocation_description.requested_bytes) or None
-
 
 class DiagnosticsHook(tf.compat.v1.train.SessionRunHook):
     """Records steps, and every ``trace_every`` steps the tensors moved between tasks.
@@ -120,7 +62,7 @@ class DiagnosticsHook(tf.compat.v1.train.SessionRunHook):
         trace_every: trace one step in this many (0: never).
         system_interval_s: seconds between system samples of this host (``None``: off).
         live_interval_s: seconds between live evaluations of the detectors, in the chief
-            (the task that writes the manifest; ``collectors/live.py``); 0: off; None: the
+            (the task that writes the manifest; ``collectors/live_thread.py``); 0: off; None: the
             ``TFDIAG_LIVE_FINDINGS`` environment variable, else off.
 
     Example:
@@ -148,7 +90,7 @@ class DiagnosticsHook(tf.compat.v1.train.SessionRunHook):
         self._writer = None
         self._progress = None  # the heartbeat's step counter (collectors/heartbeat.py)
         self._sampler = None
-        self._live = None  # collectors/live.py's thread, in the task that writes the manifest
+        self._live = None  # collectors/live_thread.py's thread, in the task that writes the manifest
         self._queue: queue.Queue | None = None
         self._parser: threading.Thread | None = None
         self._failed = False

@@ -5,7 +5,9 @@ closure's result came in and where its outputs live (``RemoteValueImpl``), a way
 a ``tf.function`` from a collector thread that ``ClusterCoordinator``'s cancellation
 cannot reach (``call_uncancelled``), the coordinator a tf-keras ``model.fit``
 schedules through, a strategy's cluster resolver and worker count, and a Keras
-callback's model. Each is read here and nowhere else;
+callback's model. Each is read here and nowhere else, and so are the texts TensorFlow
+prints that the collectors parse (the last section: the coordinator's log lines about
+faults, a traced step's RecvTensor labels);
 ``tests/collectors/test_tf_internals.py`` pins what every attribute means on the
 installed TensorFlow against real objects (a ``ClusterCoordinator`` of a local
 cluster, its ``RemoteValue``\\ s), so that an upgrade that moves one fails those tests
@@ -26,7 +28,7 @@ import re
 import sys
 import weakref
 
-from tfdiag.events import task_of_device
+from tfdiag.events import task_name, task_of_device
 
 logger = logging.getLogger("tfdiag")
 
@@ -275,3 +277,94 @@ def tasks_blamed(error_text: str, own_task: str | None = None) -> list[str]:
     devices += _REMOTE_TARGET.findall(error_text or "")
     tasks = (task_of_device(device) for device in devices)
     return [task for task in dict.fromkeys(tasks) if task and task != own_task]
+
+
+# == TensorFlow's text formats ==============================================================
+# What TensorFlow prints rather than holds: the ClusterCoordinator's log lines about
+# failed workers (``fault_log``) and the RecvTensor entries of a traced step's StepStats
+# (``hook``). Like the private attributes above, each format is read here and nowhere else.
+
+# -- the ClusterCoordinator's log lines --------------------------------------------------------
+# (pattern, fault kind, how to get the task from the match)
+_PATTERNS = (
+    (re.compile(r"^Worker (\S+) failed with"), "failure", lambda m: task_of_device(m[1])),
+    (re.compile(r"^Worker (\S+) has been recovered"), "recovery", lambda m: task_of_device(m[1])),
+    (re.compile(r"^\[Worker (\d+)\] Putting back a closure after it failed"), "retry", lambda m: task_name("worker", int(m[1]))),
+    (re.compile(r"^Parameter server failure detected at PS task (\d+)"), "failure", lambda m: task_name("ps", int(m[1]))),
+    (re.compile(r"^Remote function on worker (\S+) failed with"), "retry", lambda m: task_of_device(m[1])),
+    (re.compile(r"^Cluster successfully recovered"), "recovery", lambda m: ""),
+)
+
+
+def parse_fault(message: str) -> tuple[str, str] | None:
+    """``(kind, task)`` of a coordinator log line, or None when it is not about a fault.
+
+    >>> parse_fault("Worker /job:worker/replica:0/task:1 failed with UnavailableError()")
+    ('failure', 'worker:1')
+    >>> parse_fault("[Worker 0] Putting back a closure after it failed.")
+    ('retry', 'worker:0')
+    >>> parse_fault("Waiting for all global closures to be finished.") is None
+    True
+    """
+    for pattern, kind, task in _PATTERNS:
+        match = pattern.match(message)
+        if match:
+            return kind, task(match) or ""
+    return None
+
+
+# -- RecvTensor entries of a traced TF1 step (StepStats) ----------------------------------------
+# "[<size>] [<rate>] <tensor> from <device> to <device>"; older TensorFlow prints no rate.
+_RECV_LABEL = re.compile(r"^\[([^\]]*)\]\s+(?:\[[^\]]*\]\s+)?(\S+) from (\S+) to (\S+)")
+_EXACT_SIZE = re.compile(r"^(\d+)B$")
+
+
+def parse_recv_label(label: str) -> tuple[int | None, str, str, str] | None:
+    """``(bytes, tensor, src device, dst device)`` of a RecvTensor ``timeline_label``.
+
+    ``bytes`` is None where the label rounds the size (``[4.0MB]``).
+
+    >>> parse_recv_label("[8192B] [595.78Mb/s] edge_5_matmul/ReadVariableOp from "
+    ...                  "/job:ps/replica:0/task:0/device:CPU:0 to /job:worker/replica:0/task:0/device:CPU:0")
+    (8192, 'edge_5_matmul/ReadVariableOp', '/job:ps/replica:0/task:0/device:CPU:0', '/job:worker/replica:0/task:0/device:CPU:0')
+    """
+    match = _RECV_LABEL.match(label or "")
+    if match is None:
+        return None
+    exact = _EXACT_SIZE.match(match[1])
+    return (int(exact[1]) if exact else None), match[2], match[3], match[4]
+
+
+def transfer_rows(step_stats) -> list[dict]:
+    """``transfer`` rows of the RecvTensor entries of a ``StepStats`` proto between two tasks.
+
+    Bytes are the entry's ``requested_bytes``, else the label's exact size; an entry with
+    neither (never seen) is left out rather than given a rounded size.
+    """
+    rows = []
+    for device in step_stats.dev_stats:
+        for node in device.node_stats:
+            if node.node_name != "RecvTensor" and not node.timeline_label.startswith("["):
+                continue
+            parsed = parse_recv_label(node.timeline_label)
+            if parsed is None:
+                continue
+            label_bytes, tensor, src_device, dst_device = parsed
+            size = _allocated_bytes(node)
+            size = label_bytes if size is None else size
+            src, dst = task_of_device(src_device), task_of_device(dst_device)
+            if size is None or not src or not dst or src == dst:
+                continue
+            start_ns = node.all_start_nanos or node.all_start_micros * 1000
+            duration_ns = (node.all_end_rel_nanos or node.all_end_rel_micros * 1000)
+            rows.append({"src": src, "dst": dst, "time_ns": int(start_ns), "bytes": size,
+                         "duration_ns": int(duration_ns), "tensor": tensor})
+    return rows
+
+
+def _allocated_bytes(node) -> int | None:
+    """The exact bytes of a RecvTensor entry: its output's ``requested_bytes``; None without
+    one, or when 0 (proto3 cannot tell 0 from unset; the label then says ``[0B]``)."""
+    if not node.output:
+        return None
+    return int(node.output[0].tensor_description.allocation_description.requested_bytes) or None

@@ -64,7 +64,7 @@ dev_stats {
 
 
 def test_parse_recv_label():
-    from tfdiag.collectors.hook import parse_recv_label
+    from tfdiag.collectors.tf_internals import parse_recv_label
 
     assert parse_recv_label("[0B] edge_3_x/NoOp from /job:ps/replica:0/task:1/device:CPU:0 to "
                             "/job:worker/replica:0/task:2/device:CPU:0") == (
@@ -79,7 +79,7 @@ def test_transfer_rows_take_exact_bytes_of_every_size_between_tasks():
     tf = pytest.importorskip("tensorflow")
     from google.protobuf import text_format
 
-    from tfdiag.collectors.hook import transfer_rows
+    from tfdiag.collectors.tf_internals import transfer_rows
 
     stats = text_format.Parse(TRACED_STEP_STATS, tf.compat.v1.RunMetadata().step_stats)
     rows = transfer_rows(stats)
@@ -97,7 +97,7 @@ def test_transfer_rows_without_requested_bytes_keep_only_exact_label_sizes():
     tf = pytest.importorskip("tensorflow")
     from google.protobuf import text_format
 
-    from tfdiag.collectors.hook import transfer_rows
+    from tfdiag.collectors.tf_internals import transfer_rows
 
     stats = text_format.Parse(TRACED_STEP_STATS, tf.compat.v1.RunMetadata().step_stats)
     for node in stats.dev_stats[0].node_stats:

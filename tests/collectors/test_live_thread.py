@@ -13,7 +13,7 @@ import pytest
 
 from benchmarks.faults import cpu_quota
 from benchmarks.live import wait_for
-from tfdiag.collectors import live, writers
+from tfdiag.collectors import live_thread, writers
 from tfdiag.events import task_name
 from tfdiag.sample_jobs.jobs import JobConfig
 from tfdiag.sample_jobs.launcher import LocalCluster
@@ -43,31 +43,31 @@ def write_straggling_steps(run_dir, seconds=20.0):
         writers.release(writer)
 
 
-def test_importing_the_collectors_live_module_loads_no_analysis():
-    code = ("import sys, tfdiag.collectors.live; "
+def test_importing_the_live_thread_module_loads_no_analysis():
+    code = ("import sys, tfdiag.collectors.live_thread; "
             "print(sorted(m for m in sys.modules if m == 'pandas' or m.startswith('tfdiag.analysis')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
 
 @pytest.mark.parametrize("option, env, expected", [
-    (None, None, None), (None, "on", live.DEFAULT_INTERVAL_S), (None, "2.5", 2.5), (None, "off", None),
+    (None, None, None), (None, "on", live_thread.DEFAULT_INTERVAL_S), (None, "2.5", 2.5), (None, "off", None),
     (None, "soon", None), (3, "off", 3.0), (0, "5", None),
 ])
 def test_the_interval_comes_from_the_argument_then_the_environment(monkeypatch, option, env, expected):
     if env is None:
-        monkeypatch.delenv(live.ENV_VAR, raising=False)
+        monkeypatch.delenv(live_thread.ENV_VAR, raising=False)
     else:
-        monkeypatch.setenv(live.ENV_VAR, env)
-    assert live.interval_from(option) == expected
+        monkeypatch.setenv(live_thread.ENV_VAR, env)
+    assert live_thread.interval_from(option) == expected
 
 
 def test_the_thread_announces_a_straggler_records_it_and_declares_its_cost(tmp_path, caplog, monkeypatch):
-    monkeypatch.setenv(live.SHARE_ENV_VAR, "1")  # every 0.3 s, whatever an evaluation costs
+    monkeypatch.setenv(live_thread.SHARE_ENV_VAR, "1")  # every 0.3 s, whatever an evaluation costs
     write_straggling_steps(tmp_path)
     writer = writers.acquire(tmp_path, "chief:0")
     with caplog.at_level(logging.INFO, logger="tfdiag"):
-        thread = live.start(tmp_path, writer, 0.3)
+        thread = live_thread.start(tmp_path, writer, 0.3)
         deadline = time.monotonic() + 60
         while thread.transitions == 0 and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -87,10 +87,10 @@ def test_the_thread_announces_a_straggler_records_it_and_declares_its_cost(tmp_p
 def test_evaluations_are_spaced_to_stay_within_the_live_share_of_a_core(tmp_path, monkeypatch):
     """Asked for every 0.05 s, evaluations of a 20-s two-worker window (tens of ms each)
     come only as often as a 5 % share of a core pays for."""
-    monkeypatch.setenv(live.SHARE_ENV_VAR, "0.05")
+    monkeypatch.setenv(live_thread.SHARE_ENV_VAR, "0.05")
     write_straggling_steps(tmp_path)
     writer = writers.acquire(tmp_path, "chief:0")
-    thread = live.start(tmp_path, writer, 0.05)
+    thread = live_thread.start(tmp_path, writer, 0.05)
     time.sleep(4)
     thread.stop()
     writers.release(writer)
@@ -104,10 +104,10 @@ def test_evaluations_are_spaced_to_stay_within_the_live_share_of_a_core(tmp_path
 @pytest.mark.parametrize("env, expected", [(None, 0.001), ("0.01", 0.01), ("2", 0.001), ("lots", 0.001)])
 def test_the_share_comes_from_the_environment_else_the_budget(monkeypatch, env, expected):
     if env is None:
-        monkeypatch.delenv(live.SHARE_ENV_VAR, raising=False)
+        monkeypatch.delenv(live_thread.SHARE_ENV_VAR, raising=False)
     else:
-        monkeypatch.setenv(live.SHARE_ENV_VAR, env)
-    assert live.core_share() == expected
+        monkeypatch.setenv(live_thread.SHARE_ENV_VAR, env)
+    assert live_thread.core_share() == expected
 
 
 @pytest.mark.cluster
@@ -120,8 +120,8 @@ def test_a_worker_starved_mid_run_is_announced_within_30_s(tmp_path, monkeypatch
     # that). At 5 s, inside a full `make test`, the window crossed 24.4 s after the onset
     # once and the second evaluation came at 30.04 s: this test checks the path from a
     # starved worker to the logged line in time, and the two evaluations' spacing is ours.
-    monkeypatch.setenv(live.ENV_VAR, "3")  # the tasks inherit it
-    monkeypatch.setenv(live.SHARE_ENV_VAR, "0.05")  # so that the evaluations can come every 3 s
+    monkeypatch.setenv(live_thread.ENV_VAR, "3")  # the tasks inherit it
+    monkeypatch.setenv(live_thread.SHARE_ENV_VAR, "0.05")  # so that the evaluations can come every 3 s
     config = JobConfig("ps_ctl", str(tmp_path / "run"), steps=1_000_000, ps=1, workers=2)
     with open(tmp_path / "launcher.log", "w") as out:
         cluster = LocalCluster(config, stderr=out)

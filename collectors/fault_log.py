@@ -10,51 +10,22 @@
     Parameter server failure detected at PS task 0                            (info)
 
 :class:`FaultCapture` installs a ``logging.Filter`` on that logger which turns these
-lines into ``fault`` records. Most of them are INFO, which the ``tensorflow`` logger
-drops by default (WARNING); the capture lowers the logger to INFO and its filter then
-passes on only what the old level let through, so the user sees exactly the output
-they saw before. ``uninstall`` restores the level.
+lines (read by ``tf_internals.parse_fault``) into ``fault`` records. Most of them are
+INFO, which the ``tensorflow`` logger drops by default (WARNING); the capture lowers the
+logger to INFO and its filter then passes on only what the old level let through, so
+the user sees exactly the output they saw before. ``uninstall`` restores the level.
 """
 
 from __future__ import annotations
 
 import logging
-import re
-import time
 
-from tfdiag.events import task_name, task_of_device
+from tfdiag.collectors.tf_internals import parse_fault
 
 logger = logging.getLogger("tfdiag")
 
 TF_LOGGER = "tensorflow"
 MAX_MESSAGE_CHARS = 500
-
-# (pattern, fault kind, how to get the task from the match)
-_PATTERNS = (
-    (re.compile(r"^Worker (\S+) failed with"), "failure", lambda m: task_of_device(m[1])),
-    (re.compile(r"^Worker (\S+) has been recovered"), "recovery", lambda m: task_of_device(m[1])),
-    (re.compile(r"^\[Worker (\d+)\] Putting back a closure after it failed"), "retry", lambda m: task_name("worker", int(m[1]))),
-    (re.compile(r"^Parameter server failure detected at PS task (\d+)"), "failure", lambda m: task_name("ps", int(m[1]))),
-    (re.compile(r"^Remote function on worker (\S+) failed with"), "retry", lambda m: task_of_device(m[1])),
-    (re.compile(r"^Cluster successfully recovered"), "recovery", lambda m: ""),
-)
-
-
-def parse_fault(message: str) -> tuple[str, str] | None:
-    """``(kind, task)`` of a coordinator log line, or None when it is not about a fault.
-
-    >>> parse_fault("Worker /job:worker/replica:0/task:1 failed with UnavailableError()")
-    ('failure', 'worker:1')
-    >>> parse_fault("[Worker 0] Putting back a closure after it failed.")
-    ('retry', 'worker:0')
-    >>> parse_fault("Waiting for all global closures to be finished.") is None
-    True
-    """
-    for pattern, kind, task in _PATTERNS:
-        match = pattern.match(message)
-        if match:
-            return kind, task(match) or ""
-    return None
 
 
 class _FaultFilter(logging.Filter):
@@ -151,7 +122,3 @@ class FaultCapture:
             self._broken = True
             logger.warning("tfdiag: fault capture stopped after an error: %r", error)
 
-
-def record_fault(writer, task: str, kind: str, message: str, time_ns: int | None = None) -> None:
-    """Appends one ``fault`` record (for collectors that see a fault themselves)."""
-    writer.append("fault", task=task, time_ns=time_ns or time.time_ns(), kind=kind, message=message[:MAX_MESSAGE_CHARS])

@@ -9,7 +9,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from tfdiag.collectors.faults import FaultCapture, parse_fault
+from tfdiag.collectors.fault_log import FaultCapture
+from tfdiag.collectors.tf_internals import parse_fault
 from tfdiag.collectors.rpc_probe import PROBE_TIMEOUT_S
 from tfdiag.store import log_dir, read_task_file
 
