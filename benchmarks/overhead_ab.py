@@ -272,7 +272,7 @@ def ps_ctl_training(tf, config, strategy, coordinator, steps: int):
 def measure_ps_ctl(pairs: int, closures: int, logdir: str, components: frozenset) -> dict:
     """Starts the servers, runs the phases as the coordinator, and summarises them."""
     with ps_ctl_servers(logdir) as (tf, config, strategy, cluster):
-        from tfdiag.collectors import instrument_coordinator, live
+        from tfdiag.collectors import instrument_coordinator, live_thread as live
         from tfdiag.collectors.rpc_probe import FULL_PASSES
         from tfdiag.sample_jobs import ps_ctl
 
@@ -390,7 +390,7 @@ def phased_callback(keras, inner, steps: int, components: frozenset):
 
 def mwms_worker(config: JobConfig) -> None:
     """One worker's part of the ``mwms_fit`` A/B; prints its phase results on one line."""
-    from tfdiag.collectors import DiagnosticsCallback, live
+    from tfdiag.collectors import DiagnosticsCallback, live_thread as live
     from tfdiag.sample_jobs import click_model, mwms_fit
     from tfdiag.sample_jobs.common import worker_index_from_tf_config
     from tfdiag.sample_jobs.fit_common import import_tf_keras

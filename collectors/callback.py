@@ -14,7 +14,7 @@ import math
 import sys
 import time
 
-from tfdiag.collectors import heartbeat, identity, live, tf_internals, writers
+from tfdiag.collectors import heartbeat, identity, live_thread, tf_internals, writers
 from tfdiag.collectors.arguments import check_count, check_logdir
 from tfdiag.collectors.batch_size import examples_in
 from tfdiag.collectors.last_words import LastWords
@@ -258,7 +258,7 @@ class DiagnosticsCallback(_KerasCallback):
             self._fail(error)
             return
         if writes_manifest and self._live is None:
-            self._live = live.start(self.logdir, self._writer, self.live_interval_s)
+            self._live = live_thread.start(self.logdir, self._writer, self.live_interval_s)
         self._start_side_collectors(strategy)
 
     def on_train_batch_begin(self, batch, logs=None):

@@ -53,9 +53,9 @@ import threading
 import time
 import weakref
 
-from tfdiag.collectors import closure_timing, heartbeat, identity, live, tf_internals, writers
+from tfdiag.collectors import closure_timing, heartbeat, identity, live_thread, tf_internals, writers
 from tfdiag.collectors.budget import MeteredCalls, charged
-from tfdiag.collectors.faults import FaultCapture
+from tfdiag.collectors.fault_log import FaultCapture
 from tfdiag.collectors.placement import record_placement
 from tfdiag.collectors.rpc_probe import DEFAULT_INTERVAL_S, RpcProber
 from tfdiag.collectors.system import SAMPLE_EVERY_S, SystemSampler
@@ -521,8 +521,8 @@ def instrument_coordinator(coordinator, logdir, examples_per_step: int | None = 
     instrumented = InstrumentedCoordinator(coordinator, logdir, examples_per_step=examples_per_step,
                                            probe_interval_s=probe_interval_s, system_interval_s=system_interval_s,
                                            capture_faults=capture_faults, variables=variables)
-    live_thread = live.start(logdir, instrumented._writer, live_interval_s)
-    if live_thread is not None:
-        live_thread.before_evaluation = instrumented.flush_records
-        instrumented._background.append(live_thread)  # stopped by close(), before the writer is released
+    thread = live_thread.start(logdir, instrumented._writer, live_interval_s)
+    if thread is not None:
+        thread.before_evaluation = instrumented.flush_records
+        instrumented._background.append(thread)  # stopped by close(), before the writer is released
     return instrumented

@@ -38,7 +38,7 @@ import time
 
 import tensorflow as tf
 
-from tfdiag.collectors import heartbeat, identity, live, writers
+from tfdiag.collectors import heartbeat, identity, live_thread, writers
 from tfdiag.collectors.arguments import check_count, check_logdir
 from tfdiag.collectors.placement import record_placement
 from tfdiag.collectors.session_input import InputTimer
@@ -124,7 +124,7 @@ class DiagnosticsHook(tf.compat.v1.train.SessionRunHook):
             self._fail(error)
             return
         if writes_manifest and self._live is None:
-            self._live = live.start(self.logdir, self._writer, self.live_interval_s)
+            self._live = live_thread.start(self.logdir, self._writer, self.live_interval_s)
 
     def after_create_session(self, session, coord):
         """Records when the session became ready: on a non-chief, after the chief initialised the model."""
