@@ -272,18 +272,17 @@ def ps_ctl_training(tf, config, strategy, coordinator, steps: int):
 def measure_ps_ctl(pairs: int, closures: int, logdir: str, components: frozenset) -> dict:
     """Starts the servers, runs the phases as the coordinator, and summarises them."""
     with ps_ctl_servers(logdir) as (tf, config, strategy, cluster):
-        from tfdiag.collectors import instrument_coordinator, live_thread as live
+        from tfdiag.collectors import instrument_coordinator, live_thread
         from tfdiag.collectors.rpc_probe import FULL_PASSES
         from tfdiag.sample_jobs import ps_ctl
 
         plain = tf.distribute.coordinator.ClusterCoordinator(strategy)
         # Live findings (off by default in a job) run at their default cadence when measured.
         instrumented = instrument_coordinator(plain, logdir,
-                                              live_interval_s=live.DEFAULT_INTERVAL_S if "live" in components else 0)
+                                              live_interval_s=live_thread.DEFAULT_INTERVAL_S if "live" in components else 0)
         prober = instrumented.collectors.get("rpc")
-        live_thread = next((t for t in instrumented._background if isinstance(t, live.LiveThread)), None)  # noqa: SLF001
         switch = PhaseSwitch(components).gate(prober, instrumented.collectors.get("system"),
-                                              instrumented._writer, live_thread)  # noqa: SLF001
+                                              instrumented.session.writer, instrumented.collectors.get("live"))
         steps = ps_ctl.STEPS_PER_CLOSURE
         model, train, iterator = ps_ctl_training(tf, config, strategy, plain, steps)
         instrumented.record_placement(model.variables)
@@ -296,8 +295,8 @@ def measure_ps_ctl(pairs: int, closures: int, logdir: str, components: frozenset
         # over the links (one-time work of the first seconds of a run), at most WARM_UP_PAIRS.
         for _ in range(WARM_UP_PAIRS):
             run_ps_phases(plain, schedulers, switch, flush, 1, closures, examples, task_pids)
-            if "probe" in components and not instrumented._probes_started:  # noqa: SLF001 - B phases without results record no closure,
-                instrumented._start_probes()  # noqa: SLF001 - whose first record starts the probe in a run
+            if "probe" in components:  # B phases without results record no closure, whose first record starts the probe in a run
+                instrumented.session.closures.results_began()
             if "probe" not in components or prober.passes >= FULL_PASSES:
                 break
         probes_before = prober.records
@@ -353,7 +352,8 @@ def phased_callback(keras, inner, steps: int, components: frozenset):
             inner.on_train_begin(logs)
             stamped = self.model.train_function if "step_input" in components else plain_function
             self.functions = {"plain": plain_function, "instrumented": stamped}
-            self.switch.gate(sampler=inner._sampler, writer=inner._writer, live=inner._live)  # noqa: SLF001 - a benchmark's view
+            self.switch.gate(sampler=inner.session.collectors.get("system"), writer=inner.session.writer,
+                             live=inner.session.collectors.get("live"))
 
         def on_train_end(self, logs=None):
             inner.on_train_end(logs)
@@ -390,7 +390,7 @@ def phased_callback(keras, inner, steps: int, components: frozenset):
 
 def mwms_worker(config: JobConfig) -> None:
     """One worker's part of the ``mwms_fit`` A/B; prints its phase results on one line."""
-    from tfdiag.collectors import DiagnosticsCallback, live_thread as live
+    from tfdiag.collectors import DiagnosticsCallback, live_thread
     from tfdiag.sample_jobs import click_model, mwms_fit
     from tfdiag.sample_jobs.common import worker_index_from_tf_config
     from tfdiag.sample_jobs.fit_common import import_tf_keras
@@ -407,7 +407,7 @@ def mwms_worker(config: JobConfig) -> None:
     components = frozenset(config.extra["components"])
     # Live findings (off by default in a job) run in the chief at their default cadence when measured.
     inner = DiagnosticsCallback(config.logdir, examples_per_step=local_examples,
-                                live_interval_s=live.DEFAULT_INTERVAL_S if "live" in components else 0)
+                                live_interval_s=live_thread.DEFAULT_INTERVAL_S if "live" in components else 0)
     phased = phased_callback(keras, inner, steps, components)
     model.fit(dataset, epochs=1, steps_per_epoch=2 * steps * pairs, callbacks=[phased], verbose=0)
     print(RESULT_PREFIX + json.dumps(phased.results), flush=True)
@@ -582,7 +582,7 @@ def main(argv=None) -> int:
     switches.add_argument("--without", nargs="+", metavar="COMPONENT", help="B phases run all but these")
     switches.add_argument("--calibrate", action="store_true", help="both phases of every pair plain (A/A)")
     parser.add_argument("--fetch-every", type=float, default=None, metavar="S",
-                        help="ps_ctl: the result thread's timing copies (collectors/coordinator.py FETCH_EVERY_S)")
+                        help="ps_ctl: the result thread's timing copies (collectors/closure_recorder.py FETCH_EVERY_S)")
     parser.add_argument("--logdir", default=None, help="where the run goes (default: a temp dir)")
     parser.add_argument("--mwms-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--config", help=argparse.SUPPRESS)  # an mwms_fit worker's JobConfig
@@ -591,9 +591,9 @@ def main(argv=None) -> int:
         mwms_worker(JobConfig.from_json(args.config))
         return 0
     if args.fetch_every is not None:
-        from tfdiag.collectors import coordinator
+        from tfdiag.collectors import closure_recorder
 
-        coordinator.FETCH_EVERY_S = args.fetch_every
+        closure_recorder.FETCH_EVERY_S = args.fetch_every
     components = frozenset() if args.calibrate else chosen_components(args.job, args.only, args.without)
     logdir = args.logdir or tempfile.mkdtemp(prefix="tfdiag-overhead-ab-")
     started, load = time.monotonic(), os.getloadavg()

@@ -7,7 +7,7 @@ closures' stats handles on the worker and one copy of the result. This benchmark
 (their outputs left on the workers, as when the caller drops them), and then times one
 ``fetch_stats`` of all ``N``: the calling thread's CPU and the process's CPU
 (TensorFlow's threads included) per closure, for each ``--sizes`` in turn, ``--rounds``
-times, interleaved. ``collectors/coordinator.py`` (``FETCH_EVERY_S``) sizes its cadence
+times, interleaved. ``collectors/closure_recorder.py`` (``FETCH_EVERY_S``) sizes its cadence
 by it.
 
     python benchmarks/timing_copy.py --sizes 1 5 10 40 --rounds 2   # under tools/loopback-only

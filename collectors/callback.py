@@ -10,17 +10,17 @@ importing tf-keras (importing it costs about a second and loads a second Keras).
 from __future__ import annotations
 
 import logging
-import math
 import sys
 import time
 
-from tfdiag.collectors import heartbeat, identity, live_thread, tf_internals, writers
+from tfdiag.collectors import tf_internals
+from tfdiag.collectors.allreduce_probe import (DEFAULT_ALLREDUCE_BYTES, DEFAULT_ALLREDUCE_EVERY_S, STEP_TIME_STEPS,
+                                               AllreduceProbe)
 from tfdiag.collectors.arguments import check_count, check_logdir
 from tfdiag.collectors.batch_size import examples_in
-from tfdiag.collectors.last_words import LastWords
-from tfdiag.collectors.placement import record_placement
 from tfdiag.collectors.step_input import StepStamps, match_stamps, stamp_train_step
-from tfdiag.collectors.system import SAMPLE_EVERY_S, WAKE_S, SystemSampler
+from tfdiag.collectors.system import SAMPLE_EVERY_S, WAKE_S
+from tfdiag.collectors.task_session import TaskSession, Wants
 from tfdiag.errors import InvalidOptionError
 
 logger = logging.getLogger("tfdiag")
@@ -31,16 +31,6 @@ except ImportError:  # pragma: no cover - Keras 3 is a dependency of TensorFlow 
     _KerasCallback = object
 
 
-# The all-reduce probe: a 4 KB all-reduce between two local workers takes ~2-5 ms. Its
-# first call, a few steps in, is an untimed warm-up; the next ones come 0.5, 1 and 2 s
-# after the one before (so that a short run still gets a few), then every
-# DEFAULT_ALLREDUCE_EVERY_S (ProbeCadence).
-DEFAULT_ALLREDUCE_EVERY_S = 5.0
-ALLREDUCE_RAMP_S = (0.5, 1.0, 2.0)
-FIRST_ALLREDUCE_STEP = 5
-DEFAULT_ALLREDUCE_BYTES = 4096
-# The probe carries each worker's step time, from its last steps, at most this many.
-STEP_TIME_STEPS = 50
 # Steps are buffered and written (with their input-wait stamps, read in one call) this
 # often: a drain costs a few hundred µs, a drain per step would cost more than the step's
 # other hooks together (collectors/step_input.py).
@@ -57,59 +47,6 @@ def _is_multi_worker(strategy) -> bool:
 
 def _is_parameter_server(strategy) -> bool:
     return strategy is not None and "ParameterServer" in type(strategy).__name__
-
-
-def _allreduce_function(strategy, size_bytes: int):
-    """A ``tf.function`` summing a float32 vector of ``size_bytes`` over every replica.
-
-    Its argument, this worker's seconds per step, is the vector's first element; it
-    returns the replicas' mean of it, the same value on every worker.
-    """
-    import tensorflow as tf
-
-    elements = max(int(size_bytes) // 4, 1)
-
-    @tf.function(input_signature=[tf.TensorSpec([], tf.float32)])  # one trace, whatever the value
-    def allreduce(step_s):
-        value = strategy.run(lambda: tf.concat([tf.reshape(step_s, [1]), tf.ones([elements - 1], tf.float32)], 0))
-        total = strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
-        return total[0] / strategy.num_replicas_in_sync
-
-    return allreduce
-
-
-class ProbeCadence:
-    """At which steps the all-reduce probe runs: every few seconds, at the same steps on every worker.
-
-    Collectives must be issued in the same order on every worker, so no worker may decide
-    by its own clock. Each probe's all-reduce carries every worker's recent seconds per
-    step and returns their mean, identical everywhere; the next probe comes as many steps
-    later as make up the next gap at that pace: ``ramp_s``'s gaps after the first calls,
-    then ``every_s``. The first call is at ``first_step``.
-
-    >>> cadence = ProbeCadence(every_s=5.0)
-    >>> cadence.next_step
-    5
-    >>> cadence.ran(5, step_s=0.01)  # then 0.5 s later: 50 steps of 10 ms
-    55
-    >>> [cadence.ran(step, 0.01) for step in (55, 155, 355)]
-    [155, 355, 855]
-    """
-
-    def __init__(self, every_s: float, ramp_s: tuple[float, ...] = ALLREDUCE_RAMP_S,
-                 first_step: int = FIRST_ALLREDUCE_STEP):
-        self.every_s = every_s
-        self.ramp_s = ramp_s
-        self.calls = 0
-        self.next_step = first_step
-
-    def ran(self, step: int, step_s: float) -> int:
-        """Records a probe at ``step`` that read ``step_s`` seconds per step; returns the next probe's step."""
-        gap_s = self.ramp_s[self.calls] if self.calls < len(self.ramp_s) else self.every_s
-        self.calls += 1
-        steps = round(gap_s / step_s) if step_s > 0 and math.isfinite(step_s) else FIRST_ALLREDUCE_STEP
-        self.next_step = step + max(int(steps), 1)
-        return self.next_step
 
 
 class DiagnosticsCallback(_KerasCallback):
@@ -146,16 +83,13 @@ class DiagnosticsCallback(_KerasCallback):
     with ``instrument_coordinator`` instead, which records every closure on the worker
     that ran it (in-graph timing, input waits, RPC probes, faults).
 
-    At ``on_train_begin`` it also records the placement of the model's variables and
-    starts the system sampler of this host (a background thread, every
-    ``system_interval_s``). Under MultiWorkerMirroredStrategy about every
-    ``allreduce_every_s`` seconds (sooner in the first seconds: ``ProbeCadence``) it
-    times an all-reduce of ``allreduce_bytes`` across the workers (one ``allreduce``
-    record); that runs in the training thread, at the same step on every worker
-    (collectives must be issued in the same order everywhere: the probe carries each
-    worker's step time and the step of the next one follows from their mean, the same
-    on every worker), and costs one small all-reduce round trip per probe (plus one
-    untimed call the first time, which traces the function and sets up the collective).
+    At ``on_train_begin`` it opens its task session (``task_session``): the placement of
+    the model's variables, the task's last words, the system sampler of this host (a
+    background thread, every ``system_interval_s``) and, in the task that writes the
+    manifest, live findings; ``on_train_end`` closes it. Under MultiWorkerMirroredStrategy
+    about every ``allreduce_every_s`` seconds (sooner in the first seconds) it times an
+    all-reduce of ``allreduce_bytes`` across the workers (one ``allreduce`` record), in the
+    training thread, at the same step on every worker (``allreduce_probe``).
 
     Args:
         logdir: the run directory (``RUN``); records go to ``RUN/plugins/tfdiag/``.
@@ -196,13 +130,9 @@ class DiagnosticsCallback(_KerasCallback):
         self.allreduce_bytes = allreduce_bytes
         self.live_interval_s = live_interval_s
         self.task: str | None = None
-        self._writer = None
-        self._sampler = None
-        self._allreduce = None
-        self._cadence = ProbeCadence(allreduce_every_s)
+        self.session: TaskSession | None = None  # from on_train_begin to on_train_end, but under ParameterServerStrategy
+        self._allreduce: AllreduceProbe | None = None
         self._coordinator = None
-        self._live = None  # collectors/live_thread.py's thread, in the task that writes the manifest
-        self._last_words = None
         self._stamps = StepStamps()
         self._stamping = False
         self._failed = False
@@ -243,42 +173,45 @@ class DiagnosticsCallback(_KerasCallback):
     def on_train_begin(self, logs=None):
         self._reset()
         self._failed = False
-        tf_internals.check_tf_version()
         try:
             strategy = self._strategy()
-            self.task = identity.resolve_task(strategy)
-            writes_manifest = identity.write_run_manifest(self.logdir, self.task, strategy)
             if _is_parameter_server(strategy):
                 self._instrument_coordinator(strategy)
                 return
-            if self._writer is None:
-                self._writer = writers.acquire(self.logdir, self.task)
-                self._last_words = LastWords(self._writer).start()
+            if self.session is None:
+                model = tf_internals.callback_model(self)
+                # Timed wake-ups only where a stopped process holds every worker up (all-reduce).
+                wants = Wants(system_interval_s=self.system_interval_s,
+                              wake_s=WAKE_S if _is_multi_worker(strategy) else None, last_words=True,
+                              variables=model, live_interval_s=self.live_interval_s)
+                self.session = TaskSession(self.logdir, wants, strategy=strategy)
+                self.task = self.session.task
         except Exception as error:  # noqa: BLE001 - a collector never breaks training
             self._fail(error)
             return
-        if writes_manifest and self._live is None:
-            self._live = live_thread.start(self.logdir, self._writer, self.live_interval_s)
-        self._start_side_collectors(strategy)
+        self._start_training_path(strategy)
 
     def on_train_batch_begin(self, batch, logs=None):
         self._begin_ns = time.time_ns()
 
     def on_train_batch_end(self, batch, logs=None):
         end_ns = time.time_ns()
-        if self._failed or self._coordinator is not None:
+        if self._failed or self.session is None:
             return
         self._buffered.append((self._step, self._begin_ns, end_ns))
         self._step += 1
         try:
             if self._progress is None:
-                self._progress = heartbeat.progress(self._writer_or_default())
+                self._progress = self.session.progress()
             self._progress.count = self._step
         except Exception as error:  # noqa: BLE001
             self._fail(error)
             return
-        if self._allreduce is not None and self._step >= self._cadence.next_step:
-            self._probe_allreduce()  # before the write, which empties the buffer it reads the step time from
+        # Before the write, which empties the buffer the probe reads the step time from.
+        if self._allreduce is not None and self._step >= self._allreduce.cadence.next_step:
+            recent = [(begin, end) for _, begin, end in self._buffered[-STEP_TIME_STEPS:]]
+            if not self._allreduce.run(self._step, recent):
+                self._allreduce = None
         if end_ns - self._written_ns >= WRITE_EVERY_NS:
             self._write_steps(end_ns)
 
@@ -288,7 +221,7 @@ class DiagnosticsCallback(_KerasCallback):
         steps, self._buffered = self._buffered, []
         stamped = match_stamps([(begin, end) for _, begin, end in steps], *self._stamps.take())
         try:
-            writer = self._writer_or_default()
+            writer = self.session.writer
             for (step, begin_ns, end_ns), (started_ns, ready_ns, gradients_ns, examples) in zip(steps, stamped):
                 # The first step of a fit may trace the train function before the element is fetched.
                 timed = ready_ns is not None and step > 0
@@ -310,36 +243,19 @@ class DiagnosticsCallback(_KerasCallback):
         except Exception as error:  # noqa: BLE001
             self._fail(error)
 
-    def _writer_or_default(self):
-        if self._writer is None:
-            self._writer = writers.acquire(self.logdir, self.task or "worker:0")
-        return self._writer
-
     def on_train_end(self, logs=None):
-        if self._buffered and not self._failed:
+        if self._buffered and not self._failed and self.session is not None:
             self._write_steps(time.time_ns())
         if self._stamping:
             self._stamping = False
             stamp_train_step(tf_internals.callback_model(self), None, examples_in)
+        self._allreduce = None
         coordinator, self._coordinator = self._coordinator, None
         if coordinator is not None:
             coordinator.close()  # writes the records of the last closures
-        sampler, self._sampler = self._sampler, None
-        if sampler is not None:
-            sampler.stop()
-        self._allreduce = None
-        live_thread, self._live = self._live, None
-        if live_thread is not None:
-            live_thread.stop()
-        words, self._last_words = self._last_words, None
-        if words is not None:
-            words.stop()
-        writer, self._writer = self._writer, None
-        if writer is not None:
-            try:
-                writers.release(writer)
-            except Exception as error:  # noqa: BLE001
-                self._fail(error)
+        session, self.session = self.session, None
+        if session is not None:
+            session.close()
 
     # -- ParameterServerStrategy -----------------------------------------------------
     def _instrument_coordinator(self, strategy) -> None:
@@ -358,51 +274,24 @@ class DiagnosticsCallback(_KerasCallback):
         self._coordinator = instrument_coordinator(coordinator, self.logdir, examples_per_step=self.examples_per_step,
                                                    system_interval_s=self.system_interval_s, variables=model,
                                                    live_interval_s=self.live_interval_s)
+        self.task = self._coordinator.task
         tf_internals.replace_cluster_coordinator(model, strategy, self._coordinator)
 
-    # -- side collectors -------------------------------------------------------------
-    def _start_side_collectors(self, strategy) -> None:
+    # -- the training path ------------------------------------------------------------
+    def _start_training_path(self, strategy) -> None:
+        """What runs on the training thread: the input-wait stamps and the all-reduce probe."""
         model = tf_internals.callback_model(self)
         if model is not None:
-            record_placement(model, writer=self._writer)
             try:
                 self._stamping = stamp_train_step(model, self._stamps, examples_in)
             except Exception as error:  # noqa: BLE001
                 logger.warning("tfdiag: input-wait stamps are off (%r).", error)
-        if self.system_interval_s and self._sampler is None:
-            try:
-                # Timed wake-ups only where a stopped process holds every worker up (all-reduce).
-                self._sampler = SystemSampler(self._writer, self.task, self.system_interval_s,
-                                              cluster=identity.resolve_cluster(strategy),
-                                              wake_s=WAKE_S if _is_multi_worker(strategy) else None).start()
-            except Exception as error:  # noqa: BLE001
-                logger.warning("tfdiag: system sampler is off (%r).", error)
         if self.allreduce_every_s and _is_multi_worker(strategy):
             try:
-                self._allreduce = _allreduce_function(strategy, self.allreduce_bytes)
-                self._cadence = ProbeCadence(self.allreduce_every_s)
+                self._allreduce = AllreduceProbe(strategy, self.session.writer, self.allreduce_every_s,
+                                                 self.allreduce_bytes)
             except Exception as error:  # noqa: BLE001
                 logger.warning("tfdiag: all-reduce probe is off (%r).", error)
-
-    def _probe_allreduce(self) -> None:
-        """Runs the probe (untimed the first time, which traces the function and sets up the
-        collective) and sets the step of the next one from the workers' mean step time."""
-        recent = self._buffered[-STEP_TIME_STEPS:]
-        step_s = sum(end - begin for _, begin, end in recent) / len(recent) / 1e9
-        warm = self._cadence.calls > 0
-        start_ns = time.time_ns()
-        begin = time.perf_counter_ns()
-        try:
-            mean_step_s = float(self._allreduce(step_s))
-        except Exception as error:  # noqa: BLE001 - the same error happens on every worker
-            logger.warning("tfdiag: all-reduce probe failed (%r); it is off.", error)
-            self._allreduce = None
-            return
-        duration_ns = time.perf_counter_ns() - begin
-        self._cadence.ran(self._step, mean_step_s)
-        if warm:
-            self._writer.append("allreduce", task=self.task, time_ns=start_ns, duration_ns=duration_ns,
-                                bytes=self.allreduce_bytes)
 
     # -- helpers ---------------------------------------------------------------------
     @property

@@ -24,9 +24,11 @@ the in-graph ``IteratorGetNext`` bracketed with ``tf.timestamp()`` ops fetched w
 step, or, for a run that feeds data, the time since the previous run ended (the step's
 ``begin_ns`` then starts there, so the wait is inside the step).
 
-At ``begin()`` the hook records where the graph's global variables live (``placement``),
-and once the session is ready a ``session`` record with both times: on a non-chief
-worker the gap is its wait for the chief to initialise the model.
+At ``begin()`` the hook opens its task session (``task_session``), which records where
+the graph's global variables live (``placement``) and runs the system sampler and, in the
+chief, live findings until ``end()``; once the TF session is ready the hook writes a
+``session`` record with both times: on a non-chief worker the gap is its wait for the
+chief to initialise the model.
 """
 
 from __future__ import annotations
@@ -38,11 +40,11 @@ import time
 
 import tensorflow as tf
 
-from tfdiag.collectors import heartbeat, identity, live_thread, writers
 from tfdiag.collectors.arguments import check_count, check_logdir
-from tfdiag.collectors.placement import record_placement
 from tfdiag.collectors.session_input import InputTimer
-from tfdiag.collectors.system import SAMPLE_EVERY_S, SystemSampler
+from tfdiag.collectors.system import SAMPLE_EVERY_S
+from tfdiag.collectors.task_session import TaskSession, Wants
+from tfdiag.collectors.tf_internals import transfer_rows
 
 logger = logging.getLogger("tfdiag")
 
@@ -87,10 +89,9 @@ class DiagnosticsHook(tf.compat.v1.train.SessionRunHook):
         self.steps_recorded = 0
         self.traces_parsed = 0
         self.transfers_recorded = 0
-        self._writer = None
+        self.session: TaskSession | None = None  # from begin() to close()
+        self._writer = None  # the session's
         self._progress = None  # the heartbeat's step counter (collectors/heartbeat.py)
-        self._sampler = None
-        self._live = None  # collectors/live_thread.py's thread, in the task that writes the manifest
         self._queue: queue.Queue | None = None
         self._parser: threading.Thread | None = None
         self._failed = False
@@ -108,23 +109,18 @@ class DiagnosticsHook(tf.compat.v1.train.SessionRunHook):
         # how a restarted task's new session is told from the killed one (analysis/restarts.py).
         self._begin_wall_ns = time.time_ns()
         try:
-            self.task = self.task or identity.resolve_task()
-            writes_manifest = identity.write_run_manifest(self.logdir, self.task, None, api="tf1_session")
-            self._writer = writers.acquire(self.logdir, self.task)
-            self._progress = heartbeat.progress(self._writer)
-            record_placement(tf.compat.v1.global_variables(), task=self.task, writer=self._writer)
+            wants = Wants(system_interval_s=self.system_interval_s, variables=tf.compat.v1.global_variables(),
+                          live_interval_s=self.live_interval_s)
+            self.session = TaskSession(self.logdir, wants, task=self.task, manifest={"api": "tf1_session"})
+            self.task, self._writer = self.session.task, self.session.writer
+            self._progress = self.session.progress()
             self._input_timer = self._make_input_timer()
             self._trace_options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
             self._queue = queue.Queue(MAX_QUEUED_TRACES)
             self._parser = threading.Thread(target=self._parse_loop, name="tfdiag-trace-parser", daemon=True)
             self._parser.start()
-            if self.system_interval_s:
-                self._sampler = SystemSampler(self._writer, self.task, self.system_interval_s).start()
         except Exception as error:  # noqa: BLE001 - a collector never breaks training
             self._fail(error)
-            return
-        if writes_manifest and self._live is None:
-            self._live = live_thread.start(self.logdir, self._writer, self.live_interval_s)
 
     def after_create_session(self, session, coord):
         """Records when the session became ready: on a non-chief, after the chief initialised the model."""
@@ -180,19 +176,14 @@ class DiagnosticsHook(tf.compat.v1.train.SessionRunHook):
 
     # -- lifecycle -------------------------------------------------------------------
     def close(self) -> None:
-        """Parses the traces still queued, stops the sampler and releases the writer."""
+        """Parses the traces still queued, then closes the task session (its collectors and writer)."""
         if self._parser is not None:
             self._queue.put(None)
             self._parser.join(30)
             self._parser = None
-        if self._sampler is not None:
-            self._sampler.stop()
-            self._sampler = None
-        if self._live is not None:
-            self._live.stop()
-            self._live = None
-        if self._writer is not None:
-            writers.release(self._writer)
+        session, self.session = self.session, None
+        if session is not None:
+            session.close()
             self._writer = None
 
     def _make_input_timer(self) -> InputTimer | None:

@@ -13,14 +13,14 @@ import time
 
 import tensorflow as tf
 
-from tfdiag.collectors import coordinator as coordinator_module
+from tfdiag.collectors import closure_recorder
 from tfdiag.collectors import instrument_coordinator
 from tfdiag.sample_jobs.task import wait_for_cluster
 from tfdiag.store import log_dir, read_task_file
 from tfdiag.store.writer import DEFAULT_FLUSH_INTERVAL_S
 
 logdir = sys.argv[1]
-coordinator_module.FETCH_EVERY_S = 60.0  # the timings wait for close()
+closure_recorder.FETCH_EVERY_S = 60.0  # the timings wait for close()
 resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
 wait_for_cluster(resolver.cluster_spec().as_dict(), "chief:0")
 strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
@@ -61,7 +61,7 @@ coordinator.join()
 outcome["third"] = float(third.get())
 outcome["done"] = coordinator.done()
 outcome["strategy"] = type(coordinator.strategy).__name__
-time.sleep(coordinator_module.RECORD_EVERY_S + 2 * DEFAULT_FLUSH_INTERVAL_S)
+time.sleep(closure_recorder.RECORD_EVERY_S + 2 * DEFAULT_FLUSH_INTERVAL_S)
 written = read_task_file(log_dir(logdir) / "chief-0.tfdiag").batches
 outcome["before_close"] = {kind: sum(batch.num_rows for batch in written.get(kind, [])) for kind in ("closure", "step")}
 

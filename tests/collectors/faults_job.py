@@ -36,7 +36,7 @@ import psutil
 import tensorflow as tf
 from tensorflow.python.eager import context
 
-from tfdiag.collectors import coordinator as coordinator_module
+from tfdiag.collectors import closure_recorder
 from tfdiag.collectors import instrument_coordinator
 from tfdiag.collectors.rpc_probe import RpcProber
 from tfdiag.sample_jobs.task import wait_for_cluster
@@ -47,10 +47,10 @@ FROZEN_S = 4.0
 logdir, mode = sys.argv[1], sys.argv[2]
 probe_interval_s = float(sys.argv[3]) if len(sys.argv) > 3 else 0.05
 if mode in ("kill", "stop"):
-    coordinator_module.FETCH_EVERY_S = 60.0  # timings are read at close only
+    closure_recorder.FETCH_EVERY_S = 60.0  # timings are read at close only
 if mode.startswith("stop-dropped"):
-    coordinator_module.FETCH_EVERY_S = 1.0  # the closures' timings are copied within the sleep below
-coordinator_module.FETCH_TIMEOUT_S = 3.0
+    closure_recorder.FETCH_EVERY_S = 1.0  # the closures' timings are copied within the sleep below
+closure_recorder.FETCH_TIMEOUT_S = 3.0
 resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
 cluster = resolver.cluster_spec().as_dict()
 wait_for_cluster(cluster, "chief:0")
@@ -110,7 +110,7 @@ if mode == "kill":
     victim.send_signal(signal.SIGKILL)
     done += run(20)
 if mode.startswith("stop-dropped"):
-    time.sleep(2 * coordinator_module.FETCH_EVERY_S)  # probe rounds and timing copies of the closures above
+    time.sleep(2 * closure_recorder.FETCH_EVERY_S)  # probe rounds and timing copies of the closures above
     registered = set(context.context().list_function_names())
     victim.send_signal(signal.SIGSTOP)
     time.sleep(FROZEN_S)  # the result thread tries to copy the timings; the probe tries worker:1

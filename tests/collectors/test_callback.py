@@ -133,7 +133,7 @@ def test_bad_allreduce_every_s_names_the_argument(value):
 def probe_times(step_seconds, every_s=5.0):
     """The (fake) clock's time at each probe of ``ProbeCadence`` over steps that take
     ``step_seconds(step)`` each, given the mean step time as the probe would read it."""
-    from tfdiag.collectors.callback import ProbeCadence
+    from tfdiag.collectors.allreduce_probe import ProbeCadence
 
     cadence, clock, times, recent = ProbeCadence(every_s), 0.0, [], []
     for step in range(1, 20_000):
@@ -288,5 +288,5 @@ def test_live_findings_run_in_the_manifest_writer_during_fit_and_declare_their_c
     (note,) = notes(tmp_path / "on")
     assert " evaluations every 0.2 s or more " in note
     assert int(note.split()[2]) >= 2  # 60 steps of 20+ ms: several evaluations
-    assert live_on._live is None and not any(t.name == "tfdiag-live-findings" for t in threading.enumerate())
+    assert live_on.session is None and not any(t.name == "tfdiag-live-findings" for t in threading.enumerate())
     assert notes(tmp_path / "off") == []

@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from tfdiag.collectors import closure_timing, coordinator
+from tfdiag.collectors import closure_recorder, closure_timing
 from tfdiag.collectors.bounded import BoundedCalls
 
 
@@ -79,8 +79,8 @@ class View:
 
 
 def watched(remote, view):
-    pending = coordinator._Pending(0, 0, remote)
-    coordinator._watch_result(remote, view, pending)
+    pending = closure_recorder._Pending(0, 0, remote)
+    closure_recorder._watch_result(remote, view, pending)
     return pending
 
 
