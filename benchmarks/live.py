@@ -50,7 +50,7 @@ import pyarrow.compute as pc
 
 try:
     from faults import cpu_quota  # run as a script: benchmarks/ is sys.path[0]
-except ImportError:  # imported as benchmarks.live: tests/collectors/test_live.py uses wait_for
+except ImportError:  # imported as benchmarks.live: tests/collectors/test_live_thread.py uses wait_for
     from benchmarks.faults import cpu_quota
 from tfdiag.collectors.live_thread import DEFAULT_INTERVAL_S, ENV_VAR, SHARE_ENV_VAR
 from tfdiag.events import task_name

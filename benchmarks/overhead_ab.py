@@ -282,7 +282,7 @@ def measure_ps_ctl(pairs: int, closures: int, logdir: str, components: frozenset
                                               live_interval_s=live_thread.DEFAULT_INTERVAL_S if "live" in components else 0)
         prober = instrumented.collectors.get("rpc")
         switch = PhaseSwitch(components).gate(prober, instrumented.collectors.get("system"),
-                                              instrumented.session.writer, instrumented.collectors.get("live"))
+                                              instrumented.task_session.writer, instrumented.collectors.get("live"))
         steps = ps_ctl.STEPS_PER_CLOSURE
         model, train, iterator = ps_ctl_training(tf, config, strategy, plain, steps)
         instrumented.record_placement(model.variables)
@@ -295,8 +295,9 @@ def measure_ps_ctl(pairs: int, closures: int, logdir: str, components: frozenset
         # over the links (one-time work of the first seconds of a run), at most WARM_UP_PAIRS.
         for _ in range(WARM_UP_PAIRS):
             run_ps_phases(plain, schedulers, switch, flush, 1, closures, examples, task_pids)
-            if "probe" in components:  # B phases without results record no closure, whose first record starts the probe in a run
-                instrumented.session.closures.results_began()
+            if "probe" in components:
+                # B phases without results record no closure, whose first record starts the probe in a run.
+                instrumented.task_session.closures.results_began()
             if "probe" not in components or prober.passes >= FULL_PASSES:
                 break
         probes_before = prober.records
@@ -352,8 +353,8 @@ def phased_callback(keras, inner, steps: int, components: frozenset):
             inner.on_train_begin(logs)
             stamped = self.model.train_function if "step_input" in components else plain_function
             self.functions = {"plain": plain_function, "instrumented": stamped}
-            self.switch.gate(sampler=inner.session.collectors.get("system"), writer=inner.session.writer,
-                             live=inner.session.collectors.get("live"))
+            self.switch.gate(sampler=inner.task_session.collectors.get("system"), writer=inner.task_session.writer,
+                             live=inner.task_session.collectors.get("live"))
 
         def on_train_end(self, logs=None):
             inner.on_train_end(logs)

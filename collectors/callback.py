@@ -130,7 +130,8 @@ class DiagnosticsCallback(_KerasCallback):
         self.allreduce_bytes = allreduce_bytes
         self.live_interval_s = live_interval_s
         self.task: str | None = None
-        self.session: TaskSession | None = None  # from on_train_begin to on_train_end, but under ParameterServerStrategy
+        # From on_train_begin to on_train_end; none under ParameterServerStrategy (the coordinator has it).
+        self.task_session: TaskSession | None = None
         self._allreduce: AllreduceProbe | None = None
         self._coordinator = None
         self._stamps = StepStamps()
@@ -178,14 +179,14 @@ class DiagnosticsCallback(_KerasCallback):
             if _is_parameter_server(strategy):
                 self._instrument_coordinator(strategy)
                 return
-            if self.session is None:
+            if self.task_session is None:
                 model = tf_internals.callback_model(self)
                 # Timed wake-ups only where a stopped process holds every worker up (all-reduce).
                 wants = Wants(system_interval_s=self.system_interval_s,
                               wake_s=WAKE_S if _is_multi_worker(strategy) else None, last_words=True,
                               variables=model, live_interval_s=self.live_interval_s)
-                self.session = TaskSession(self.logdir, wants, strategy=strategy)
-                self.task = self.session.task
+                self.task_session = TaskSession(self.logdir, wants, strategy=strategy)
+                self.task = self.task_session.task
         except Exception as error:  # noqa: BLE001 - a collector never breaks training
             self._fail(error)
             return
@@ -196,13 +197,13 @@ class DiagnosticsCallback(_KerasCallback):
 
     def on_train_batch_end(self, batch, logs=None):
         end_ns = time.time_ns()
-        if self._failed or self.session is None:
+        if self._failed or self.task_session is None:
             return
         self._buffered.append((self._step, self._begin_ns, end_ns))
         self._step += 1
         try:
             if self._progress is None:
-                self._progress = self.session.progress()
+                self._progress = self.task_session.progress()
             self._progress.count = self._step
         except Exception as error:  # noqa: BLE001
             self._fail(error)
@@ -221,7 +222,7 @@ class DiagnosticsCallback(_KerasCallback):
         steps, self._buffered = self._buffered, []
         stamped = match_stamps([(begin, end) for _, begin, end in steps], *self._stamps.take())
         try:
-            writer = self.session.writer
+            writer = self.task_session.writer
             for (step, begin_ns, end_ns), (started_ns, ready_ns, gradients_ns, examples) in zip(steps, stamped):
                 # The first step of a fit may trace the train function before the element is fetched.
                 timed = ready_ns is not None and step > 0
@@ -244,7 +245,7 @@ class DiagnosticsCallback(_KerasCallback):
             self._fail(error)
 
     def on_train_end(self, logs=None):
-        if self._buffered and not self._failed and self.session is not None:
+        if self._buffered and not self._failed and self.task_session is not None:
             self._write_steps(time.time_ns())
         if self._stamping:
             self._stamping = False
@@ -253,9 +254,9 @@ class DiagnosticsCallback(_KerasCallback):
         coordinator, self._coordinator = self._coordinator, None
         if coordinator is not None:
             coordinator.close()  # writes the records of the last closures
-        session, self.session = self.session, None
-        if session is not None:
-            session.close()
+        task_session, self.task_session = self.task_session, None
+        if task_session is not None:
+            task_session.close()
 
     # -- ParameterServerStrategy -----------------------------------------------------
     def _instrument_coordinator(self, strategy) -> None:
@@ -288,7 +289,7 @@ class DiagnosticsCallback(_KerasCallback):
                 logger.warning("tfdiag: input-wait stamps are off (%r).", error)
         if self.allreduce_every_s and _is_multi_worker(strategy):
             try:
-                self._allreduce = AllreduceProbe(strategy, self.session.writer, self.allreduce_every_s,
+                self._allreduce = AllreduceProbe(strategy, self.task_session.writer, self.allreduce_every_s,
                                                  self.allreduce_bytes)
             except Exception as error:  # noqa: BLE001
                 logger.warning("tfdiag: all-reduce probe is off (%r).", error)

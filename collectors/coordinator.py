@@ -46,7 +46,7 @@ class InstrumentedCoordinator:
 
     Everything but ``schedule`` and ``close`` passes through to the wrapped coordinator
     (``join``, ``done``, ``create_per_worker_dataset``, ``fetch``, ``strategy``, ...).
-    Made by :func:`instrument_coordinator`; ``session`` is its task session (its writer
+    Made by :func:`instrument_coordinator`; ``task_session`` is its task session (its writer
     and collectors).
     """
 
@@ -60,10 +60,10 @@ class InstrumentedCoordinator:
         wants = Wants(system_interval_s=system_interval_s, probe_interval_s=probe_interval_s,
                       probe_workers=probe_workers, capture_faults=capture_faults, variables=variables,
                       closures=True, examples_per_step=examples_per_step, live_interval_s=live_interval_s)
-        self.session = TaskSession(logdir, wants, strategy=getattr(coordinator, "strategy", None), task=task,
+        self.task_session = TaskSession(logdir, wants, strategy=getattr(coordinator, "strategy", None), task=task,
                                    default_task="chief:0")
-        self.task = self.session.task
-        self._recorder = self.session.closures
+        self.task = self.task_session.task
+        self._recorder = self.task_session.closures
         self._functions: dict[int, closure_timing.InstrumentedFunction] = {}
         self._disabled = False
         atexit.register(self.close)
@@ -103,7 +103,7 @@ class InstrumentedCoordinator:
 
     def record_placement(self, variables) -> list[dict]:
         """Records where ``variables`` (a model, module or list) live: one ``placement`` record each."""
-        return record_placement(variables, writer=self.session.writer)
+        return record_placement(variables, writer=self.task_session.writer)
 
     def flush_records(self, timeout_s: float = FETCH_TIMEOUT_S + 5) -> None:
         """Has the result thread record every closure finished so far, timings included
@@ -117,7 +117,7 @@ class InstrumentedCoordinator:
         ``FETCH_TIMEOUT_S`` per worker for the last timings, the probe's
         ``PROBE_TIMEOUT_S``, and the writer's ``CLOSE_TIMEOUT_S``.
         """
-        self.session.close(timeout_s)
+        self.task_session.close(timeout_s)
         atexit.unregister(self.close)
 
     @property
@@ -133,7 +133,7 @@ class InstrumentedCoordinator:
     @property
     def collectors(self) -> dict:
         """The side collectors running, by name (for tests and introspection)."""
-        return dict(self.session.collectors)
+        return dict(self.task_session.collectors)
 
     # -- internals -------------------------------------------------------------------
     def _instrumented(self, fn) -> closure_timing.InstrumentedFunction:

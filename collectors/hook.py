@@ -89,8 +89,8 @@ class DiagnosticsHook(tf.compat.v1.train.SessionRunHook):
         self.steps_recorded = 0
         self.traces_parsed = 0
         self.transfers_recorded = 0
-        self.session: TaskSession | None = None  # from begin() to close()
-        self._writer = None  # the session's
+        self.task_session: TaskSession | None = None  # from begin() to close()
+        self._writer = None  # the task session's
         self._progress = None  # the heartbeat's step counter (collectors/heartbeat.py)
         self._queue: queue.Queue | None = None
         self._parser: threading.Thread | None = None
@@ -111,9 +111,9 @@ class DiagnosticsHook(tf.compat.v1.train.SessionRunHook):
         try:
             wants = Wants(system_interval_s=self.system_interval_s, variables=tf.compat.v1.global_variables(),
                           live_interval_s=self.live_interval_s)
-            self.session = TaskSession(self.logdir, wants, task=self.task, manifest={"api": "tf1_session"})
-            self.task, self._writer = self.session.task, self.session.writer
-            self._progress = self.session.progress()
+            self.task_session = TaskSession(self.logdir, wants, task=self.task, manifest={"api": "tf1_session"})
+            self.task, self._writer = self.task_session.task, self.task_session.writer
+            self._progress = self.task_session.progress()
             self._input_timer = self._make_input_timer()
             self._trace_options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
             self._queue = queue.Queue(MAX_QUEUED_TRACES)
@@ -181,9 +181,9 @@ class DiagnosticsHook(tf.compat.v1.train.SessionRunHook):
             self._queue.put(None)
             self._parser.join(30)
             self._parser = None
-        session, self.session = self.session, None
-        if session is not None:
-            session.close()
+        task_session, self.task_session = self.task_session, None
+        if task_session is not None:
+            task_session.close()
             self._writer = None
 
     def _make_input_timer(self) -> InputTimer | None:

@@ -1,4 +1,4 @@
-"""Run by test_faults.py in its own process: the chief of a 1 ps + 2 worker cluster, with
+"""Run by test_fault_log.py in its own process: the chief of a 1 ps + 2 worker cluster, with
 every collector on, while worker:1 dies (SIGKILL) or stops answering (SIGSTOP).
 
 Usage: python faults_job.py LOGDIR MODE [PROBE_INTERVAL_S]  (TF_CONFIG names this process chief:0;

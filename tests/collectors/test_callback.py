@@ -288,5 +288,5 @@ def test_live_findings_run_in_the_manifest_writer_during_fit_and_declare_their_c
     (note,) = notes(tmp_path / "on")
     assert " evaluations every 0.2 s or more " in note
     assert int(note.split()[2]) >= 2  # 60 steps of 20+ ms: several evaluations
-    assert live_on.session is None and not any(t.name == "tfdiag-live-findings" for t in threading.enumerate())
+    assert live_on.task_session is None and not any(t.name == "tfdiag-live-findings" for t in threading.enumerate())
     assert notes(tmp_path / "off") == []
