@@ -41,6 +41,8 @@ import tensorflow as tf
 
 from tfdiag.collectors import heartbeat, identity, live, writers
 from tfdiag.collectors.arguments import check_count, check_logdir
+from tfdiag.collectors.last_words import LastWords
+from tfdiag.collectors.liveness import LivenessProbe, unwatched_tasks
 from tfdiag.collectors.placement import record_placement
 from tfdiag.collectors.session_input import InputTimer
 from tfdiag.collectors.system import SAMPLE_EVERY_S, SystemSampler
@@ -149,6 +151,8 @@ class DiagnosticsHook(tf.compat.v1.train.SessionRunHook):
         self._progress = None  # the heartbeat's step counter (collectors/heartbeat.py)
         self._sampler = None
         self._live = None  # collectors/live.py's thread, in the task that writes the manifest
+        self._liveness = None
+        self._last_words = None
         self._queue: queue.Queue | None = None
         self._parser: threading.Thread | None = None
         self._failed = False
@@ -183,6 +187,9 @@ class DiagnosticsHook(tf.compat.v1.train.SessionRunHook):
             return
         if writes_manifest and self._live is None:
             self._live = live.start(self.logdir, self._writer, self.live_interval_s)
+        if writes_manifest and self._liveness is None:
+            self._liveness = LivenessProbe(self._writer, unwatched_tasks(identity.resolve_cluster())).start()
+        self._last_words = LastWords(self._writer).start()
 
     def after_create_session(self, session, coord):
         """Records when the session became ready: on a non-chief, after the chief initialised the model."""
@@ -249,6 +256,12 @@ class DiagnosticsHook(tf.compat.v1.train.SessionRunHook):
         if self._live is not None:
             self._live.stop()
             self._live = None
+        if self._liveness is not None:
+            self._liveness.stop()
+            self._liveness = None
+        if self._last_words is not None:
+            self._last_words.stop()
+            self._last_words = None
         if self._writer is not None:
             writers.release(self._writer)
             self._writer = None

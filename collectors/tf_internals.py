@@ -275,3 +275,27 @@ def tasks_blamed(error_text: str, own_task: str | None = None) -> list[str]:
     devices += _REMOTE_TARGET.findall(error_text or "")
     tasks = (task_of_device(device) for device in devices)
     return [task for task in dict.fromkeys(tasks) if task and task != own_task]
+
+
+# -- TensorFlow's gRPC server ----------------------------------------------------------------
+# Every ``tf.distribute.Server`` answers the worker service's status request (its devices).
+WORKER_STATUS_METHOD = "/tensorflow.WorkerService/GetStatus"
+
+
+def server_status(address: str):
+    """A function ``check(timeout_s) -> status`` asking the TensorFlow server at ``address``
+    for its status over one kept channel: ``"OK"``, or the gRPC code of the failure
+    (``DEADLINE_EXCEEDED``: no answer in time, the process frozen or hung; ``UNAVAILABLE``:
+    nothing listens). An empty request is a valid ``GetStatusRequest``; the answer is not read."""
+    import grpc  # TensorFlow's own dependency; here only, on the checking thread
+
+    call = grpc.insecure_channel(address).unary_unary(WORKER_STATUS_METHOD)
+
+    def check(timeout_s: float) -> str:
+        try:
+            call(b"", timeout=timeout_s)
+            return "OK"
+        except grpc.RpcError as error:
+            return error.code().name
+
+    return check

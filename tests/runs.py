@@ -108,6 +108,14 @@ class RunBuilder:
                                           message=message, blamed=",".join(blamed))))
         return self
 
+    def liveness(self, target, statuses, task="worker:0", every_ms=7_000.0, start_ms=0.0):
+        """``liveness`` checks of ``target`` by ``task``, one per status (``"OK"``, ``"DEADLINE_EXCEEDED"``,
+        ...), ``every_ms`` apart from ``start_ms``."""
+        for i, status in enumerate(statuses):
+            self.records.append(("liveness", dict(task=task, time_ns=START_NS + int((start_ms + i * every_ms) * MS),
+                                                  target=target, status=status, duration_ns=2 * MS)))
+        return self
+
     def allreduce(self, task, duration_ms, count=50, size=4 << 20):
         for i in range(count):
             self.records.append(("allreduce", dict(task=task, time_ns=START_NS + i * 30 * MS,

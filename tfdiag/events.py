@@ -20,6 +20,10 @@ import pyarrow as pa
 
 SCHEMA_VERSION = 1
 
+# Every task that runs a collector writes a heartbeat this often (collectors/heartbeat.py);
+# the analysis judges a silent task by it.
+HEARTBEAT_EVERY_S = 5.0
+
 _ARROW_TYPES = {
     "int64": pa.int64(),
     "float64": pa.float64(),
@@ -250,10 +254,21 @@ EXIT = RecordKind(
     ),
 )
 
+LIVENESS = RecordKind(
+    "liveness",
+    (
+        ("task", "string"),  # the task that checked
+        ("time_ns", "int64"),  # when the check was sent (that task's clock)
+        ("target", "string"),  # the task checked: one that runs no collector (a ps)
+        ("status", "string"),  # OK (it answered), DEADLINE_EXCEEDED (no answer: frozen or hung), UNAVAILABLE (gone)
+        ("duration_ns", "int64"),  # until the answer or the verdict
+    ),
+)
+
 KINDS: dict[str, RecordKind] = {
     kind.name: kind
     for kind in (STEP, CLOSURE, RPC, ALLREDUCE, TRANSFER, SYSTEM, GPU, SHARD, PLACEMENT, FAULT, NOTE, LABEL,
-                 HEARTBEAT, SESSION, LIVE_FINDING, EXIT)
+                 HEARTBEAT, SESSION, LIVE_FINDING, EXIT, LIVENESS)
 }
 
 

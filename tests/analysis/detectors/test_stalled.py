@@ -165,3 +165,41 @@ def test_without_probes_after_the_stall_the_first_to_stop_is_named_first(builder
         _probes(run, "chief:0", worker, until_ms=2_000)
     [finding] = _stalled(analyze(run.write()))
     assert finding.tasks == ("worker:1", "worker:0") and finding.evidence["unresponsive"] == []
+
+
+def _ps_job_stalled_at(builder, stall_ms: float, statuses: list[str]):
+    """A TF1 job whose workers stop at ``stall_ms``, 15 s before its latest beat, with the
+    chief's status checks of ps:0 from just before the stall."""
+    run = builder(strategy="tf1_session", workers=2, ps=1, chief=False)
+    for worker in WORKERS:
+        run.steps(worker, count=int(stall_ms / 21), step_ms=20)
+        run.heartbeats(worker, until_ms=stall_ms + 15_000, subjects=(worker,))
+    return run.liveness("ps:0", statuses, start_ms=stall_ms - 1_000)
+
+
+def test_a_ps_that_stopped_answering_is_named_before_the_floor(builder):
+    """15 s into a stall, below STALL_FLOOR_S, a ps whose status checks all failed since it
+    began is named first, the workers as waiting for it."""
+    run = _ps_job_stalled_at(builder, 20_000, ["OK", "DEADLINE_EXCEEDED", "DEADLINE_EXCEEDED"])
+    [finding] = _stalled(analyze(run.write(by_task=True)))
+    assert finding.tasks == ("ps:0", "worker:0", "worker:1")
+    assert "ps:0 not answering" in finding.title
+    assert "ps:0 has not answered a status check since the stall began (2 checks, DEADLINE_EXCEEDED: frozen or hung)" \
+        in finding.summary
+    [silent] = finding.evidence["silent"]
+    assert silent["last_answer_ns"] == START_NS + 19_000 * MS
+
+
+@pytest.mark.parametrize("statuses", [["OK", "OK", "OK"], ["OK", "DEADLINE_EXCEEDED"]],
+                         ids=["answering", "one-miss"])
+def test_a_ps_that_answers_or_missed_once_leaves_a_short_pause_alone(builder, statuses):
+    run = _ps_job_stalled_at(builder, 20_000, statuses)
+    assert _stalled(analyze(run.write(by_task=True))) == []
+
+
+def test_a_silent_ps_while_the_workers_progress_is_no_stall(builder):
+    run = builder(strategy="tf1_session", workers=2, ps=1, chief=False)
+    for worker in WORKERS:
+        run.steps(worker, count=1_500, step_ms=20).heartbeats(worker, until_ms=31_000, subjects=(worker,))
+    run.liveness("ps:0", ["OK"] + ["DEADLINE_EXCEEDED"] * 3, start_ms=5_000)
+    assert _stalled(analyze(run.write(by_task=True))) == []
