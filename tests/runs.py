@@ -76,7 +76,7 @@ class RunBuilder:
             send = START_NS + i * 50 * MS
             rtt = int(rtt_ms * MS * (1 + 0.05 * (i % 5)))
             self.record("rpc", src=src, dst=dst, send_ns=send, remote_ns=send + rtt // 2 + int(offset_ms * MS),
-                               recv_ns=send + rtt, payload_bytes=payload_bytes)
+                        recv_ns=send + rtt, payload_bytes=payload_bytes)
         return self
 
     def transfer(self, src, dst, duration_ms, size=8192, tensors=2, every=10, at_ms=0.1):
@@ -88,7 +88,7 @@ class RunBuilder:
         for begin in self.step_begins[worker][every - 1::every]:
             for tensor in range(tensors):
                 self.record("transfer", src=src, dst=dst, time_ns=begin + int(at_ms * MS), bytes=size,
-                                        duration_ns=int(duration_ms * MS), tensor=f"edge_{tensor}_read")
+                            duration_ns=int(duration_ms * MS), tensor=f"edge_{tensor}_read")
         return self
 
     def placement(self, variable, task, size):
@@ -102,8 +102,8 @@ class RunBuilder:
     def gpu(self, host, index, util_pct, count=20):
         for i in range(count):
             self.record("gpu", host=host, index=index, time_ns=START_NS + i * 100 * MS, util_pct=util_pct,
-                               mem_used_bytes=4 << 30, mem_total_bytes=16 << 30, power_w=150.0,
-                               sm_clock_mhz=1500.0)
+                        mem_used_bytes=4 << 30, mem_total_bytes=16 << 30, power_w=150.0,
+                        sm_clock_mhz=1500.0)
         return self
 
     def system(self, host, task, cpu_pct, count=20, every_ms=100.0, net_bytes_per_s=0.0):
@@ -112,8 +112,8 @@ class RunBuilder:
         for i in range(count):
             moved = int(net_bytes_per_s * i * every_ms / 1000)
             self.record("system", host=host, task=task, time_ns=START_NS + int(i * every_ms * MS),
-                                  cpu_pct=cpu_pct, mem_used_frac=0.5, net_sent_bytes=moved,
-                                  net_recv_bytes=moved, disk_read_bytes=0, disk_write_bytes=0)
+                        cpu_pct=cpu_pct, mem_used_frac=0.5, net_sent_bytes=moved,
+                        net_recv_bytes=moved, disk_read_bytes=0, disk_write_bytes=0)
         return self
 
     def fault(self, task, kind, at_ms, message="UnavailableError: Socket closed"):
@@ -123,7 +123,7 @@ class RunBuilder:
     def allreduce(self, task, duration_ms, count=50, size=4 << 20):
         for i in range(count):
             self.record("allreduce", task=task, time_ns=START_NS + i * 30 * MS,
-                                     duration_ns=int(duration_ms * MS), bytes=size)
+                        duration_ns=int(duration_ms * MS), bytes=size)
         return self
 
     def heartbeats(self, task="chief:0", until_ms=60_000.0, every_ms=5_000.0, subjects=(), in_flight=None,
@@ -148,8 +148,8 @@ class RunBuilder:
             for subject in subjects:
                 if subject != task:
                     self.record("heartbeat", task=task, time_ns=time_ns, subject=subject,
-                                             progress=done[subject], in_flight=None,
-                                             oldest_in_flight_ns=None, closed=last)
+                                progress=done[subject], in_flight=None,
+                                oldest_in_flight_ns=None, closed=last)
         return self
 
     def write(self, *, manifest=True, by_task=False, frame_records=None):
