@@ -175,10 +175,10 @@ class RunBuilder:
         self.written = len(self.records)
         return self.path
 
-    def grow(self):
+    def grow(self, *, frame_records=None):
         """Appends the records added since the last write to their tasks' files, as a running
         job's files grow; returns the run's path."""
-        return self.write(manifest=False, by_task=True)
+        return self.write(manifest=False, by_task=True, frame_records=frame_records)
 
 
 def scheduled_ahead(run: RunBuilder) -> RunBuilder:
