@@ -44,7 +44,7 @@ def test_refresh_reads_only_appended_frames(tmp_path):
 
 
 def test_truncated_file_is_counted_as_skipped(tmp_path):
-    RunBuilder(tmp_path).steps("worker:0", count=4).write(manifest=False, by_task=True, frame_records=1)
+    RunBuilder(tmp_path).steps("worker:0", count=4).grow(frame_records=1)
     _task_file(tmp_path).write_bytes(_task_file(tmp_path).read_bytes()[:-3])
 
     run = load_run(tmp_path)
@@ -131,7 +131,7 @@ def test_frames_of_one_task_in_two_files_are_warned_about(tmp_path):
 
 def test_a_file_that_shrank_is_read_again_from_the_start(tmp_path):
     job = RunBuilder(tmp_path).steps("worker:0", count=3, examples=8)
-    job.write(manifest=False, by_task=True, frame_records=1)
+    job.grow(frame_records=1)
     loader = RunLoader(tmp_path)
     assert len(loader.refresh().frame("step")) == 3
     _task_file(tmp_path).write_bytes(b"")
