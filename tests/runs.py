@@ -18,9 +18,11 @@ EXAMPLES_PER_STEP = 32
 
 
 class RunBuilder:
-    """Collects records for one run, then writes them as the chief would.
+    """Collects records for one run, then writes them as the chief would; a later write
+    appends only what was added since.
 
     >>> run = RunBuilder(tmp_path).steps("worker:0", step_ms=20).write()  # doctest: +SKIP
+    >>> run.steps_until("worker:0", START_NS + 10**10).grow()  # the job ran on to 10 s  # doctest: +SKIP
     """
 
     def __init__(self, path, strategy="ParameterServerStrategy", workers=2, ps=2, chief=True):
