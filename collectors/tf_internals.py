@@ -1,13 +1,13 @@
-"""Every access the collectors make to private state of TensorFlow and Keras, in one place.
+"""Every access the collectors and sample jobs make to private state of TensorFlow and Keras, in one place.
 
 The collectors need a few things no public API gives: when a ``ClusterCoordinator``
 closure's result came in and where its outputs live (``RemoteValueImpl``), a way to run
 a ``tf.function`` from a collector thread that ``ClusterCoordinator``'s cancellation
 cannot reach (``call_uncancelled``), the coordinator a tf-keras ``model.fit``
 schedules through, a strategy's cluster resolver and worker count, and a Keras
-callback's model. Each is read here and nowhere else;
-``tests/collectors/test_tf_internals.py`` pins what every attribute means on the
-installed TensorFlow against real objects (a ``ClusterCoordinator`` of a local
+callback's model; the sample jobs, tf.data's in-graph ``sleep``. Each is read here and
+nowhere else; ``tests/collectors/test_tf_internals.py`` pins what every attribute means
+on the installed TensorFlow against real objects (a ``ClusterCoordinator`` of a local
 cluster, its ``RemoteValue``\\ s), so that an upgrade that moves one fails those tests
 instead of quietly losing records.
 
@@ -245,6 +245,20 @@ def strategy_worker_count(strategy) -> int | None:
     """How many workers a MultiWorkerMirroredStrategy spans, None when it does not say."""
     count = getattr(getattr(strategy, "extended", None), "_num_workers", None)
     return int(count) if count is not None else None
+
+
+# -- sample jobs' accessors -------------------------------------------------------------
+def dataset_sleep(microseconds):
+    """``tf.data``'s testing ``sleep`` transformation: each element comes ``microseconds`` late.
+
+    The sample jobs plant their delays with it: a non-busy, in-graph sleep that runs
+    where the dataset runs (on the remote worker under ParameterServerStrategy). Nothing
+    public does that, and a job cannot plant a delay without it: when TensorFlow moves
+    it, this raises ``ImportError`` rather than degrading.
+    """
+    from tensorflow.python.data.experimental.ops import testing
+
+    return testing.sleep(microseconds)
 
 
 # -- Keras callbacks -------------------------------------------------------------------------

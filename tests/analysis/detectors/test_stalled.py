@@ -122,8 +122,8 @@ def test_one_beat_with_a_damaged_time_does_not_make_a_live_run_hang(builder):
         run.steps(worker, count=100, step_ms=20, closures=True)
     run.heartbeats("chief:0", until_ms=2_500, every_ms=1_000, subjects=WORKERS, in_flight=(2, 2_100))
     # A beat decades after the run (a flipped time that still passes the reader's range check).
-    run.records.append(("heartbeat", dict(task="chief:0", time_ns=2**61, subject="worker:1", progress=100,
-                                          in_flight=None, oldest_in_flight_ns=None, closed=False)))
+    run.record("heartbeat", task="chief:0", time_ns=2**61, subject="worker:1", progress=100,
+               in_flight=None, oldest_in_flight_ns=None, closed=False)
     assert [f for f in analyze(run.write()).findings if f.severity is not Severity.INFO] == []
 
 
@@ -131,8 +131,8 @@ def _probes(run, src, dst, until_ms, every_ms=2_000):
     """The coordinator's RPC probe answered by ``dst`` every ``every_ms`` up to ``until_ms``."""
     for at_ms in range(0, until_ms, every_ms):
         send = START_NS + at_ms * MS
-        run.records.append(("rpc", dict(src=src, dst=dst, send_ns=send, remote_ns=send + MS // 2, recv_ns=send + MS,
-                                        payload_bytes=0)))
+        run.record("rpc", src=src, dst=dst, send_ns=send, remote_ns=send + MS // 2, recv_ns=send + MS,
+                   payload_bytes=0)
 
 
 @pytest.mark.parametrize("frozen, waiting", [("worker:1", "worker:0"), ("worker:0", "worker:1")])
