@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import json
 import os
 import shlex
@@ -275,7 +274,7 @@ def _number(value, spec: str) -> str:
 
 
 def markdown(rows: list[dict], header: str) -> str:
-    """The table and its totals, under ``header`` (command line, date, load)."""
+    """The table and its totals, under ``header`` (command line, cluster, load)."""
     lines = [header, "", "| job | injection | expected | found (primary) | ok | fix applied | predicted | measured "
                          "| error | without CPU bound (error) |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -355,8 +354,7 @@ def main(argv=None) -> int:
                   file=sys.stderr, flush=True)
     loads.append(os.getloadavg())
     command = "python benchmarks/matrix.py " + shlex.join(argv if argv is not None else sys.argv[1:])
-    header = (f"`{command}` — {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, "
-              f"{WORKERS} workers, {PS} ps where the job has them; load average (1 min) "
+    header = (f"`{command}` — {WORKERS} workers, {PS} ps where the job has them; load average (1 min) "
               f"{loads[0][0]:.1f} at the start, {loads[1][0]:.1f} at the end, on {os.cpu_count()} cores.")
     table = markdown(rows, header)
     print(table)
