@@ -124,17 +124,16 @@ class RunBuilder:
 
     def exit(self, task, at_ms, error_type="UnavailableError", message="", blamed=()):
         """The ``exit`` record of ``task`` ending on ``error_type`` (reason ``exit`` when empty)."""
-        self.records.append(("exit", dict(task=task, time_ns=START_NS + int(at_ms * MS),
-                                          reason="exception" if error_type else "exit", error_type=error_type,
-                                          message=message, blamed=",".join(blamed))))
-        return self
+        return self.record("exit", task=task, time_ns=START_NS + int(at_ms * MS),
+                           reason="exception" if error_type else "exit", error_type=error_type, message=message,
+                           blamed=",".join(blamed))
 
     def liveness(self, target, statuses, task="worker:0", every_ms=7_000.0, start_ms=0.0):
         """``liveness`` checks of ``target`` by ``task``, one per status (``"OK"``, ``"DEADLINE_EXCEEDED"``,
         ...), ``every_ms`` apart from ``start_ms``."""
         for i, status in enumerate(statuses):
-            self.records.append(("liveness", dict(task=task, time_ns=START_NS + int((start_ms + i * every_ms) * MS),
-                                                  target=target, status=status, duration_ns=2 * MS)))
+            self.record("liveness", task=task, time_ns=START_NS + int((start_ms + i * every_ms) * MS), target=target,
+                        status=status, duration_ns=2 * MS)
         return self
 
     def allreduce(self, task, duration_ms, count=50, size=4 << 20):
