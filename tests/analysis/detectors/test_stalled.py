@@ -155,6 +155,23 @@ def test_the_worker_that_stopped_answering_is_named_first_when_the_whole_job_sta
     assert finding.title.endswith(f"; {frozen} not answering")
 
 
+def test_the_ps_that_stopped_answering_is_named_first_and_the_workers_as_waiting_for_it(builder):
+    """A frozen ps holds every worker; the probe still reaches the workers and ps:1 after the
+    stall, ps:0 (from the coordinator and relayed from the workers) only before it."""
+    run = builder()  # 2 ps
+    run.steps("worker:0", count=150, step_ms=20, closures=True).steps("worker:1", count=140, step_ms=20, closures=True)
+    run.heartbeats("chief:0", until_ms=60_000, subjects=WORKERS, in_flight=(2, 3_000))
+    for task in (*WORKERS, "ps:1"):
+        _probes(run, "chief:0", task, until_ms=60_000)
+    _probes(run, "chief:0", "ps:0", until_ms=3_000)
+    for worker in WORKERS:
+        _probes(run, worker, "ps:0", until_ms=3_000)
+    [finding] = _stalled(analyze(run.write()))
+    assert finding.tasks[0] == "ps:0" and finding.evidence["unresponsive"] == ["ps:0"]
+    assert "ps:0 stopped answering the coordinator's probes, which worker:1, worker:0 still answer" in finding.summary
+    assert finding.title.endswith("; ps:0 not answering")
+
+
 def test_without_probes_after_the_stall_the_first_to_stop_is_named_first(builder):
     # The prober itself stopped (or none ran): no task is known to be unresponsive.
     run = builder()

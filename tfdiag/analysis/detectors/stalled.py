@@ -155,20 +155,24 @@ def _progress_state(measured: Measurements, beats: pd.DataFrame, subject: str, n
 
 
 def _answering(measured: Measurements, stalled: list[dict]) -> tuple[list[str], list[str]]:
-    """The stalled workers the RPC probe has not reached since they stalled (``unresponsive``)
-    and those it has, when it reached any task after the earliest stall (a probe answered
-    shows the prober still ran); a worker it never reached is in neither."""
+    """The stalled workers and the ps tasks the RPC probe has not reached since the stall
+    began (``unresponsive``), and the stalled workers it has, when it reached any task
+    after the earliest stall (a probe answered shows the prober still ran); a task it
+    never reached is in neither. A ps runs no collector of its own: the probe is its voice."""
     probes = measured.run.frame("rpc")
     if probes.empty:
         return [], []
+    began_ns = min(state["since_ns"] for state in stalled)
     answered = to_reference_clock(probes["recv_ns"], probes["src"], measured.offsets)
-    if not (answered > min(state["since_ns"] for state in stalled)).any():
+    if not (answered > began_ns).any():
         return [], []
     latest = pd.concat([answered.groupby(probes["dst"].astype(str)).max(),
                         answered.groupby(probes["src"].astype(str)).max()]).groupby(level=0).max()
-    reached = {state["task"]: latest[state["task"]] > state["since_ns"]
-               for state in stalled if state["task"] in latest.index}
-    return [task for task, yes in reached.items() if not yes], [task for task, yes in reached.items() if yes]
+    since = {state["task"]: state["since_ns"] for state in stalled} | {ps: began_ns for ps in measured.ps_tasks}
+    reached = {task: latest[task] > at for task, at in since.items() if task in latest.index}
+    workers = {state["task"] for state in stalled}
+    return ([task for task, yes in reached.items() if not yes],
+            [task for task, yes in reached.items() if yes and task in workers])
 
 
 def _stalled_finding(measured, beats, now_ns, stalled, progressing, stopped, last_beat) -> Finding:
@@ -208,7 +212,7 @@ def _stalled_finding(measured, beats, now_ns, stalled, progressing, stopped, las
                  if silent_names or (unresponsive and waiting) else ""),
         summary=f"{scope} made no progress for up to {longest:.0f} s{others}{detail}{gone}. "
                 "The run is still alive (heartbeats continue): a hung task, not a finished run.",
-        tasks=tuple(silent_names + names + [task for task in stopped if task not in names]),
+        tasks=tuple(dict.fromkeys(silent_names + unresponsive + names + stopped)),
         evidence={
             "state": "whole_job" if whole_job else "partial",
             "first_stalled": names[0],
