@@ -28,6 +28,7 @@ from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.groups import TaskGroups
 from tfdiag.analysis.liveness import silent_tasks
 from tfdiag.analysis.measurements import Measurements
+from tfdiag.store.paths import stacks_path
 from tfdiag.analysis.step_stats import RECENT_ROWS
 
 KIND = "stalled"
@@ -218,6 +219,7 @@ def _stalled_finding(measured, beats, now_ns, stalled, progressing, stopped, las
             "first_stalled": names[0],
             "unresponsive": unresponsive,
             "silent": silent,
+            "stacks": _stacks_files(measured, names),
             "stalled": stalled,
             "progressing": [state["task"] for state in progressing],
             "in_flight": in_flight,
@@ -225,8 +227,8 @@ def _stalled_finding(measured, beats, now_ns, stalled, progressing, stopped, las
             "latest_heartbeat_ns": now_ns,
         },
         recommendation=Recommendation(
-            action="Look at the stalled tasks now, while they hang: dump their threads (py-spy dump --pid, or "
-            "faulthandler), check the host (OOM, a stopped process, a full disk, a lost network link), and bound "
+            action="Look at the stalled tasks now, while they hang: read where they wait (each task's "
+            "plugins/tfdiag/<task>.stacks, written after 30 s without progress; kill -USR1 <pid> writes it again), check the host (OOM, a stopped process, a full disk, a lost network link), and bound "
             "every wait so a hung worker fails and is restarted instead of blocking the job.",
             change="py-spy dump --pid <pid of the stalled task>; run every task under a supervisor that restarts "
             "it (Kubernetes restartPolicy: OnFailure): a restarted worker rejoins and ClusterCoordinator "
@@ -234,6 +236,12 @@ def _stalled_finding(measured, beats, now_ns, stalled, progressing, stopped, las
             predicted_speedup=None,
         ),
     )
+
+
+def _stacks_files(measured: Measurements, tasks: list[str]) -> dict[str, str]:
+    """The Python stacks the stalled tasks wrote of themselves (``collectors/stacks.py``), by task."""
+    paths = {task: stacks_path(measured.run.path, task) for task in tasks}
+    return {task: str(path) for task, path in paths.items() if path.is_file()}
 
 
 def _stopped_finding(now_ns, stopped, last_beat) -> Finding:
