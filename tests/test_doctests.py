@@ -21,7 +21,7 @@ MODULES = [
     "tfdiag.collectors.arguments",
     "tfdiag.collectors.job_processes",
     "tfdiag.collectors.stopped_processes",
-    "tfdiag.report.figures",
+    "tfdiag.report.charts",
     "tfdiag.report.json_format",
     "tfdiag.report.markdown",
     "tfdiag.report.safe_text",
