@@ -11,13 +11,13 @@ from tfdiag.collectors import cgroup_throttling
 
 
 def test_a_sampler_held_to_a_cgroups_cpu_quota_counts_the_kernels_throttled_time():
-    # A real CFS quota (benchmarks/faults.py: 5 ms of CPU in every 50 ms) on a child that
+    # A real CFS quota (benchmarks/harness/faults.py: 5 ms of CPU in every 50 ms) on a child that
     # spins while its sampler runs: the kernel throttles it most of each period, and the
     # samples after the move count that time (the first one after it cannot: NaN).
     import json
     import subprocess
 
-    from benchmarks import faults
+    from benchmarks.harness import faults
 
     child = subprocess.Popen([sys.executable, "-m", "tests.collectors.stopped_sampler", "3", "spin"],
                              stdout=subprocess.PIPE, text=True)
