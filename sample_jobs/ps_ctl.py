@@ -36,6 +36,7 @@ import contextlib
 import logging
 import time
 
+from tfdiag.events import STEPS_PER_CLOSURE  # training steps per closure (``--tune steps_per_closure=N``)
 from tfdiag.sample_jobs.common import Progress, make_partitioner, on_ps, per_worker_value, pipeline_options, sleep_us
 from tfdiag.sample_jobs.inject import HotPs, InputDelay, KillWorker, ShardSkew, SlowWorker
 from tfdiag.sample_jobs.jobs import JobConfig, JobSummary
@@ -50,12 +51,6 @@ LEARNING_RATE = 0.05
 HOT_UNITS = 4096
 # Distinct batches each worker generates and then cycles through from tf.data's cache.
 CACHED_BATCHES = 16
-# Training steps per scheduled closure (``--tune steps_per_closure=N``). Each closure
-# costs the coordinator a dispatch and a result round trip; with steps of a few ms on a
-# shared 2-core machine, one step per closure leaves workers idle most of the time
-# (tfdiag calls that ``coordinator_bound``). Ten steps per closure is what the advisor
-# recommends then, and what a user with small steps should copy.
-STEPS_PER_CLOSURE = 10
 
 __all__ = ["run", "sleep_us"]
 

@@ -30,6 +30,7 @@ from tfdiag.analysis.liveness import silent_tasks
 from tfdiag.analysis.measurements import Measurements
 from tfdiag.store.paths import stacks_path
 from tfdiag.analysis.step_stats import RECENT_ROWS
+from tfdiag.events import HEARTBEAT_EVERY_S
 
 KIND = "stalled"
 
@@ -39,16 +40,15 @@ STALL_FACTOR = 10.0
 # ... or after this multiple of its longest earlier gap between records, so a run that
 # pauses regularly (a checkpoint save, an evaluation) is judged against those pauses.
 LONGEST_GAP_FACTOR = 2.0
-# ... and never before this: several heartbeats (5 s apart) must have seen no progress,
+# ... and never before this: several heartbeats (``HEARTBEAT_EVERY_S`` apart) must have seen no progress,
 # and a short pause (a garbage collection, a slow first trace) is not a hang.
 STALL_FLOOR_S = 30.0
 # ... or this, where a task the stalled ones depend on stopped answering its status checks
 # (analysis/liveness.py): two checks unanswered, seconds apart, are evidence no pause gives.
 SILENT_STALL_FLOOR_S = 10.0
-# A task whose last beat is this far behind the run's clock stopped writing: four
-# missed beats at the collectors' 5 s interval.
-HEARTBEAT_LOST_S = 20.0
-# Beats come every 5 s: a beat with no other beat of its task within this much is not
+# A task whose last beat is this far behind the run's clock stopped writing: four missed beats.
+HEARTBEAT_LOST_S = 4 * HEARTBEAT_EVERY_S
+# Beats come every ``HEARTBEAT_EVERY_S``: a beat with no other beat of its task within this much is not
 # part of the task's rhythm (a damaged time, a clock jump) and must not set the run's clock.
 ISOLATED_BEAT_S = 60.0
 
