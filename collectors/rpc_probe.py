@@ -16,7 +16,7 @@ After ``FULL_PASSES`` rounds of every link, a round probes at most ``legs_per_ro
 links, taking them in turn, so the probe's cost per second does not grow with the
 cluster: each probe of a link costs 2-3 ms of CPU between the two ends, and all eight
 links of 2 workers × 2 ps every second would take 1.3 % of a 2-core machine
-(``benchmarks/probe_cost.py``). While the links read as before, pass after pass, the
+(``benchmarks/micro.py probe_cost``). While the links read as before, pass after pass, the
 pause between rounds grows up to ``MAX_SLOWDOWN`` times ``interval_s``; a round trip that
 moved brings it back (``_Cadence``). Every ``payload_every``-th pass over the links also
 moves ``payload_bytes`` from each remote task (a tensor filled there from its
@@ -61,7 +61,7 @@ logger = logging.getLogger("tfdiag")
 
 DEFAULT_INTERVAL_S = 1.0
 # One link a round: every link of a 2 x 2 ps cluster (8 links) is probed every 8 s, at
-# 0.1 % of a 2-core machine's CPU on idle servers (benchmarks/probe_cost.py); with it,
+# 0.1 % of a 2-core machine's CPU on idle servers (benchmarks/micro.py probe_cost); with it,
 # ps_ctl's collectors cost 0.3 % of throughput (benchmarks/overhead_ab.py).
 DEFAULT_LEGS_PER_ROUND = 1
 # The first rounds probe every link, so that a run of a few seconds still gets this many
@@ -76,7 +76,7 @@ FULL_PASSES = 3
 # trip and 2 ms more, analysis/detectors/slow_link.py): a busy job's own jitter is wide
 # (ps_ctl's links under its load read 3-5 ms at the median and 11-24 ms at the 90th
 # percentile), and a narrower band would read that jitter as moves and keep the pause near
-# ``interval_s`` (``benchmarks/probe_cadence.py`` replays a run's round trips through the rule). On a
+# ``interval_s`` (``benchmarks/micro.py probe_cadence`` replays a run's round trips through the rule). On a
 # steady cluster of 8 links each link is then probed every 32 s, at a quarter of the
 # cost; a link that turns slow is probed at the full rate again from its third slow probe.
 MAX_SLOWDOWN = 4

@@ -3,7 +3,7 @@
 Between samples the sampler's thread wakes every ``WAKE_S`` on average and times how much
 later than asked each wait returned. A wake-up is a ``time.sleep`` and a clock read (its
 CPU charged by the sampler's loop: 90-146 µs a wake-up where an ``Event.wait`` in a
-``charged`` block took 127-185, ``benchmarks/collector_cost.py``). A running process
+``charged`` block took 127-185, ``benchmarks/micro.py collector_cost``). A running process
 wakes well under a millisecond late, a few ms on a loaded host or while another thread
 holds the GIL (its switch interval is 5 ms); a stopped process — ``SIGSTOP``, a container
 CPU quota's throttling — wakes late by the rest of the stop whenever its timer expires
