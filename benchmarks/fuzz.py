@@ -17,9 +17,8 @@ twice, or a damaged file that no warning names). Exit status 1 if any failure.
 
     python benchmarks/fuzz.py --cases 600 --seed 1
 
-One file of about 450 lines, past the usual 400: the mutations, the worker (this file
-run again with ``--worker``) and the driver must travel together so the script runs on
-its own.
+Each case runs in a worker process (this file run again with ``--worker``, kept by
+``harness.isolated``), replaced after a crash or a hang.
 """
 
 from __future__ import annotations
@@ -28,10 +27,8 @@ import argparse
 import json
 import os
 import random
-import select
 import shutil
 import struct
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,6 +39,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: benchmarks.* importable
+from benchmarks.harness.isolated import IsolatedWorker  # noqa: E402
 from tfdiag.store import TaskWriter, log_dir, write_manifest
 from tfdiag.store.framing import HEADER, MAGIC, encode_frame
 
@@ -381,54 +380,6 @@ def worker_main(base: Path, work: Path, seed: int) -> int:
     return 0
 
 
-class Pool:
-    """One worker process at a time; a new one after a crash or a hang."""
-
-    def __init__(self, base: Path, work: Path, seed: int, timeout_s: float):
-        self.args = [sys.executable, __file__, "--worker", str(base), str(work), "--seed", str(seed)]
-        self.timeout_s = timeout_s
-        self.process = None
-        self.pending = b""
-
-    def ask(self, index: int) -> dict:
-        if self.process is None:
-            self.process = subprocess.Popen(self.args, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-            self.pending = b""
-        self.process.stdin.write(f"{index}\n".encode())
-        self.process.stdin.flush()
-        outcome = {"index": index, "mutation": mutation_of(index)}
-        deadline = time.monotonic() + self.timeout_s
-        while (line := self._line(deadline)) is not None:
-            outcome.update(json.loads(line))
-            if "outcome" in outcome:
-                return outcome
-        if time.monotonic() >= deadline:
-            self.process.kill()
-            outcome.update(outcome="hang", error=f"no answer in {self.timeout_s} s")
-        else:  # the worker's stdout closed: it died
-            outcome.update(outcome="crash", error=f"worker died with status {self.process.wait()}")
-        self.process.wait()
-        self.process = None
-        return outcome
-
-    def _line(self, deadline: float) -> bytes | None:
-        """The worker's next line, or None at the deadline or when it died."""
-        stdout = self.process.stdout.fileno()
-        while b"\n" not in self.pending:
-            ready, _, _ = select.select([stdout], [], [], max(deadline - time.monotonic(), 0))
-            chunk = os.read(stdout, 1 << 16) if ready else b""
-            if not chunk:
-                return None
-            self.pending += chunk
-        line, self.pending = self.pending.split(b"\n", 1)
-        return line
-
-    def close(self) -> None:
-        if self.process is not None:
-            self.process.stdin.close()
-            self.process.wait()
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", type=int, default=200, help="how many damaged runs (default 200)")
@@ -442,16 +393,17 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="tfdiag-fuzz-") as scratch:
         base = Path(scratch) / "base"
         write_base_run(base)
-        pool = Pool(base, Path(scratch), args.seed, args.timeout)
+        worker = IsolatedWorker([sys.executable, __file__, "--worker", str(base), scratch, "--seed", str(args.seed)],
+                                args.timeout)
         outcomes, by_mutation = Counter(), Counter()
         for index in range(args.cases):
-            result = pool.ask(index)
+            result = worker.ask(str(index), {"index": index, "mutation": mutation_of(index)})
             outcomes[result["outcome"]] += 1
             by_mutation[(result["mutation"], result["outcome"])] += 1
             if result["outcome"] in FAILURES:
                 print(f"case {index} ({result['mutation']}, {result.get('detail')}): {result['outcome']}: "
                       f"{result.get('error')}", file=sys.stderr)
-        pool.close()
+        worker.close()
     print(f"{args.cases} cases, seed {args.seed}, {time.perf_counter() - started:.1f} s")
     print("outcomes: " + ", ".join(f"{name} {outcomes[name]}" for name in OUTCOMES))
     for mutation in MUTATIONS:

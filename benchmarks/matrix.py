@@ -15,18 +15,19 @@ with the reason; marked ‡ under the table).
 
     python benchmarks/matrix.py --steps 200 --workdir /tmp/matrix
     python benchmarks/matrix.py --rescore --workdir /tmp/matrix   # analyse kept runs again
+    python benchmarks/matrix.py --preset scenarios --steps 300 --repeat 2   # seven cells, ~17 minutes
 
 Every run's logdir and ``results.json`` (cells, throughputs, load averages) stay under
-``--workdir``; ``--rescore`` re-analyses them without running any job. The table replaces
-the section between ``<!-- matrix:begin -->`` and ``<!-- matrix:end -->`` of
-docs/benchmarks.md. Throughput is each job's own summary line, not tfdiag's records.
+``--workdir``; ``--rescore`` re-analyses them without running any job. The table of the
+whole matrix replaces the section between ``<!-- matrix:begin -->`` and
+``<!-- matrix:end -->`` of docs/benchmarks.md; a part of it (``--jobs``, ``--injections``,
+``--preset``) is only printed. Throughput is each job's own summary line, not tfdiag's records.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import json
 import os
 import shlex
@@ -37,12 +38,13 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from faults import cpu_quota  # benchmarks/ is sys.path[0] when run as a script
-from tfdiag.analysis.engine import analyze
-from tfdiag.sample_jobs.advice import TUNE_FOR_FINDING, tune_options
-from tfdiag.events import task_name
-from tfdiag.sample_jobs.jobs import JOBS, JobConfig
-from userjobs.runner import run_cluster  # benchmarks/userjobs, beside this script
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: benchmarks.* importable
+from benchmarks.harness.faults import cpu_quota  # noqa: E402
+from benchmarks.userjobs.runner import run_cluster  # noqa: E402
+from tfdiag.analysis.engine import analyze  # noqa: E402
+from tfdiag.events import task_name  # noqa: E402
+from tfdiag.sample_jobs.advice import TUNE_FOR_FINDING, tune_options  # noqa: E402
+from tfdiag.sample_jobs.jobs import JOBS, JobConfig  # noqa: E402
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- matrix:begin -->", "<!-- matrix:end -->"
@@ -92,6 +94,13 @@ HIDDEN = {
         "matrix (`python benchmarks/matrix.py --steps 200`, quiet machine, load average 3.6-4.6), input wait "
         "8.2-8.6 % of the step against 7.2-9.0 % clean, and the advised prefetch and parallel map measured "
         "0.97x; no finding"),
+}
+
+# Named parts of the matrix: preset -> its (job, cell name) pairs. ``scenarios``: one cell
+# of each planted cause, on ps_ctl but for the shard skew (whose --tune is MultiWorkerMirroredStrategy's).
+PRESETS = {
+    "scenarios": (("ps_ctl", "clean"), ("ps_ctl", "input-delay"), ("ps_ctl", "slow-worker"), ("ps_ctl", "hot-ps"),
+                  ("ps_ctl", "slow-ps"), ("mwms_fit", "shard-skew"), ("ps_ctl", "kill-worker")),
 }
 
 # Jobs whose planted causes need more steps than ``--steps`` to show: job -> (steps, why).
@@ -166,8 +175,9 @@ class Cell:
         return options, " ".join(f"--tune {o}" for o in options) or f"fault removed (no --tune for {self.job})"
 
 
-def cells(jobs, injections) -> list[Cell]:
-    """Every listed pair of the chosen jobs, plus the clean runs and variants."""
+def cells(jobs, injections, preset: str | None = None) -> list[Cell]:
+    """Every listed pair of the chosen jobs, plus the clean runs and variants; only the
+    preset's pairs, in its order, when one is named."""
     chosen = []
     for name, spec in JOBS.items():
         if jobs and name not in jobs:
@@ -176,6 +186,9 @@ def cells(jobs, injections) -> list[Cell]:
         listed += [(variant, value) for variant, base, value in VARIANTS
                    if base in spec.injections and not spec.single]
         chosen += [Cell(name, cell, value) for cell, value in listed if not injections or cell in injections]
+    if preset:
+        by_pair = {(cell.job, cell.name): cell for cell in chosen}
+        return [by_pair[pair] for pair in PRESETS[preset] if pair in by_pair]
     return chosen
 
 
@@ -261,7 +274,7 @@ def _number(value, spec: str) -> str:
 
 
 def markdown(rows: list[dict], header: str) -> str:
-    """The table and its totals, under ``header`` (command line, date, load)."""
+    """The table and its totals, under ``header`` (command line, cluster, load)."""
     lines = [header, "", "| job | injection | expected | found (primary) | ok | fix applied | predicted | measured "
                          "| error | without CPU bound (error) |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -304,6 +317,7 @@ def main(argv=None) -> int:
     parser.add_argument("--injections", nargs="+", metavar="NAME",
                         help="only these cells: clean, an --inject kind, or a variant "
                              f"({', '.join(v[0] for v in VARIANTS)})")
+    parser.add_argument("--preset", choices=sorted(PRESETS), help="only the cells of this named part of the matrix")
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=1, help="interleaved runs per side; the median counts")
     parser.add_argument("--workdir", type=Path, help="keep every run and results.json here")
@@ -319,7 +333,7 @@ def main(argv=None) -> int:
         workdir.mkdir(parents=True, exist_ok=True)
         results_file = workdir / "results.json"
         results = json.loads(results_file.read_text()) if results_file.exists() else {}
-        for cell in cells(args.jobs, args.injections):
+        for cell in cells(args.jobs, args.injections, args.preset):
             if args.rescore and cell.key not in results:
                 continue
             print(f"cell {cell.key} {cell.spec}", file=sys.stderr, flush=True)
@@ -340,12 +354,12 @@ def main(argv=None) -> int:
                   file=sys.stderr, flush=True)
     loads.append(os.getloadavg())
     command = "python benchmarks/matrix.py " + shlex.join(argv if argv is not None else sys.argv[1:])
-    header = (f"`{command}` — {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, "
-              f"{WORKERS} workers, {PS} ps where the job has them; load average (1 min) "
+    header = (f"`{command}` — {WORKERS} workers, {PS} ps where the job has them; load average (1 min) "
               f"{loads[0][0]:.1f} at the start, {loads[1][0]:.1f} at the end, on {os.cpu_count()} cores.")
     table = markdown(rows, header)
     print(table)
-    write_section(args.doc, table)
+    if not (args.jobs or args.injections or args.preset):
+        write_section(args.doc, table)
     return 0
 
 

@@ -51,34 +51,32 @@ over the links, at most ``WARM_UP_PAIRS``: one-time work of a run's first second
     python benchmarks/overhead_ab.py --job ps_ctl --pairs 40 --calibrate
     python benchmarks/overhead_ab.py --job mwms_fit --pairs 240 --steps 100
 
-(Over 400 lines: the two jobs' phase loops share the switches, the accounting and the
-tables, which are the benchmark's point.)
+The cluster, the statistics and the cost model are shared (``harness``, ``overhead_costs.py``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import argparse
 import json
-import math
 import os
 import statistics
 import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 
-import psutil
-
-from tfdiag.collectors import budget
-from tfdiag.sample_jobs.jobs import JobConfig
-from tfdiag.sample_jobs.launcher import LocalCluster
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: benchmarks.* importable
+from benchmarks.harness.cluster import cpu_s, load_line, ps_ctl_servers, ps_ctl_training, task_pids  # noqa: E402
+from benchmarks.harness.stats import paired_ratio  # noqa: E402
+from benchmarks.overhead_costs import Meter, change, cost_model, mean_change, merge_meters, model_table  # noqa: E402
+from tfdiag.sample_jobs.jobs import JobConfig  # noqa: E402
+from tfdiag.sample_jobs.launcher import LocalCluster  # noqa: E402
 
 # Collectors may cost at most 1 % of throughput (issue #4): the interval's lower end is held to it.
 MAX_OVERHEAD = 0.01
 # ... and about 0.3 % on the geometric mean (issue 15): what a user leaving them attached should pay.
 TARGET_RATIO = 0.997
-Z95 = statistics.NormalDist().inv_cdf(0.975)
 KINDS = ("plain", "instrumented")
 # The components each job can switch, in the order of the table.
 COMPONENTS = {"ps_ctl": ("closure_timing", "results", "probe", "system", "heartbeat", "writer", "live"),
@@ -89,18 +87,6 @@ WARM_UP_PAIRS = 10
 # How an mwms_fit worker's log lines with its phase results and with its progress start.
 RESULT_PREFIX = "tfdiag-ab: "
 PROGRESS_PREFIX = "tfdiag-ab-progress: "
-
-
-def cpu_s(pids) -> float:
-    """CPU seconds so far of the processes ``pids``."""
-    total = 0.0
-    for pid in pids:
-        try:
-            times = psutil.Process(pid).cpu_times()
-        except psutil.Error:
-            continue
-        total += times.user + times.system
-    return total
 
 
 def phase_kinds(pair: int) -> tuple[str, str]:
@@ -163,33 +149,6 @@ class PhaseSwitch:
         return self
 
 
-class Meter:
-    """CPU of this process per phase: the whole, the calling thread, each ledger component."""
-
-    def __init__(self):
-        self._start = None
-
-    def begin(self) -> None:
-        self._start = (time.process_time(), time.thread_time(), budget.LEDGER.snapshot())
-
-    def end(self) -> dict:
-        process, thread, ledger = self._start
-        now = budget.LEDGER.snapshot()
-        return {"process": time.process_time() - process, "thread": time.thread_time() - thread,
-                "ledger": {name: (now[name] - ledger.get(name, 0)) / 1e9 for name in now}}
-
-
-def paired_ratio(plain: list[float], instrumented: list[float]) -> dict:
-    """The geometric mean of the pairs' throughput ratios, with its 95 % confidence interval.
-
-    The interval is the normal approximation over the log ratios of the pairs.
-    """
-    logs = [math.log(b / a) for a, b in zip(plain, instrumented)]
-    mean, half = statistics.fmean(logs), Z95 * statistics.stdev(logs) / math.sqrt(len(logs))
-    return {"ratio": math.exp(mean), "low": math.exp(mean - half), "high": math.exp(mean + half),
-            "median": statistics.median(math.exp(x) for x in logs)}
-
-
 # -- ps_ctl: the benchmark is the coordinator ------------------------------------------
 def ps_schedulers(plain, instrumented, train, iterator, components: frozenset) -> dict:
     """How each kind of phase schedules a closure."""
@@ -235,40 +194,6 @@ def run_ps_phases(coordinator, schedulers: dict, switch: PhaseSwitch, flush, pai
     return results
 
 
-@contextlib.contextmanager
-def ps_ctl_servers(logdir: str):
-    """The servers of a ps_ctl cluster (2 ps, 2 workers) with this process as its chief:
-    yields ``(tf, config, strategy, cluster)``; the servers stop on exit."""
-    config = JobConfig("ps_ctl", logdir, ps=2, workers=2)
-    cluster = LocalCluster(config)
-    try:
-        cluster.start(job_tasks=False)
-        os.environ["TF_CONFIG"] = json.dumps({"cluster": cluster.cluster, "task": {"type": "chief", "index": 0}})
-        import tensorflow as tf
-
-        from tfdiag.sample_jobs import ps_ctl
-        from tfdiag.sample_jobs.task import wait_for_cluster
-
-        _, strategy = ps_ctl.make_strategy(tf, config)
-        wait_for_cluster(cluster.cluster, "chief:0")
-        yield tf, config, strategy, cluster
-    finally:
-        cluster.stop()
-
-
-def ps_ctl_training(tf, config, strategy, coordinator, steps: int):
-    """``ps_ctl``'s model under ``strategy``, its train function of ``steps`` steps a closure,
-    and a per-worker iterator of its input made by ``coordinator``: ``(model, train, iterator)``."""
-    from tfdiag.sample_jobs import ps_ctl
-
-    with strategy.scope():
-        model = ps_ctl.MLP(tf, strategy, config.hidden)
-    train = ps_ctl.make_train_steps(tf, strategy, model, config, steps)
-    dataset_fn = ps_ctl.make_dataset_fn(tf, config)
-    iterator = iter(coordinator.create_per_worker_dataset(tf.function(lambda: dataset_fn())))
-    return model, train, iterator
-
-
 def measure_ps_ctl(pairs: int, closures: int, logdir: str, components: frozenset) -> dict:
     """Starts the servers, runs the phases as the coordinator, and summarises them."""
     with ps_ctl_servers(logdir) as (tf, config, strategy, cluster):
@@ -288,20 +213,20 @@ def measure_ps_ctl(pairs: int, closures: int, logdir: str, components: frozenset
         instrumented.record_placement(model.variables)
         flush = instrumented.flush_records  # the phase's own records, read at its end
         schedulers = ps_schedulers(plain, instrumented, train, iterator, components)
-        task_pids = [task.process.pid for task in cluster.tasks.values()]
+        pids = task_pids(cluster)
         examples = steps * config.batch_size
 
         # Warm-up: until the probe has prepared its functions and made its first full passes
         # over the links (one-time work of the first seconds of a run), at most WARM_UP_PAIRS.
         for _ in range(WARM_UP_PAIRS):
-            run_ps_phases(plain, schedulers, switch, flush, 1, closures, examples, task_pids)
+            run_ps_phases(plain, schedulers, switch, flush, 1, closures, examples, pids)
             if "probe" in components:
                 # B phases without results record no closure, whose first record starts the probe in a run.
                 instrumented.task_session.closures.results_began()
             if "probe" not in components or prober.passes >= FULL_PASSES:
                 break
         probes_before = prober.records
-        results = run_ps_phases(plain, schedulers, switch, flush, pairs, closures, examples, task_pids)
+        results = run_ps_phases(plain, schedulers, switch, flush, pairs, closures, examples, pids)
         probe_records = prober.records - probes_before
         instrumented.close()
     a, b = results["plain"], results["instrumented"]
@@ -455,100 +380,6 @@ def relay_progress(log, done: threading.Event, every_s: float = 2.0) -> None:
                     print("  " + line[len(PROGRESS_PREFIX):].rstrip(), file=sys.stderr, flush=True)
 
 
-def merge_meters(meters: list[dict], hooks: list[float]) -> dict:
-    """One phase's ``Meter`` readings of several workers, summed; the hooks' CPU as ``hooks``."""
-    ledger = {}
-    for meter in meters:
-        for name, seconds in meter["ledger"].items():
-            ledger[name] = ledger.get(name, 0.0) + seconds
-    ledger["hooks"] = sum(hooks)
-    return {"process": sum(m["process"] for m in meters), "thread": sum(m["thread"] for m in meters), "ledger": ledger}
-
-
-# -- the cost model and the budget -----------------------------------------------------
-def cost_model(results: dict, units: int, unit: str, components: frozenset, jobs: str, processes: int = 1) -> dict:
-    """Each component's measured CPU per ``unit`` (closure or step), share of a core and of
-    the job's CPU in instrumented phases, against ``budget.COMPONENTS``; and the whole.
-
-    ``processes`` instrumented processes run the collectors, each with its own threads
-    and steps: a declared budget is allowed once per process (``live``'s once: it runs
-    in the chief only).
-
-    The ledger components are read directly; on ps_ctl ``closure_timing`` is the calling
-    thread's extra CPU (``schedule``'s wrapper), B − A of the means; what TensorFlow does
-    for the collectors on the coordinator's other threads is ``unattributed`` (the
-    process's extra CPU less the rest). The whole is the process's extra CPU, B − A.
-    """
-    a, b = results["plain"], results["instrumented"]
-    wall = statistics.fmean(b["wall"])  # seconds per instrumented phase
-
-    def mean(phases, read):
-        return statistics.fmean(read(m) for m in phases["meter"])
-
-    job_cpu = mean(b, lambda m: m["process"]) + statistics.fmean(b["task_cpu"])
-    measured = {name: mean(b, lambda m, n=name: m["ledger"].get(n, 0.0)) - mean(a, lambda m, n=name: m["ledger"].get(n, 0.0))
-                for name in budget.COMPONENTS if name in components or name == "hooks" and jobs == "fit"}
-    if jobs == "ps":
-        measured["closure_timing"] = mean(b, lambda m: m["thread"]) - mean(a, lambda m: m["thread"])
-    differences = [mb["process"] - ma["process"] for ma, mb in zip(a["meter"], b["meter"])]
-    whole = statistics.fmean(differences)
-    whole_half = Z95 * statistics.stdev(differences) / math.sqrt(len(differences)) if len(differences) > 1 else math.nan
-    if jobs == "fit":
-        measured["step_input"] = whole - sum(measured.values()) if "step_input" in components else 0.0
-    else:
-        measured["unattributed"] = whole - sum(measured.values())
-    rows, allowed = [], 0.0
-    for name, seconds in measured.items():
-        declared = budget.COMPONENTS.get(name)
-        running = name in components or name == "unattributed"
-        copies = 1 if name == "live" else processes
-        limit = ((declared.per_step_us * 1e-6 * units + declared.core_share * wall) * copies
-                 if declared and running else None)
-        allowed += limit or 0.0
-        rows.append({"component": name, "running": running, "cpu_s": seconds, "limit_s": limit})
-    live = budget.COMPONENTS["live"].core_share * wall
-    return {"unit": unit, "units": units, "wall": wall, "job_cpu": job_cpu, "rows": rows, "whole": whole,
-            "whole_half": whole_half, "allowed": allowed, "live": live}
-
-
-def model_table(model: dict) -> str:
-    """The per-component table (markdown) of ``cost_model``'s result."""
-    unit, units, wall, job_cpu = model["unit"], model["units"], model["wall"], model["job_cpu"]
-
-    def cells(seconds, limit):
-        share_core, share_job = seconds / wall, seconds / job_cpu
-        budget_cell = "–" if limit is None else f"{limit / units * 1e6:.0f} µs ({limit / job_cpu:.3%})"
-        verdict = "–" if limit is None else ("ok" if seconds <= limit else "OVER")
-        return [f"{seconds / units * 1e6:.1f}", f"{share_core:.3%}", f"{share_job:.3%}", budget_cell, verdict]
-
-    header = ["component", f"CPU µs per {unit}", "share of a core (its processes together)", "share of the job's CPU",
-              f"budget per {unit} (share of job CPU)", "within"]
-    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
-    notes = {"unattributed": " (TensorFlow's threads on the coordinator)", "step_input": " (the whole less the rest)"}
-    for row in model["rows"]:
-        name = row["component"] + (notes.get(row["component"], "") if row["running"] else " (off)")
-        lines.append("| " + " | ".join([name, *cells(row["cpu_s"], row["limit_s"])]) + " |")
-    whole = cells(model["whole"], model["allowed"])
-    whole[0] += f" ± {model['whole_half'] / units * 1e6:.0f}"  # the 95 % interval of the pairs' differences
-    lines.append("| " + " | ".join(["**whole** (process CPU, B − A, ± 95 %)", *whole]) + " |")
-    if not any(row["component"] == "live" and row["running"] for row in model["rows"]):
-        lines.append(f"| live findings (reserved, not running) | – | {budget.COMPONENTS['live'].core_share:.3%} | "
-                     f"{model['live'] / job_cpu:.3%} | {model['live'] / units * 1e6:.0f} µs | – |")
-    return "\n".join(lines)
-
-
-def change(plain: list[float], instrumented: list[float], scale: float) -> str:
-    """``"A → B (+x %)"`` of the medians of two kinds of phases, times ``scale``."""
-    a, b = statistics.median(plain) * scale, statistics.median(instrumented) * scale
-    return f"{a:.1f} → {b:.1f} ({b / a - 1:+.1%})"
-
-
-def mean_change(plain: list[float], instrumented: list[float], scale: float) -> str:
-    """``"A → B"`` of the means of two kinds of phases, times ``scale`` (for quantities whose
-    per-phase values are too coarse for a median)."""
-    return f"{statistics.fmean(plain) * scale:.2f} → {statistics.fmean(instrumented) * scale:.2f}"
-
-
 def table(job: str, pairs: int, per_phase: str, r: dict) -> str:
     """One markdown table row (with its header) for docs/benchmarks.md."""
     headers = ["job", "pairs", "phase", "examples/s plain → instrumented (medians)",
@@ -597,7 +428,7 @@ def main(argv=None) -> int:
         closure_recorder.FETCH_EVERY_S = args.fetch_every
     components = frozenset() if args.calibrate else chosen_components(args.job, args.only, args.without)
     logdir = args.logdir or tempfile.mkdtemp(prefix="tfdiag-overhead-ab-")
-    started, load = time.monotonic(), os.getloadavg()
+    started, load = time.monotonic(), os.getloadavg()[0]
     if args.job == "ps_ctl":
         result, per_phase = measure_ps_ctl(args.pairs, args.closures, logdir, components), f"{args.closures} closures"
     else:
@@ -607,8 +438,7 @@ def main(argv=None) -> int:
     print(table(args.job, args.pairs, per_phase, result))
     print()
     print(model_table(result["model"]))
-    print(f"\ntook {time.monotonic() - started:.0f} s; load average (1 min) {load[0]:.1f} at the start, "
-          f"{os.getloadavg()[0]:.1f} at the end, on {os.cpu_count()} cores; run in {logdir}")
+    print(f"\ntook {time.monotonic() - started:.0f} s; {load_line(load)}; run in {logdir}")
     failures = [] if args.calibrate else verdict(result)
     for failure in failures:
         print(f"overhead_ab: {failure}", file=sys.stderr)

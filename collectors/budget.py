@@ -74,6 +74,8 @@ COMPONENTS: dict[str, Budget] = {
     # from 87, 53 µs an mwms_fit step from 85 (overhead_ab.py, 240 pairs each).
     "system": Budget(core_share=0.002, what="system sampler: a sample every 2 s (and 10 timed wake-ups a second on sync workers)"),
     "heartbeat": Budget(core_share=0.0002, what="heartbeat rows every 5 s"),
+    # A status request to each ps every 5 s: a gRPC call of about 1 ms of client CPU.
+    "liveness": Budget(core_share=0.0005, jobs=("fit",), what="liveness checks of the ps tasks every 5 s (TF1 sessions)"),
     # A coordinator's flush (system, heartbeat, closure, step and rpc records) encodes in
     # 181-251 µs, from 307-416 (one struct array per kind, its schema made once:
     # collector_cost.py, load 1-8); 0.05 % of a core in overhead_ab.py's 20-pair runs of

@@ -31,12 +31,9 @@ import time
 from typing import Callable
 
 from tfdiag.collectors.budget import charged
+from tfdiag.events import HEARTBEAT_EVERY_S
 
 logger = logging.getLogger("tfdiag")
-
-# Rows per task per interval are few; 5 s keeps a hang visible within seconds of the
-# stall threshold (30 s at least) at a negligible cost.
-HEARTBEAT_EVERY_S = 5.0
 
 InFlight = Callable[[], tuple[int, "int | None"]]  # () -> (closures in flight, oldest dispatch time_ns)
 

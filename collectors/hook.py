@@ -25,8 +25,8 @@ step, or, for a run that feeds data, the time since the previous run ended (the 
 ``begin_ns`` then starts there, so the wait is inside the step).
 
 At ``begin()`` the hook opens its task session (``task_session``), which records where
-the graph's global variables live (``placement``) and runs the system sampler and, in the
-chief, live findings until ``end()``; once the TF session is ready the hook writes a
+the graph's global variables live (``placement``) and runs the system sampler, the task's
+last words and, in the chief, the ps liveness checks and live findings until ``end()``; once the TF session is ready the hook writes a
 ``session`` record with both times: on a non-chief worker the gap is its wait for the
 chief to initialise the model.
 """
@@ -109,8 +109,8 @@ class DiagnosticsHook(tf.compat.v1.train.SessionRunHook):
         # how a restarted task's new session is told from the killed one (analysis/restarts.py).
         self._begin_wall_ns = time.time_ns()
         try:
-            wants = Wants(system_interval_s=self.system_interval_s, variables=tf.compat.v1.global_variables(),
-                          live_interval_s=self.live_interval_s)
+            wants = Wants(system_interval_s=self.system_interval_s, last_words=True, liveness=True,
+                          variables=tf.compat.v1.global_variables(), live_interval_s=self.live_interval_s)
             self.task_session = TaskSession(self.logdir, wants, task=self.task, manifest={"api": "tf1_session"})
             self.task, self._writer = self.task_session.task, self.task_session.writer
             self._progress = self.task_session.progress()

@@ -1,12 +1,8 @@
 """RPC probe: round-trip time and clock offset through TensorFlow's own gRPC channels.
 
-A probe is a ``tf.function`` that reads ``tf.timestamp()`` on this task (``send``),
-then, under ``tf.device`` of a remote task, ``tf.timestamp()`` there (``remote``), then
-locally again (``recv``); control dependencies order the three reads, so the remote
-read happens after ``send`` left and ``recv`` after the remote value arrived. That is
-one ``rpc`` record: ``recv - send`` is the round trip through the same channels the
-training uses, ``remote - (send + recv) / 2`` the clock offset (Cristian's method, good
-to within half the round trip).
+A probe (``probe_function``) reads the time on this task, on a remote task, and here
+again, through TensorFlow's own channels: one ``rpc`` record, a round trip and a clock
+offset.
 
 :class:`RpcProber` runs the probes on a background thread: from this process to each
 target task, and, for each ``relays`` pair ``(worker, ps)``, a probe whose ``send`` and
@@ -20,7 +16,7 @@ After ``FULL_PASSES`` rounds of every link, a round probes at most ``legs_per_ro
 links, taking them in turn, so the probe's cost per second does not grow with the
 cluster: each probe of a link costs 2-3 ms of CPU between the two ends, and all eight
 links of 2 workers × 2 ps every second would take 1.3 % of a 2-core machine
-(``benchmarks/probe_cost.py``). While the links read as before, pass after pass, the
+(``benchmarks/micro.py probe_cost``). While the links read as before, pass after pass, the
 pause between rounds grows up to ``MAX_SLOWDOWN`` times ``interval_s``; a round trip that
 moved brings it back (``_Cadence``). Every ``payload_every``-th pass over the links also
 moves ``payload_bytes`` from each remote task (a tensor filled there from its
@@ -46,9 +42,6 @@ exponentially, up to ``MAX_BACKOFF_S``; relayed probes skip a worker or ps whose
 probe failed. A probe that does not return within ``PROBE_TIMEOUT_S`` is abandoned to
 its own daemon thread and counts as a failure; its link is not probed again until that
 thread returns. Nothing raises into or waits on training.
-
-(Over 400 lines: preparing, round-robin probing and backing off share one set of links,
-functions and notes.)
 """
 
 from __future__ import annotations
@@ -60,6 +53,7 @@ import time
 from tfdiag.collectors import tf_internals
 from tfdiag.collectors.bounded import LateCallError
 from tfdiag.collectors.budget import MeteredCalls, charged
+from tfdiag.collectors.probe_function import traced_probe
 from tfdiag.errors import InvalidOptionError
 from tfdiag.events import device_of
 
@@ -67,7 +61,7 @@ logger = logging.getLogger("tfdiag")
 
 DEFAULT_INTERVAL_S = 1.0
 # One link a round: every link of a 2 x 2 ps cluster (8 links) is probed every 8 s, at
-# 0.1 % of a 2-core machine's CPU on idle servers (benchmarks/probe_cost.py); with it,
+# 0.1 % of a 2-core machine's CPU on idle servers (benchmarks/micro.py probe_cost); with it,
 # ps_ctl's collectors cost 0.3 % of throughput (benchmarks/overhead_ab.py).
 DEFAULT_LEGS_PER_ROUND = 1
 # The first rounds probe every link, so that a run of a few seconds still gets this many
@@ -79,11 +73,10 @@ FULL_PASSES = 3
 # MOVE_RATIO times its typical reading or more (or 1/MOVE_RATIO or less) and at least
 # MOVE_FLOOR_S away from it (fewer are jitter), and that brings the pause back at once.
 # The band is the slow-link detector's own notion of a slow link (3x its peers' round
-# trip and 2 ms more, analysis/detectors/slow_link.py). A busy job's own jitter is wide:
-# ps_ctl's links under its load read 3-5 ms at the median and 11-24 ms at the 90th
-# percentile, and the rule before (two readings in a row out of ±50 %) kept the pause at
-# 1.1-1.5 times ``interval_s`` on average over nine recorded runs, this one at 2.0-3.8
-# (``benchmarks/probe_cadence.py`` replays a run's round trips through the rule). On a
+# trip and 2 ms more, analysis/detectors/slow_link.py): a busy job's own jitter is wide
+# (ps_ctl's links under its load read 3-5 ms at the median and 11-24 ms at the 90th
+# percentile), and a narrower band would read that jitter as moves and keep the pause near
+# ``interval_s`` (``benchmarks/micro.py probe_cadence`` replays a run's round trips through the rule). On a
 # steady cluster of 8 links each link is then probed every 32 s, at a quarter of the
 # cost; a link that turns slow is probed at the full rate again from its third slow probe.
 MAX_SLOWDOWN = 4
@@ -101,57 +94,6 @@ PROBE_TIMEOUT_S = 5.0
 # ``prepare`` runs on the thread that instruments the coordinator, before training: it
 # never takes longer.
 PREPARE_BUDGET_S = 15.0
-
-
-def _tf():
-    import tensorflow as tf  # lazy: only probers that run need TensorFlow
-
-    return tf
-
-
-def probe_times(tf, local_device: str | None, remote_device: str, payload_elements: int = 0):
-    """Traces, inside a ``tf.function``, one probe between ``local_device`` and ``remote_device``.
-
-    A ``local_device`` of None is this task; another device (a worker) makes the probe run
-    between it and the remote (worker → ps, driven by the coordinator). Returns a float64
-    vector ``[send, remote, recv]`` in seconds, ``send`` and ``recv`` on the local device.
-    With ``payload_elements`` > 0 the remote also fills that many float64 and ships them to
-    the local device before ``recv`` is read. One probe per function: a probe that
-    followed a slow one in the same function would read too short a round trip (see
-    ``RpcProber``).
-    """
-    import contextlib
-
-    local = (lambda: tf.device(local_device)) if local_device else contextlib.nullcontext
-    with local():
-        send = tf.timestamp()
-    with tf.device(remote_device), tf.control_dependencies([send]):
-        remote = tf.timestamp()
-        payload = tf.fill([payload_elements], remote) if payload_elements else None
-    arrived = [remote]
-    with local():
-        if payload is not None:
-            arrived.append(tf.identity(payload))  # placed here: the bytes cross the link
-        with tf.control_dependencies(arrived):
-            recv = tf.timestamp()
-    return tf.stack([send, remote, recv])
-
-
-class _ProbeFn:
-    """The Python body of one probe ``tf.function``.
-
-    A callable object, not a lambda: ``tf.function`` counts traces per code object, so
-    the probes of several links made from one lambda would trip its "excessive
-    retracing" warning although each traces once.
-    """
-
-    def __init__(self, local_device: str | None, remote_device: str, payload_elements: int):
-        self.local_device = local_device
-        self.remote_device = remote_device
-        self.payload_elements = payload_elements
-
-    def __call__(self):
-        return probe_times(_tf(), self.local_device, self.remote_device, self.payload_elements)
 
 
 class _Cadence:
@@ -228,83 +170,7 @@ class _Backoff:
         self.next_try = 0.0
 
 
-class _ProberBase:
-    """A daemon thread that calls ``_probe_once`` every ``interval_s`` until stopped."""
-
-    thread_name = "tfdiag-rpc-probe"
-
-    def __init__(self, writer, src: str, interval_s: float = DEFAULT_INTERVAL_S,
-                 payload_every: int = DEFAULT_PAYLOAD_EVERY, payload_bytes: int = DEFAULT_PAYLOAD_BYTES):
-        if interval_s is None or interval_s <= 0:
-            raise InvalidOptionError(f"Invalid value for argument `probe_interval_s`. Expected > 0. Received: {interval_s!r}")
-        self.writer = writer
-        self.src = src
-        self.interval_s = float(interval_s)
-        self.payload_every = int(payload_every or 0)
-        self.payload_elements = max(int(payload_bytes or 0) // 8, 0)
-        self.probes = 0  # rounds run
-        self.passes = 0  # passes over every link (a round probes some of them)
-        self.records = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._noted: set[str] = set()
-
-    def start(self) -> "_ProberBase":
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
-            self._thread.start()
-        return self
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        """Stops the thread (waits up to ``timeout_s`` for a probe in flight)."""
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout_s)
-
-    def _run(self) -> None:
-        # The first round runs at once: the coordinator starts the probe only once its
-        # first closure has come back, after the training's set-up.
-        while not self._stop.is_set():
-            pause_s = self._pause_s()
-            try:
-                with charged("probe"):
-                    self._probe_once()
-            except Exception as error:  # noqa: BLE001 - a collector never breaks training
-                self._note_once("probe", f"tfdiag: RPC probe from {self.src} failed: {error!r}; retrying later")
-                pause_s = min(MAX_BACKOFF_S, 10 * self.interval_s)
-            self.probes += 1
-            if self._stop.wait(pause_s):
-                return
-
-    def _pause_s(self) -> float:
-        return self.interval_s
-
-    def _payload_now(self) -> bool:
-        return bool(self.payload_every and self.payload_elements and self.passes % self.payload_every
-                    == self.payload_every - 1)
-
-    def _write(self, src: str, dst: str, send: float, remote: float, recv: float, payload: bool) -> None:
-        self.writer.append(
-            "rpc", src=src, dst=dst, send_ns=_ns(send), remote_ns=_ns(remote), recv_ns=_ns(recv),
-            payload_bytes=self.payload_elements * 8 if payload else 0,
-        )
-        self.records += 1
-
-    def _note_once(self, key: str, message: str, level: str = "warning") -> None:
-        if key in self._noted:
-            return
-        self._noted.add(key)
-        logger.warning("%s", message)
-        try:
-            self.writer.append("note", task=self.src, time_ns=time.time_ns(), level=level, message=message)
-        except Exception:  # noqa: BLE001
-            pass
-
-    def _probe_once(self) -> None:  # pragma: no cover - overridden
-        raise NotImplementedError
-
-
-class RpcProber(_ProberBase):
+class RpcProber:
     """Probes ``targets`` (task names) from this process, and ``relays``, once per round.
 
     A round probes every target and relay in the first ``FULL_PASSES`` rounds, then
@@ -335,7 +201,19 @@ class RpcProber(_ProberBase):
     def __init__(self, writer, src: str, targets, interval_s: float = DEFAULT_INTERVAL_S,
                  payload_every: int = DEFAULT_PAYLOAD_EVERY, payload_bytes: int = DEFAULT_PAYLOAD_BYTES,
                  relays=(), paused=None, legs_per_round: int = DEFAULT_LEGS_PER_ROUND):
-        super().__init__(writer, src, interval_s, payload_every, payload_bytes)
+        if interval_s is None or interval_s <= 0:
+            raise InvalidOptionError(f"Invalid value for argument `probe_interval_s`. Expected > 0. Received: {interval_s!r}")
+        self.writer = writer
+        self.src = src
+        self.interval_s = float(interval_s)
+        self.payload_every = int(payload_every or 0)
+        self.payload_elements = max(int(payload_bytes or 0) // 8, 0)
+        self.probes = 0  # rounds run
+        self.passes = 0  # passes over every link (a round probes some of them)
+        self.records = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._noted: set[str] = set()
         self.prepared = threading.Event()  # set once prepare() has run: no function is made after
         if legs_per_round < 1:
             raise InvalidOptionError(f"Invalid value for argument `legs_per_round`. Expected >= 1. "
@@ -357,6 +235,33 @@ class RpcProber(_ProberBase):
         self._down: set[str] = set()
         self._calls = MeteredCalls("tfdiag-probe", "probe")
         self._cadence = _Cadence(self.interval_s)
+
+    def start(self) -> "RpcProber":
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="tfdiag-rpc-probe", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stops the thread (waits up to ``timeout_s`` for a probe in flight)."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout_s)
+
+    def _run(self) -> None:
+        # The first round runs at once: the coordinator starts the probe only once its
+        # first closure has come back, after the training's set-up.
+        while not self._stop.is_set():
+            pause_s = self._pause_s()
+            try:
+                with charged("probe"):
+                    self._probe_once()
+            except Exception as error:  # noqa: BLE001 - a collector never breaks training
+                self._note_once("probe", f"tfdiag: RPC probe from {self.src} failed: {error!r}; retrying later")
+                pause_s = min(MAX_BACKOFF_S, 10 * self.interval_s)
+            self.probes += 1
+            if self._stop.wait(pause_s):
+                return
 
     def prepare(self, timeout_s: float = PROBE_TIMEOUT_S, budget_s: float = PREPARE_BUDGET_S) -> int:
         """Traces and runs every probe function once, now; returns how many links are ready.
@@ -421,8 +326,7 @@ class RpcProber(_ProberBase):
             self._check_unprepared(leg, payload)  # prepare() may have given up meanwhile
             relay, target = leg
             elements = self.payload_elements if payload else 0
-            function = _tf().function(_ProbeFn(device_of(relay) if relay else None, device_of(target),
-                                               elements)).get_concrete_function()
+            function = traced_probe(device_of(relay) if relay else None, device_of(target), elements)
             self._functions[key] = function
         (times,) = tf_internals.call_uncancelled(function)
         send, remote, recv = times.numpy().tolist()
@@ -438,7 +342,8 @@ class RpcProber(_ProberBase):
         function with it fails at once, it does not wait). On an executor of its own: a
         task frozen meanwhile holds up this thread only, not the closures' dispatch
         (``tf_internals.own_executor``)."""
-        tf = _tf()
+        import tensorflow as tf  # lazy: only probers that run need TensorFlow
+
         for task in self._cluster:
             try:
                 with tf_internals.own_executor(), tf.device(device_of(task)):
@@ -503,3 +408,24 @@ class RpcProber(_ProberBase):
         if not payload:
             self._cadence.observe(leg, times[2] - times[0])
         self._write(relay or self.src, target, *times, payload)
+
+    def _payload_now(self) -> bool:
+        return bool(self.payload_every and self.payload_elements and self.passes % self.payload_every
+                    == self.payload_every - 1)
+
+    def _write(self, src: str, dst: str, send: float, remote: float, recv: float, payload: bool) -> None:
+        self.writer.append(
+            "rpc", src=src, dst=dst, send_ns=_ns(send), remote_ns=_ns(remote), recv_ns=_ns(recv),
+            payload_bytes=self.payload_elements * 8 if payload else 0,
+        )
+        self.records += 1
+
+    def _note_once(self, key: str, message: str, level: str = "warning") -> None:
+        if key in self._noted:
+            return
+        self._noted.add(key)
+        logger.warning("%s", message)
+        try:
+            self.writer.append("note", task=self.src, time_ns=time.time_ns(), level=level, message=message)
+        except Exception:  # noqa: BLE001
+            pass

@@ -7,17 +7,9 @@ record for the host and one ``gpu`` record per GPU. CPU load is computed from
 the process (and whose first call returns a meaningless 0.0).
 
 Besides the host's CPU, each sample carries the job's own: ``proc_cpu_pct``, this
-process, and ``job_cpu_pct``, the job's processes on this host — this one and every
-process listening on a port of the cluster spec whose address is this host (a
-ParameterServerStrategy coordinator's workers and ps run no tfdiag code, so they are
-found by their ports). Both are shares of the whole host, like ``cpu_pct``, so the
-analysis can tell the job's CPU from other programs' (``docs/findings.md``, "The
-advisor"). The ports are mapped to processes with ``psutil.net_connections`` (about
-10 ms of CPU) at the first sample, and again at most every ``RESCAN_S`` while a local
-cluster port has no process or a counted process has ended (a restarted task); each
-sample then reads one ``cpu_times`` per other process (about 25 µs of CPU each), and
-this process's own from ``time.process_time`` (no file to read). A process of
-another user that the sampler may not inspect is left out. The disks' counters are
+process, and ``job_cpu_pct``, the job's processes on this host (``job_processes``). Both
+are shares of the whole host, like ``cpu_pct``, so the analysis can tell the job's CPU
+from other programs' (``docs/findings.md``, "The advisor"). The disks' counters are
 summed over the host's storage devices (``/sys/block``, checked once per device name)
 from psutil's per-disk counters: what ``psutil.disk_io_counters()`` sums, without its
 check of every device at every call.
@@ -32,20 +24,10 @@ as does any other error while sampling. TensorFlow's own peak GPU memory
 TensorFlow is loaded and sees GPUs.
 
 Whether this process ran when it wanted to (where asked: ``wake_s``, a worker of a
-synchronous multi-worker job): between samples the thread wakes every ``WAKE_S`` on
-average and times how much later than asked each wait returned (``WakeTimer``). A
-wake-up is a ``time.sleep`` and a clock read, its CPU charged to the ledger with the
-loop's one clock read a turn (90-146 µs of CPU a wake-up where an ``Event.wait`` in a
-``charged`` block took 127-185: ``benchmarks/collector_cost.py``); ``stop`` so waits
-for the wake-up in progress (at most ``1.5 * wake_s``). A running process wakes well
-under a millisecond late, a few ms on a loaded host or while another thread holds the
-GIL (its switch interval is 5 ms); a stopped process — ``SIGSTOP``,
-a container CPU quota's throttling — wakes late by the rest of the stop whenever its timer
-expires inside one. So the share of wake-ups later than ``LATE_WAKE_S`` estimates the
-share of time the process could not run (a little under it: the first ``LATE_WAKE_S``
-of each stop is not seen). Where the process's cgroup has the ``cpu`` controller, the
-sample also carries the delta of its throttled time (v2 ``throttled_usec``, v1
-``throttled_time``): the quota's own count.
+synchronous multi-worker job): between samples the thread takes timed wake-ups
+(``stopped_processes``), and ``stop`` waits for the one in progress (at most
+``1.5 * wake_s``); each sample also carries the time the process's cgroup was throttled
+(``cgroup_throttling``).
 """
 
 from __future__ import annotations
@@ -53,7 +35,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import random
 import socket
 import sys
 import threading
@@ -61,149 +42,19 @@ import time
 
 from tfdiag.collectors import identity
 from tfdiag.collectors.budget import LEDGER, charged
+from tfdiag.collectors.cgroup_throttling import ThrottledTime
+from tfdiag.collectors.job_processes import JobProcesses
+from tfdiag.collectors.stopped_processes import WAKE_S, WakeTimer  # WAKE_S: for the callers of SystemSampler
 from tfdiag.errors import InvalidOptionError
 
 logger = logging.getLogger("tfdiag")
 
-# Seconds between samples: 1 until issue 15's cuts. The analysis reads samples as sums and
-# means over windows of 20 s and more (CPU shares, late wake-ups, throttled time, bytes
-# moved), and a sample's cost is mostly fixed: one woken after a pause costs about twice
-# one taken right after another (docs/benchmarks.md, "Collector overhead"). A synchronous
-# worker's timed wake-ups (``WAKE_S``) are counted between samples whatever the interval.
+# Seconds between samples. The analysis reads samples as sums and means over windows of
+# 20 s and more (CPU shares, late wake-ups, throttled time, bytes moved), and a sample's
+# cost is mostly fixed (docs/benchmarks.md, "Collector overhead"), so fewer samples cost
+# less and lose nothing it reads. A synchronous worker's timed wake-ups (``WAKE_S``) are
+# counted between samples whatever the interval.
 SAMPLE_EVERY_S = 2.0
-# Seconds between two searches for the cluster's processes while one is missing or has
-# ended: a restarted task is counted again within this, at ~10 ms of CPU a search.
-RESCAN_S = 30.0
-LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
-# Mean seconds between two timed wake-ups of the sampler's thread (10 a second; the CPU of
-# one: benchmarks/collector_cost.py), each wait drawn at random from WAKE_S/2 to
-# 3*WAKE_S/2: fixed waits lock onto a periodic quota (50 ms waits against stops of 40 ms
-# in every 100 ms woke in the running part of the period, 4 late of 50), random ones
-# sample it fairly. And the lateness past which a wake-up counts as late: above the GIL's
-# 5 ms switch interval, well under a stop of a CPU quota (SIGSTOP 40 ms of every 100 ms in
-# benchmarks/faults.py; a cgroup quota's throttled part of its 100 ms period).
-WAKE_S = 0.1
-LATE_WAKE_S = 0.010
-CGROUP_ROOT = "/sys/fs/cgroup"
-
-
-def local_cluster_ports(cluster: dict, local_names: set[str]) -> set[int]:
-    """The ports of the cluster addresses that name this host (a loopback address, this
-    host's name, or one of its interface addresses).
-
-    >>> sorted(local_cluster_ports({"worker": ["127.0.0.1:2222", "10.0.0.9:2222"], "ps": ["[::1]:2223"]}, set()))
-    [2222, 2223]
-    """
-    ports = set()
-    for addresses in cluster.values():
-        for address in addresses:
-            host, _, port = str(address).rpartition(":")
-            host = host.strip("[]")
-            if port.isdigit() and (host in LOOPBACK_NAMES or host in local_names):
-                ports.add(int(port))
-    return ports
-
-
-class JobProcesses:
-    """The CPU time of this job's processes on this host: this process and those
-    listening on the cluster's local ports.
-
-    ``cpu_pct()`` returns ``(own, job, processes)``: this process's and the job's CPU
-    since the previous call as percent of all the host's cores (NaN on the first call),
-    and how many processes the job's figure counts.
-    """
-
-    def __init__(self, cluster: dict, psutil):
-        self._psutil = psutil
-        self._cores = psutil.cpu_count() or 1
-        names = {socket.gethostname()}
-        try:
-            names |= {a.address.split("%")[0] for addrs in psutil.net_if_addrs().values() for a in addrs}
-        except Exception:  # noqa: BLE001 - no interface list: loopback and the host name still count
-            pass
-        self._ports = local_cluster_ports(cluster, names)
-        self._own_pid = os.getpid()
-        self._others: dict[int, object] = {}  # pid -> psutil.Process
-        self._last: dict[int, float] = {}  # pid -> CPU seconds at the previous call
-        self._last_wall: float | None = None
-        self._next_scan = 0.0
-
-    @property
-    def cores(self) -> int:
-        return self._cores
-
-    def _scan(self, now: float) -> None:
-        self._next_scan = now + RESCAN_S
-        if not self._ports:
-            return
-        try:
-            listeners = {c.laddr.port: c.pid for c in self._psutil.net_connections("tcp")
-                         if c.status == self._psutil.CONN_LISTEN and c.laddr and c.laddr.port in self._ports}
-        except Exception:  # noqa: BLE001 - AccessDenied (macOS), no /proc: this process only
-            return
-        complete = set(listeners) == self._ports and None not in listeners.values()
-        for pid in set(listeners.values()) - {None, self._own_pid} - set(self._others):
-            try:
-                self._others[pid] = self._psutil.Process(pid)
-            except Exception:  # noqa: BLE001 - ended meanwhile, or not ours to read
-                complete = False
-        if complete:
-            self._next_scan = math.inf  # until a counted process ends
-
-    def _cpu_seconds(self) -> dict[int, float]:
-        # This process's from the kernel's clock (no /proc file to read and parse), the others' from psutil.
-        seconds = {self._own_pid: time.process_time()}
-        for pid, process in list(self._others.items()):
-            try:
-                times = process.cpu_times()
-            except Exception:  # noqa: BLE001 - NoSuchProcess: a task ended (restarted: search again)
-                self._others.pop(pid, None)
-                self._next_scan = min(self._next_scan, time.monotonic())
-                continue
-            seconds[pid] = times.user + times.system
-        return seconds
-
-    def cpu_pct(self) -> tuple[float, float, int]:
-        now = time.monotonic()
-        if now >= self._next_scan:
-            self._scan(now)
-        seconds = self._cpu_seconds()
-        last, self._last = self._last, seconds
-        last_wall, self._last_wall = self._last_wall, now
-        if last_wall is None or now <= last_wall:
-            return math.nan, math.nan, len(seconds)
-        capacity = (now - last_wall) * self._cores / 100.0
-        used = {pid: max(0.0, spent - last[pid]) for pid, spent in seconds.items() if pid in last}
-        own = used.get(self._own_pid, math.nan) / capacity
-        return own, sum(used.values()) / capacity, len(used)
-
-
-class WakeTimer:
-    """Counts this thread's wake-ups and those later than ``LATE_WAKE_S`` since the last ``take``.
-
-    >>> timer = WakeTimer()
-    >>> timer.woke(asked_s=0.05, slept_s=0.0502); timer.woke(asked_s=0.05, slept_s=0.09)
-    >>> timer.take()
-    (2, 1, 40.0)
-    """
-
-    def __init__(self):
-        self._wakes = self._late = 0
-        self._late_s = 0.0
-
-    def woke(self, asked_s: float, slept_s: float) -> None:
-        late_s = slept_s - asked_s
-        self._wakes += 1
-        if late_s >= LATE_WAKE_S:
-            self._late += 1
-            self._late_s += late_s
-
-    def take(self) -> tuple[int, int, float]:
-        """``(wakes, late_wakes, late_ms)`` since the previous call."""
-        taken = (self._wakes, self._late, round(self._late_s * 1e3, 3))
-        self._wakes = self._late = 0
-        self._late_s = 0.0
-        return taken
 
 
 class StorageDisks:
@@ -230,38 +81,6 @@ class StorageDisks:
                 read += counters.read_bytes
                 written += counters.write_bytes
         return read, written
-
-
-def cgroup_cpu_stat(pid: int | str = "self") -> str | None:
-    """The ``cpu.stat`` of the process's cgroup that has the ``cpu`` controller: on cgroup v1
-    (or a hybrid host) the ``cpu`` hierarchy's, else the v2 one's; ``None`` when there is none."""
-    try:
-        with open(f"/proc/{pid}/cgroup") as lines:
-            # hierarchy:controllers:path; anything else (a damaged or foreign file) is skipped
-            memberships = [parts for parts in (line.rstrip("\n").split(":", 2) for line in lines) if len(parts) == 3]
-    except OSError:
-        return None
-    candidates = [os.path.join(CGROUP_ROOT, directory, path.lstrip("/"), "cpu.stat")
-                  for _, controllers, path in memberships if "cpu" in controllers.split(",")
-                  for directory in (controllers, "cpu", "cpu,cpuacct")]
-    candidates += [os.path.join(CGROUP_ROOT, path.lstrip("/"), "cpu.stat")
-                   for hierarchy, controllers, path in memberships if hierarchy == "0" and not controllers]
-    return next((stat for stat in candidates if os.path.isfile(stat)), None)
-
-
-def throttled_usec(stat_path: str) -> float:
-    """The cgroup's throttled time so far, µs: v2's ``throttled_usec``, v1's ``throttled_time``
-    (ns); NaN when the file has neither (v2 without the cpu controller) or cannot be read."""
-    try:
-        with open(stat_path) as stat:
-            for line in stat:
-                if line.startswith("throttled_usec "):
-                    return float(line.split()[1])
-                if line.startswith("throttled_time "):
-                    return float(line.split()[1]) / 1e3
-    except (OSError, ValueError):
-        pass
-    return math.nan
 
 
 class _Nvml:
@@ -384,10 +203,8 @@ class SystemSampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failed = False
-        self._wakes = WakeTimer() if wake_s else None
-        self._wake_s = wake_s
-        self._cpu_stat = cgroup_cpu_stat()
-        self._last_throttled = throttled_usec(self._cpu_stat) if self._cpu_stat else math.nan
+        self._wakes = WakeTimer(wake_s) if wake_s else None
+        self._throttled = ThrottledTime()
 
     def start(self) -> "SystemSampler":
         if self._thread is None:
@@ -413,10 +230,7 @@ class SystemSampler:
         while not self._stop.is_set():
             until_sample = max(next_sample - time.monotonic(), 0.0)
             if self._wakes and not self.paused() and until_sample > 0:
-                asked = min(random.uniform(self._wake_s / 2, 1.5 * self._wake_s), until_sample)
-                before = time.monotonic()
-                time.sleep(asked)
-                self._wakes.woke(asked, time.monotonic() - before)
+                self._wakes.sleep(until_sample)
                 if self._stop.is_set():
                     break
             elif self._stop.wait(until_sample):
@@ -468,11 +282,7 @@ class SystemSampler:
             self._job = JobProcesses(identity.resolve_cluster() if self._cluster is None else self._cluster, psutil)
         own, job, processes = self._job.cpu_pct()
         wakes, late_wakes, late_ms = self._wakes.take() if self._wakes else (None, None, None)
-        # Looked up each sample (20-40 µs): a process can be moved into a quota's cgroup while it runs.
-        cpu_stat = cgroup_cpu_stat()
-        throttled = throttled_usec(cpu_stat) if cpu_stat else math.nan
-        throttled_ms = (throttled - self._last_throttled) / 1e3 if cpu_stat == self._cpu_stat else math.nan
-        self._cpu_stat, self._last_throttled = cpu_stat, throttled
+        throttled_ms = self._throttled.take()
         net = psutil.net_io_counters()
         if self._disks is None:
             self._disks = StorageDisks(psutil)

@@ -18,7 +18,9 @@ starts them, in this order:
    starts on :meth:`TaskSession.start_deferred`, which the closure recorder calls once
    the first closure is back (a probe from another thread while the coordinator traced
    its first closures once hung the warm-up join, slow-ps run);
-9. the live findings thread (``live_thread``), in the task that writes the manifest,
+9. the liveness checks (``liveness``) of the tasks that run no collector, in the task
+   that writes the manifest;
+10. the live findings thread (``live_thread``), in the task that writes the manifest,
    last: it evaluates what the others write (under the coordinator it first has the
    closure recorder flush its records).
 
@@ -47,6 +49,7 @@ from tfdiag.collectors import heartbeat, identity, live_thread, tf_internals, wr
 from tfdiag.collectors.closure_recorder import CLOSE_TIMEOUT_S, ClosureRecorder
 from tfdiag.collectors.fault_log import FaultCapture
 from tfdiag.collectors.last_words import LastWords
+from tfdiag.collectors.liveness import LivenessProbe, unwatched_tasks
 from tfdiag.collectors.placement import record_placement
 from tfdiag.collectors.rpc_probe import RpcProber
 from tfdiag.collectors.system import SystemSampler
@@ -68,6 +71,8 @@ class Wants:
         probe_workers: the probe also runs from every worker to every ps.
         capture_faults: TensorFlow's log lines about failed tasks become ``fault`` records.
         last_words: an ``exit`` record if the process ends while training.
+        liveness: in the task that writes the manifest, check that every ps's server
+            answers (the tasks that run no collector of a TF1 job).
         variables: a model, ``tf.Module`` or list of variables whose placement to record.
         closures: record the closures of an instrumented coordinator (``session.closures``).
         examples_per_step: examples one closure consumes where its elements do not say.
@@ -81,6 +86,7 @@ class Wants:
     probe_workers: bool = True
     capture_faults: bool = False
     last_words: bool = False
+    liveness: bool = False
     variables: object = None
     closures: bool = False
     examples_per_step: int | None = None
@@ -136,6 +142,8 @@ class TaskSession:
         prober = self._run("rpc", wants.probe_interval_s, lambda: self._prepared_prober(faults), RpcProber.stop)
         if prober is not None:
             self._deferred.append(("rpc", prober))
+        self._run("liveness", wants.liveness and self.writes_manifest,
+                  lambda: LivenessProbe(self.writer, unwatched_tasks(self.cluster)).start(), LivenessProbe.stop)
         live = self._run("live", self.writes_manifest,
                          lambda: live_thread.start(self.logdir, self.writer, wants.live_interval_s),
                          live_thread.LiveThread.stop)

@@ -1,13 +1,13 @@
-"""Every access the collectors make to private state of TensorFlow and Keras, in one place.
+"""Every access the collectors and sample jobs make to private state of TensorFlow and Keras, in one place.
 
 The collectors need a few things no public API gives: when a ``ClusterCoordinator``
 closure's result came in and where its outputs live (``RemoteValueImpl``), a way to run
 a ``tf.function`` from a collector thread that ``ClusterCoordinator``'s cancellation
 cannot reach (``call_uncancelled``), the coordinator a tf-keras ``model.fit``
 schedules through, a strategy's cluster resolver and worker count, and a Keras
-callback's model. Each is read here and nowhere else, and so are the texts TensorFlow
-prints that the collectors parse (the last section: the coordinator's log lines about
-faults, a traced step's RecvTensor labels);
+callback's model; the sample jobs, tf.data's in-graph ``sleep``. Each is read here and
+nowhere else, and so are the texts TensorFlow prints that the collectors parse (the last
+section: the coordinator's log lines about faults, a traced step's RecvTensor labels);
 ``tests/collectors/test_tf_internals.py`` pins what every attribute means on the
 installed TensorFlow against real objects (a ``ClusterCoordinator`` of a local
 cluster, its ``RemoteValue``\\ s), so that an upgrade that moves one fails those tests
@@ -249,6 +249,20 @@ def strategy_worker_count(strategy) -> int | None:
     return int(count) if count is not None else None
 
 
+# -- sample jobs' accessors -------------------------------------------------------------
+def dataset_sleep(microseconds):
+    """``tf.data``'s testing ``sleep`` transformation: each element comes ``microseconds`` late.
+
+    The sample jobs plant their delays with it: a non-busy, in-graph sleep that runs
+    where the dataset runs (on the remote worker under ParameterServerStrategy). Nothing
+    public does that, and a job cannot plant a delay without it: when TensorFlow moves
+    it, this raises ``ImportError`` rather than degrading.
+    """
+    from tensorflow.python.data.experimental.ops import testing
+
+    return testing.sleep(microseconds)
+
+
 # -- Keras callbacks -------------------------------------------------------------------------
 def callback_model(callback):
     """The model a Keras callback is attached to (Keras 3 keeps it in ``_model``; tf-keras in ``model``)."""
@@ -277,6 +291,30 @@ def tasks_blamed(error_text: str, own_task: str | None = None) -> list[str]:
     devices += _REMOTE_TARGET.findall(error_text or "")
     tasks = (task_of_device(device) for device in devices)
     return [task for task in dict.fromkeys(tasks) if task and task != own_task]
+
+
+# -- TensorFlow's gRPC server ----------------------------------------------------------------
+# Every ``tf.distribute.Server`` answers the worker service's status request (its devices).
+WORKER_STATUS_METHOD = "/tensorflow.WorkerService/GetStatus"
+
+
+def server_status(address: str):
+    """A function ``check(timeout_s) -> status`` asking the TensorFlow server at ``address``
+    for its status over one kept channel: ``"OK"``, or the gRPC code of the failure
+    (``DEADLINE_EXCEEDED``: no answer in time, the process frozen or hung; ``UNAVAILABLE``:
+    nothing listens). An empty request is a valid ``GetStatusRequest``; the answer is not read."""
+    import grpc  # TensorFlow's own dependency; here only, on the checking thread
+
+    call = grpc.insecure_channel(address).unary_unary(WORKER_STATUS_METHOD)
+
+    def check(timeout_s: float) -> str:
+        try:
+            call(b"", timeout=timeout_s)
+            return "OK"
+        except grpc.RpcError as error:
+            return error.code().name
+
+    return check
 
 
 # == TensorFlow's text formats ==============================================================

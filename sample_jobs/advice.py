@@ -1,7 +1,7 @@
 """The ``--tune`` options that apply an analysis recommendation to a sample job.
 
 The analysis speaks TensorFlow (``Recommendation.change`` is code a user writes); this
-table translates a finding into the sample jobs' own flags, for ``benchmarks/scenarios.py``
+table translates a finding into the sample jobs' own flags, for ``benchmarks/matrix.py --preset scenarios``
 and anyone who wants to try the advice on a bundled job. A finding whose fix is to repair
 a host or a link (``straggler``, ``slow_link``, ``task_failure``) has no ``--tune``.
 

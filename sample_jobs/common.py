@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 
+from tfdiag.collectors.tf_internals import dataset_sleep, strategy_resolver
 from tfdiag.events import parse_task
 
 logger = logging.getLogger("tfdiag.sample_jobs")
@@ -26,10 +27,8 @@ def sleep_us(tf, microseconds, value=None):
 
     ``take(1)`` stops the iterator before a second ``GetNext``, which would sleep again.
     """
-    from tensorflow.python.data.experimental.ops import testing
-
     element = tf.constant(0, tf.int64) if value is None else value
-    dataset = tf.data.Dataset.from_tensors(element).apply(testing.sleep(tf.cast(microseconds, tf.int64))).take(1)
+    dataset = tf.data.Dataset.from_tensors(element).apply(dataset_sleep(tf.cast(microseconds, tf.int64))).take(1)
     return dataset.get_single_element()
 
 
@@ -134,7 +133,8 @@ def on_ps(tf, strategy, index: int, candidates=()):
         for shard in getattr(variable, "variables", None) or [variable]:
             if suffix in shard.device:
                 return shard
-    for attempt in range(strategy.extended._num_ps):  # noqa: SLF001 - the round-robin period
+    ps_count = strategy_resolver(strategy).cluster_spec().num_tasks("ps")  # the round-robin period
+    for attempt in range(ps_count):
         anchor = tf.Variable(0.0, trainable=False, name=f"ps{index}_anchor{attempt}")
         if suffix in anchor.device:
             return anchor

@@ -36,7 +36,8 @@ import contextlib
 import logging
 import time
 
-from tfdiag.sample_jobs.common import Progress, on_ps, per_worker_value, pipeline_options, sleep_us
+from tfdiag.events import STEPS_PER_CLOSURE  # training steps per closure (``--tune steps_per_closure=N``)
+from tfdiag.sample_jobs.common import Progress, make_partitioner, on_ps, per_worker_value, pipeline_options, sleep_us
 from tfdiag.sample_jobs.inject import HotPs, InputDelay, KillWorker, ShardSkew, SlowWorker
 from tfdiag.sample_jobs.jobs import JobConfig, JobSummary
 
@@ -50,14 +51,6 @@ LEARNING_RATE = 0.05
 HOT_UNITS = 4096
 # Distinct batches each worker generates and then cycles through from tf.data's cache.
 CACHED_BATCHES = 16
-# Training steps per scheduled closure (``--tune steps_per_closure=N``). Each closure
-# costs the coordinator a dispatch and a result round trip; with steps of a few ms on a
-# shared 2-core machine, one step per closure leaves workers idle most of the time
-# (tfdiag calls that ``coordinator_bound``). Ten steps per closure is what the advisor
-# recommends then, and what a user with small steps should copy.
-STEPS_PER_CLOSURE = 10
-# A partitioned variable is split into shards of at least this many bytes.
-MIN_SHARD_BYTES = 256 << 10
 
 __all__ = ["run", "sleep_us"]
 
@@ -105,10 +98,12 @@ class MLP:
 
     Created under ``strategy.scope()``: ParameterServerStrategy places each variable on a
     ps (round-robin, or split by the partitioner). With ``hot_ps`` set, a wide extra layer
-    is created colocated with a variable that already sits on that ps.
+    is created colocated with a variable that already sits on that ps, unless the strategy
+    was made ``partitioned``: the partitioner is to split that layer over the ps tasks,
+    and ParameterServerStrategy never splits a colocated variable.
     """
 
-    def __init__(self, tf, strategy, hidden: int, hot_ps: int | None = None):
+    def __init__(self, tf, strategy, hidden: int, hot_ps: int | None = None, partitioned: bool = False):
         init = tf.random_normal_initializer(stddev=0.05, seed=1)
         self.layers = []
         width = FEATURES
@@ -120,7 +115,6 @@ class MLP:
         self.hot = None
         if hot_ps is not None:
             anchor = on_ps(tf, strategy, hot_ps, [v for layer in self.layers for v in layer])
-            partitioned = strategy.extended._variable_partitioner is not None  # noqa: SLF001 - see hot_kernel()
             with strategy.extended.colocate_vars_with(anchor) if not partitioned else contextlib.nullcontext():
                 kernel = tf.Variable(init([width, HOT_UNITS]), name="hot/kernel")
             self.hot = (kernel, tf.Variable(init([HOT_UNITS, 1]), name="hot/out"))
@@ -193,12 +187,7 @@ def make_train_steps(tf, strategy, model: MLP, config: JobConfig, steps: int):
 def make_strategy(tf, config: JobConfig):
     """ParameterServerStrategy from ``TF_CONFIG``, with the ``--tune partitioner=N`` partitioner."""
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-    shards = config.plan.tuned("partitioner")
-    partitioner = None
-    if shards:
-        partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
-            min_shard_bytes=MIN_SHARD_BYTES, max_shards=int(shards)
-        )
+    partitioner = make_partitioner(tf, config.plan)
     return resolver, tf.distribute.experimental.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
 
 
@@ -220,7 +209,8 @@ def run(config: JobConfig) -> JobSummary:
 
     hot = config.plan.of(HotPs)
     with strategy.scope():
-        model = MLP(tf, strategy, config.hidden, hot_ps=hot[-1].ps if hot else None)
+        model = MLP(tf, strategy, config.hidden, hot_ps=hot[-1].ps if hot else None,
+                    partitioned=bool(config.plan.tuned("partitioner")))
     log_placement(model)
     if config.collect:
         coordinator.record_placement(model.variables)

@@ -28,6 +28,7 @@ import contextlib
 import logging
 import time
 
+from tfdiag.collectors import tf_internals
 from tfdiag.sample_jobs import click_model
 from tfdiag.sample_jobs.common import make_partitioner, on_ps, per_worker_value, pipeline_options
 from tfdiag.sample_jobs.fit_common import (
@@ -116,6 +117,6 @@ def run(config: JobConfig) -> JobSummary:
     wall_s = time.perf_counter() - start
     logger.info("ps_fit: loss by epoch %s", [round(v, 4) for v in history.history.get("loss", [])])
     if config.collect:
-        strategy._cluster_coordinator.close()  # noqa: SLF001 - the records of the last closures
+        tf_internals.cluster_coordinator_of(model, strategy).close()  # the records of the last closures
     return JobSummary(steps=counter.steps, wall_s=wall_s, examples=counter.steps * config.batch_size,
                       keep=(strategy, model, dataset))

@@ -1,7 +1,9 @@
 """Small real runs with chosen signals, written through the real store writer.
 
 The one writer of synthetic runs for every test: ``RunBuilder`` collects records, then
-writes them as a real job would (``write(by_task=True)``: one file per task).
+writes them as a real job would (``write(by_task=True)``: one file per task). A live
+test grows the run: more records, then ``grow()`` appends them to the task files, as a
+running job's files grow.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ EXAMPLES_PER_STEP = 32
 
 
 class RunBuilder:
-    """Collects records for one run, then writes them as the chief would.
+    """Collects records for one run, then writes them as the chief would; a later write
+    appends only what was added since.
 
     >>> run = RunBuilder(tmp_path).steps("worker:0", step_ms=20).write()  # doctest: +SKIP
+    >>> run.steps_until("worker:0", START_NS + 10**10).grow()  # the job ran on to 10 s  # doctest: +SKIP
     """
 
     def __init__(self, path, strategy="ParameterServerStrategy", workers=2, ps=2, chief=True):
@@ -31,8 +35,15 @@ class RunBuilder:
         }
         self.cluster = {job: addresses for job, addresses in cluster.items() if addresses}
         self.records: list[tuple[str, dict]] = []
+        self.written = 0  # how many of ``records`` are in the files
         self.step_begins: dict[str, list[int]] = {}
+        self.next_steps: dict[str, tuple[int, int]] = {}  # per task: its next step's number and begin
         self.step_end_ns = START_NS
+
+    def record(self, kind, /, **values):
+        """One record of ``kind`` exactly as given (a damaged or hostile one, say)."""
+        self.records.append((kind, values))
+        return self
 
     def steps(self, task, count=100, step_ms=20.0, input_ms=0.0, idle_ms=1.0, closures=False, *, first_step=0,
               start_ns=START_NS, jitter_ms=0.0, examples=EXAMPLES_PER_STEP):
@@ -43,21 +54,31 @@ class RunBuilder:
         for step in range(first_step, first_step + count):
             self.step_begins[task].append(begin)
             end = begin + int((step_ms + jitter_ms * (step % 4)) * MS)
-            self.records.append(("step", dict(task=task, step=step, begin_ns=begin, end_ns=end,
-                                              input_wait_ns=int(input_ms * MS), examples=examples, clock_task=task)))
+            self.record("step", task=task, step=step, begin_ns=begin, end_ns=end, input_wait_ns=int(input_ms * MS),
+                        examples=examples, clock_task=task)
             if closures:
-                self.records.append(("closure", dict(worker=task, closure_id=step, dispatch_ns=begin - MS,
-                                                     result_ns=end + MS, ok=True, error="")))
+                self.record("closure", worker=task, closure_id=step, dispatch_ns=begin - MS, result_ns=end + MS,
+                            ok=True, error="")
             begin = end + int(idle_ms * MS)
+        self.next_steps[task] = (first_step + count, begin)
         self.step_end_ns = max(self.step_end_ns, end) if count else self.step_end_ns
         return self
+
+    def steps_until(self, task, until_ns, step_ms=20.0, idle_ms=1.0, *, start_ns=None):
+        """More steps of ``task``, ``step_ms`` each and ``idle_ms`` apart, from ``start_ns``
+        (else after its last step, else the run's start): as many as end by ``until_ns``."""
+        first_step, begin = self.next_steps.get(task, (0, START_NS))
+        begin = begin if start_ns is None else start_ns
+        step_ns, period_ns = int(step_ms * MS), int(step_ms * MS) + int(idle_ms * MS)
+        count = (until_ns - begin - step_ns) // period_ns + 1 if until_ns >= begin + step_ns else 0
+        return self.steps(task, count, step_ms, idle_ms=idle_ms, first_step=first_step, start_ns=begin)
 
     def rpc(self, src, dst, rtt_ms, count=40, payload_bytes=0, offset_ms=0.0):
         for i in range(count):
             send = START_NS + i * 50 * MS
             rtt = int(rtt_ms * MS * (1 + 0.05 * (i % 5)))
-            self.records.append(("rpc", dict(src=src, dst=dst, send_ns=send, remote_ns=send + rtt // 2 + int(offset_ms * MS),
-                                             recv_ns=send + rtt, payload_bytes=payload_bytes)))
+            self.record("rpc", src=src, dst=dst, send_ns=send, remote_ns=send + rtt // 2 + int(offset_ms * MS),
+                        recv_ns=send + rtt, payload_bytes=payload_bytes)
         return self
 
     def transfer(self, src, dst, duration_ms, size=8192, tensors=2, every=10, at_ms=0.1):
@@ -68,23 +89,23 @@ class RunBuilder:
         worker = dst if dst.startswith("worker:") else src
         for begin in self.step_begins[worker][every - 1::every]:
             for tensor in range(tensors):
-                self.records.append(("transfer", dict(src=src, dst=dst, time_ns=begin + int(at_ms * MS), bytes=size,
-                                                      duration_ns=int(duration_ms * MS), tensor=f"edge_{tensor}_read")))
+                self.record("transfer", src=src, dst=dst, time_ns=begin + int(at_ms * MS), bytes=size,
+                            duration_ns=int(duration_ms * MS), tensor=f"edge_{tensor}_read")
         return self
 
     def placement(self, variable, task, size):
-        self.records.append(("placement", dict(variable=variable, task=task, bytes=size, shape="")))
+        self.record("placement", variable=variable, task=task, bytes=size, shape="")
         return self
 
     def shard(self, task, examples, policy="DATA"):
-        self.records.append(("shard", dict(task=task, time_ns=START_NS, examples=examples, file="", policy=policy)))
+        self.record("shard", task=task, time_ns=START_NS, examples=examples, file="", policy=policy)
         return self
 
     def gpu(self, host, index, util_pct, count=20):
         for i in range(count):
-            self.records.append(("gpu", dict(host=host, index=index, time_ns=START_NS + i * 100 * MS, util_pct=util_pct,
-                                             mem_used_bytes=4 << 30, mem_total_bytes=16 << 30, power_w=150.0,
-                                             sm_clock_mhz=1500.0)))
+            self.record("gpu", host=host, index=index, time_ns=START_NS + i * 100 * MS, util_pct=util_pct,
+                        mem_used_bytes=4 << 30, mem_total_bytes=16 << 30, power_w=150.0,
+                        sm_clock_mhz=1500.0)
         return self
 
     def system(self, host, task, cpu_pct, count=20, every_ms=100.0, net_bytes_per_s=0.0):
@@ -92,26 +113,33 @@ class RunBuilder:
         alike) grow at ``net_bytes_per_s``."""
         for i in range(count):
             moved = int(net_bytes_per_s * i * every_ms / 1000)
-            self.records.append(("system", dict(host=host, task=task, time_ns=START_NS + int(i * every_ms * MS),
-                                                cpu_pct=cpu_pct, mem_used_frac=0.5, net_sent_bytes=moved,
-                                                net_recv_bytes=moved, disk_read_bytes=0, disk_write_bytes=0)))
+            self.record("system", host=host, task=task, time_ns=START_NS + int(i * every_ms * MS),
+                        cpu_pct=cpu_pct, mem_used_frac=0.5, net_sent_bytes=moved,
+                        net_recv_bytes=moved, disk_read_bytes=0, disk_write_bytes=0)
         return self
 
     def fault(self, task, kind, at_ms, message="UnavailableError: Socket closed"):
-        self.records.append(("fault", dict(task=task, time_ns=START_NS + int(at_ms * MS), kind=kind, message=message)))
+        self.record("fault", task=task, time_ns=START_NS + int(at_ms * MS), kind=kind, message=message)
         return self
 
     def exit(self, task, at_ms, error_type="UnavailableError", message="", blamed=()):
         """The ``exit`` record of ``task`` ending on ``error_type`` (reason ``exit`` when empty)."""
-        self.records.append(("exit", dict(task=task, time_ns=START_NS + int(at_ms * MS),
-                                          reason="exception" if error_type else "exit", error_type=error_type,
-                                          message=message, blamed=",".join(blamed))))
+        return self.record("exit", task=task, time_ns=START_NS + int(at_ms * MS),
+                           reason="exception" if error_type else "exit", error_type=error_type, message=message,
+                           blamed=",".join(blamed))
+
+    def liveness(self, target, statuses, task="worker:0", every_ms=7_000.0, start_ms=0.0):
+        """``liveness`` checks of ``target`` by ``task``, one per status (``"OK"``, ``"DEADLINE_EXCEEDED"``,
+        ...), ``every_ms`` apart from ``start_ms``."""
+        for i, status in enumerate(statuses):
+            self.record("liveness", task=task, time_ns=START_NS + int((start_ms + i * every_ms) * MS), target=target,
+                        status=status, duration_ns=2 * MS)
         return self
 
     def allreduce(self, task, duration_ms, count=50, size=4 << 20):
         for i in range(count):
-            self.records.append(("allreduce", dict(task=task, time_ns=START_NS + i * 30 * MS,
-                                                   duration_ns=int(duration_ms * MS), bytes=size)))
+            self.record("allreduce", task=task, time_ns=START_NS + i * 30 * MS,
+                        duration_ns=int(duration_ms * MS), bytes=size)
         return self
 
     def heartbeats(self, task="chief:0", until_ms=60_000.0, every_ms=5_000.0, subjects=(), in_flight=None,
@@ -130,28 +158,28 @@ class RunBuilder:
         for i, time_ns in enumerate(times):
             last = closed and i == len(times) - 1
             done = {subject: sum(end <= time_ns for end in ends.get(subject, ())) for subject in subjects}
-            self.records.append(("heartbeat", dict(
-                task=task, time_ns=time_ns, subject=task, progress=done.get(task),
-                in_flight=count_in_flight, oldest_in_flight_ns=None if oldest_ms is None else START_NS + int(oldest_ms * MS),
-                closed=last)))
+            self.record("heartbeat", task=task, time_ns=time_ns, subject=task, progress=done.get(task),
+                        in_flight=count_in_flight,
+                        oldest_in_flight_ns=None if oldest_ms is None else START_NS + int(oldest_ms * MS), closed=last)
             for subject in subjects:
                 if subject != task:
-                    self.records.append(("heartbeat", dict(task=task, time_ns=time_ns, subject=subject,
-                                                           progress=done[subject], in_flight=None,
-                                                           oldest_in_flight_ns=None, closed=last)))
+                    self.record("heartbeat", task=task, time_ns=time_ns, subject=subject,
+                                progress=done[subject], in_flight=None,
+                                oldest_in_flight_ns=None, closed=last)
         return self
 
     def write(self, *, manifest=True, by_task=False, frame_records=None):
-        """Writes the run and returns its path: every record through the chief's writer, or
-        with ``by_task`` each through the writer of the task it names (one file a task, as a
-        real job writes them); a frame every ``frame_records`` records of a writer, else one
-        frame a kind."""
+        """Writes the records added since the last write (all, the first time) and returns the
+        run's path: every record through the chief's writer, or with ``by_task`` each through
+        the writer of the task it names (one file a task, as a real job writes them); a frame
+        every ``frame_records`` records of a writer, else one frame a kind. A writer appends
+        to its task's file."""
         if manifest:
             write_manifest(self.path, strategy=self.strategy, cluster=self.cluster, tensorflow_version="2.21.0",
                            task="chief:0", start_time_ns=START_NS)
         writers: dict[str, TaskWriter] = {}
         appended: dict[str, int] = {}
-        for kind, values in self.records:
+        for kind, values in self.records[self.written:]:
             task = _writer_of(values) if by_task else "chief:0"
             writer = writers.get(task) or writers.setdefault(task, TaskWriter(self.path, task, flush_interval_s=3600))
             writer.append(kind, **values)
@@ -160,7 +188,13 @@ class RunBuilder:
                 writer.flush()
         for writer in writers.values():
             writer.close()
+        self.written = len(self.records)
         return self.path
+
+    def grow(self, *, frame_records=None):
+        """Appends the records added since the last write to their tasks' files, as a running
+        job's files grow; returns the run's path."""
+        return self.write(manifest=False, by_task=True, frame_records=frame_records)
 
 
 def scheduled_ahead(run: RunBuilder) -> RunBuilder:

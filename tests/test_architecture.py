@@ -4,7 +4,8 @@ Every module's imports are parsed (module-level and inside functions, since coll
 import TensorFlow lazily), resolved to dotted names through ``pyproject.toml``'s
 ``package-dir`` (``collectors/`` is ``tfdiag.collectors``), and held to the rules: which
 room may import which, where TensorFlow may be imported, and no cycles among tfdiag
-modules. Each rule is also shown to fail on a tiny module tree that breaks it.
+modules. TensorFlow's and Keras's private state is reached from ``tf_internals`` only.
+Each rule is also shown to fail on a tiny module tree that breaks it.
 """
 
 from __future__ import annotations
@@ -64,6 +65,17 @@ ANALYSIS_INSIDE_FUNCTION = {
 # directly or through other tfdiag modules, may import it.
 LIGHT_ENTRY_POINTS = ("tfdiag.cli", "tfdiag.analysis", "tfdiag.report", "tfdiag.tb_plugin.plugin",
                       "tfdiag.collectors")
+
+
+# The modules that may reach TensorFlow's and Keras's private state: the accessors every
+# other module calls, and their text-format sibling.
+PRIVATE_STATE_HOMES = ("tfdiag.collectors.tf_internals", "tfdiag.collectors.tf_formats")
+PRIVATE_PACKAGES = ("tensorflow.python", "keras.src", "tf_keras.src", "tf_keras.python")
+
+# Private names other modules may reach, and why.
+PRIVATE_NAMES_ALLOWED = {
+    "os._exit": "the standard library's documented exit without cleanup: private by spelling only",
+}
 
 
 @dataclass(frozen=True)
@@ -179,6 +191,52 @@ def heavy_imports_at_start(imports: list[Import], entry_points=LIGHT_ENTRY_POINT
     return problems
 
 
+def private_reaches(root: Path) -> list[tuple[str, int, str]]:
+    """``(module, line, what)`` for each private name a module outside ``PRIVATE_STATE_HOMES``
+    reaches on another object or module: ``obj._name`` or ``getattr(obj, "_name")`` where
+    ``obj`` is not ``self`` or ``cls``, ``from module import _name``, and any import of
+    ``PRIVATE_PACKAGES``."""
+    found = []
+    for name, path in sorted(module_files(package_dirs(root)).items()):
+        if name not in PRIVATE_STATE_HOMES:
+            tree = ast.parse(path.read_text(), filename=str(path))
+            found.extend((name, node.lineno, what) for node in ast.walk(tree) for what in _private_names(node))
+    return found
+
+
+def private_accesses(root: Path) -> list[str]:
+    """One sentence per private name reached outside ``PRIVATE_STATE_HOMES`` and not allowed."""
+    return [f"{name} (line {line}) reaches {what}: only {' or '.join(PRIVATE_STATE_HOMES)} may"
+            for name, line, what in private_reaches(root) if what not in PRIVATE_NAMES_ALLOWED]
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _private_names(node: ast.AST) -> list[str]:
+    """The private names one node reaches: ``owner._name``, or a dotted module path."""
+    if isinstance(node, ast.Attribute):
+        return _private_attribute(node.value, node.attr)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) >= 2 and \
+            node.func.id in ("getattr", "setattr", "hasattr", "delattr") and isinstance(node.args[1], ast.Constant):
+        return _private_attribute(node.args[0], str(node.args[1].value))
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    elif isinstance(node, ast.ImportFrom):
+        names = [f"{'.' * node.level}{node.module or ''}.{alias.name}" for alias in node.names]
+    else:
+        return []
+    return [name for name in names
+            if _private(name.rpartition(".")[2]) or any(_under(name, package) for package in PRIVATE_PACKAGES)]
+
+
+def _private_attribute(owner: ast.expr, attribute: str) -> list[str]:
+    if not _private(attribute) or (isinstance(owner, ast.Name) and owner.id in ("self", "cls")):
+        return []
+    return [f"{ast.unparse(owner)}.{attribute}"]
+
+
 def import_cycles(imports: list[Import]) -> list[str]:
     """A cycle among tfdiag modules (imports at any level), or nothing."""
     graph: dict[str, set[str]] = {}
@@ -217,9 +275,18 @@ def test_no_import_cycles(repo_imports):
     assert import_cycles(repo_imports) == []
 
 
+def test_tensorflow_private_state_is_reached_through_tf_internals_only():
+    assert private_accesses(ROOT) == []
+
+
+def test_every_allowed_private_name_is_still_reached():
+    reached = {what for _, _, what in private_reaches(ROOT)}
+    assert set(PRIVATE_NAMES_ALLOWED) - reached == set(), "an allowance nothing needs any more"
+
+
 # -- each check fails on a tree that breaks its rule -------------------------------------
 
-def _tree(tmp_path: Path, files: dict[str, str]) -> list[Import]:
+def _project(tmp_path: Path, files: dict[str, str]) -> Path:
     """A tiny project laid out like this one (same package-dir mapping), with these files."""
     (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
     for folder in package_dirs(ROOT).values():
@@ -227,7 +294,11 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> list[Import]:
         (tmp_path / folder.relative_to(ROOT) / "__init__.py").write_text("")
     for relative, text in files.items():
         (tmp_path / relative).write_text(text)
-    return all_imports(tmp_path)
+    return tmp_path
+
+
+def _tree(tmp_path: Path, files: dict[str, str]) -> list[Import]:
+    return all_imports(_project(tmp_path, files))
 
 
 BROKEN_TREES = {
@@ -263,6 +334,34 @@ BROKEN_TREES = {
 }
 
 
+PRIVATE_STATE_TREES = {
+    "a sample job imports tensorflow.python": (
+        {"sample_jobs/common.py": "def sleep():\n    from tensorflow.python.data.experimental.ops import testing\n"},
+        "tfdiag.sample_jobs.common (line 2) reaches tensorflow.python.data.experimental.ops.testing"),
+    "a sample job reads a strategy's private attribute": (
+        {"sample_jobs/ps_ctl.py": "def count(strategy):\n    return strategy.extended._num_ps\n"},
+        "tfdiag.sample_jobs.ps_ctl (line 2) reaches strategy.extended._num_ps"),
+    "a collector sets a private attribute": (
+        {"collectors/callback.py": "def wire(model, coordinator):\n    model._cluster_coordinator = coordinator\n"},
+        "tfdiag.collectors.callback (line 2) reaches model._cluster_coordinator"),
+    "a collector reads private state through getattr": (
+        {"collectors/live_thread.py": "def model_of(callback):\n    return getattr(callback, '_model', None)\n"},
+        "tfdiag.collectors.live_thread (line 2) reaches callback._model"),
+    "the plugin imports tf_keras's sources": (
+        {"tb_plugin/plugin.py": "import tf_keras.src.engine.training\n"},
+        "tfdiag.tb_plugin.plugin (line 1) reaches tf_keras.src.engine.training"),
+    "a renderer imports another module's private helper": (
+        {"tfdiag/report/text.py": "from ..analysis.engine import _measure\n"},
+        "tfdiag.report.text (line 1) reaches ..analysis.engine._measure"),
+}
+
+
+@pytest.mark.parametrize("files, expected", PRIVATE_STATE_TREES.values(), ids=PRIVATE_STATE_TREES.keys())
+def test_the_private_state_check_finds_its_violation(tmp_path, files, expected):
+    problems = private_accesses(_project(tmp_path, files))
+    assert any(problem.startswith(expected) for problem in problems), problems
+
+
 @pytest.mark.parametrize("files, check, expected", BROKEN_TREES.values(), ids=BROKEN_TREES.keys())
 def test_each_check_finds_its_violation(tmp_path, files, check, expected):
     problems = check(_tree(tmp_path, files))
@@ -277,3 +376,14 @@ def test_a_tree_that_keeps_the_rules_passes_every_check(tmp_path):
         "collectors/live_thread.py": "def run():\n    from tfdiag.analysis.live import LiveFindings\n",
     })
     assert imports and rule_violations(imports) == heavy_imports_at_start(imports) == import_cycles(imports) == []
+
+
+def test_a_tree_that_reaches_private_state_through_tf_internals_passes(tmp_path):
+    root = _project(tmp_path, {
+        "collectors/tf_internals.py": ("def sleep(strategy):\n    from tensorflow.python.data.experimental.ops import testing\n"
+                                       "    return strategy.extended._num_ps, getattr(strategy, '_cluster_resolver')\n"),
+        "collectors/tf_formats.py": "from tensorflow.python.framework import text_format\n",
+        "collectors/callback.py": ("class Callback:\n    def begin(self):\n        self._model = getattr(self, '_x', None)\n"
+                                   "        return type(self).__name__, os._exit\n"),
+    })
+    assert private_accesses(root) == []

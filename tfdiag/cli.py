@@ -1,6 +1,7 @@
-"""The ``tfdiag`` command line: analyze, compare, export-trace, sample, demo.
+"""The ``tfdiag`` command line: analyze, compare, export-trace, watch, sample, demo.
 
-Exit status: 0 ok; 1 findings at or above ``--fail-on``; 2 bad usage or input (the
+Exit status: 0 ok; 1 findings at or above ``--fail-on`` (``watch``: the job failed; 3: it
+hangs, ``tfdiag.watch``); 2 bad usage or input (the
 message goes to stderr on one line, ``tfdiag: error: ...``; ``--debug`` adds the traceback);
 141 when stdout is closed before the output is written (``tfdiag analyze RUN | head -0``):
 nothing is printed, as for a command killed by SIGPIPE, whose status a shell reports as
@@ -183,6 +184,22 @@ def cmd_export_trace(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_watch(args: argparse.Namespace) -> int:
+    from tfdiag.watch import EXIT_STATUS, watch
+
+    status = watch(args.run, _to_stdout, interval_s=args.interval, timeout_s=args.timeout,
+                   redraw=_stdout_is_tty())
+    _say(f"tfdiag watch: {status.state}: {status.reason}")
+    return EXIT_STATUS[status.state]
+
+
+def _stdout_is_tty() -> bool:
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
 def _sample_cli():
     """``tfdiag.sample_jobs.cli``, imported on demand (it may pull in TensorFlow)."""
     try:
@@ -239,6 +256,16 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {value:g}")
     return value
 
 
@@ -303,6 +330,15 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     trace.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no warnings on stderr")
     trace.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     trace.set_defaults(func=cmd_export_trace)
+
+    watch = subparsers.add_parser(
+        "watch", help="follow a running job: progress, findings; exit 0 when it closes, 1 if it fails, 3 if it hangs",
+        description="Follow a running job until it closes (exit 0), fails or goes silent (1), or hangs (3).")
+    watch.add_argument("run", metavar="RUN", help="run directory (it may not exist yet)")
+    watch.add_argument("--interval", type=_positive_float, default=5.0, metavar="S", help="seconds between refreshes (default: 5)")
+    watch.add_argument("--timeout", type=_positive_float, metavar="S", help="stop watching after S seconds (exit 0 if the job runs well)")
+    watch.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    watch.set_defaults(func=cmd_watch)
 
     _add_sample_parser(subparsers, load_options=_command_of(argv) == "sample")
 

@@ -20,6 +20,22 @@ import pyarrow as pa
 
 SCHEMA_VERSION = 1
 
+# Values the collectors and the analysis must agree on.
+
+# Every task that runs a collector writes a heartbeat this often (``collectors/heartbeat.py``);
+# the analysis judges a silent task by it (``stalled`` counts missed beats in these).
+HEARTBEAT_EVERY_S = 5.0
+# A sampler's timed wake-up this much later than asked counts as late, its process stopped:
+# above the GIL's 5 ms switch interval, well under a CPU quota's stop (tens of ms of its
+# 100 ms period), so a late wake-up is a stop, not a busy interpreter.
+LATE_WAKE_S = 0.010
+# Host names of a cluster address that mean "this host" (``split_address`` strips IPv6 brackets).
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+# Training steps per scheduled closure: what the bundled ps_ctl job runs (unless tuned) and
+# what ``coordinator_bound`` advises: a closure costs the coordinator a dispatch and a result
+# round trip, and steps of a few ms, one per closure, leave the workers idle most of the time.
+STEPS_PER_CLOSURE = 10
+
 _ARROW_TYPES = {
     "int64": pa.int64(),
     "float64": pa.float64(),
@@ -34,10 +50,6 @@ class RecordKind:
 
     name: str
     columns: tuple[tuple[str, str], ...]
-
-    @property
-    def column_names(self) -> tuple[str, ...]:
-        return tuple(name for name, _ in self.columns)
 
     def arrow_schema(self, task: str | None = None) -> pa.Schema:
         """The Arrow schema of this kind; ``task``, the writing task, goes into its metadata."""
@@ -128,7 +140,7 @@ SYSTEM = RecordKind(
         ("job_cpu_pct", "float64"),  # the job's processes on this host (see docs/log-format.md)
         ("job_processes", "int64"),  # how many processes job_cpu_pct counts
         ("wakes", "int64"),  # the sampler thread's timed wake-ups since the previous sample
-        ("late_wakes", "int64"),  # of those, the ones 10 ms or more later than asked (the process was stopped)
+        ("late_wakes", "int64"),  # of those, the ones LATE_WAKE_S or more later than asked (the process was stopped)
         ("late_ms", "float64"),  # their summed lateness
         ("throttled_ms", "float64"),  # the cgroup cpu.stat throttled time delta (v1 or v2), ms; NaN without one
     ),
@@ -250,10 +262,21 @@ EXIT = RecordKind(
     ),
 )
 
+LIVENESS = RecordKind(
+    "liveness",
+    (
+        ("task", "string"),  # the task that checked
+        ("time_ns", "int64"),  # when the check was sent (that task's clock)
+        ("target", "string"),  # the task checked: one that runs no collector (a ps)
+        ("status", "string"),  # OK (it answered), DEADLINE_EXCEEDED (no answer: frozen or hung), UNAVAILABLE (gone)
+        ("duration_ns", "int64"),  # until the answer or the verdict
+    ),
+)
+
 KINDS: dict[str, RecordKind] = {
     kind.name: kind
     for kind in (STEP, CLOSURE, RPC, ALLREDUCE, TRANSFER, SYSTEM, GPU, SHARD, PLACEMENT, FAULT, NOTE, LABEL,
-                 HEARTBEAT, SESSION, LIVE_FINDING, EXIT)
+                 HEARTBEAT, SESSION, LIVE_FINDING, EXIT, LIVENESS)
 }
 
 
@@ -272,6 +295,18 @@ def parse_task(task: str) -> tuple[str, int]:
     """
     job, _, index = task.partition(":")
     return job, int(index or 0)
+
+
+def split_address(address: str) -> tuple[str, str]:
+    """``(host, port)`` of a cluster address ``host:port``, IPv6 brackets removed; port ``""`` when absent.
+
+    >>> split_address("[::1]:2223")
+    ('::1', '2223')
+    >>> split_address("localhost")
+    ('localhost', '')
+    """
+    host, separator, port = str(address).rpartition(":")
+    return (host.strip("[]"), port) if separator else (port.strip("[]"), "")
 
 
 def device_of(task: str) -> str:

@@ -7,7 +7,7 @@ Keras 3 in one worker (Keras 3 ``fit`` under MultiWorkerMirroredStrategy fails a
 TensorFlow 2.21). ``--slow-input-worker I --input-ms MS`` makes worker I's pipeline sleep MS
 per batch (a slow host-side parse); the other workers' pipelines stay fast. ``--cpu-quota
 I:ON:OFF`` holds worker I's processes to ON of every ON+OFF ms from outside
-(``benchmarks/faults.py``; ``--quota-by cgroup`` for the kernel's CFS quota).
+(``benchmarks/harness/faults.py``; ``--quota-by cgroup`` for the kernel's CFS quota).
 
 It runs as the tasks of a local cluster (``runner.run_user_job``); run alone it runs once
 and prints the primary finding. ``benchmarks/userjobs/score.py`` scores it, clean and slow.
@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks import faults
+from benchmarks.harness import faults
 from benchmarks.userjobs.runner import UserRun, run_user_job
 from tfdiag.sample_jobs.jobs import JobConfig
 

@@ -7,7 +7,7 @@ differs from ``sample_jobs/ps_ctl.py`` on purpose: this is what a user's job loo
 
 It runs as the tasks of a local cluster (``LocalCluster(task_command=...)``): the chief
 runs the loop, ps and workers run servers. Faults come from outside the job
-(``benchmarks/faults.py``): ``--cpu-quota I:ON:OFF`` on worker I (by ``SIGSTOP``/``SIGCONT``,
+(``benchmarks/harness/faults.py``): ``--cpu-quota I:ON:OFF`` on worker I (by ``SIGSTOP``/``SIGCONT``,
 or with ``--quota-by cgroup`` the kernel's CFS quota on a cgroup of its own), ``--slow-ps I:MS``.
 
 Example:
@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 
-from benchmarks import faults
+from benchmarks.harness import faults
 from benchmarks.userjobs.runner import UserRun, run_user_job
 from tfdiag.sample_jobs.jobs import JobConfig
 from tfdiag.sample_jobs.task import run_server, wait_for_cluster

@@ -9,7 +9,7 @@ names the sample job whose cluster the script expects: ``tf1_session`` (ps + wor
 worker 0 the chief), ``ps_ctl`` (chief + ps + workers) or ``mwms_fit`` (workers only).
 Faults come from outside the job: the launcher's ``slow-ps=I:MS`` (a delaying proxy in
 front of ps I) through ``inject``, and anything done to the running processes
-(``benchmarks/faults.py``: a CPU quota, a stall) through ``while_running``. The script's
+(``benchmarks/harness/faults.py``: a CPU quota, a stall) through ``while_running``. The script's
 summary task prints ``tfdiag-sample: steps=N wall_s=S examples_per_s=E``; that is the
 throughput measured. Each run is analysed as a user would, with
 ``tfdiag analyze LOGDIR --format json``.

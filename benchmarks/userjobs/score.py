@@ -45,7 +45,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks import faults
+from benchmarks.harness import faults
 from benchmarks.userjobs import mwms_dict_fit, ps_tutorial
 from benchmarks.userjobs.runner import UserRun, analyze_json, run_user_job
 from tfdiag.analysis.detectors.stalled import STALL_FLOOR_S

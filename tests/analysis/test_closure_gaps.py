@@ -25,10 +25,10 @@ def _loop_paced(builder, loop_ms, run_ms, count=120, tail_ms=5.0, handover_ms=2.
         begin = int(max(dispatch, free[worker]) + handover_ms * MS)
         end = begin + int(run_ms[worker] * MS)
         free[worker] = end + tail_ms * MS
-        run.records.append(("step", dict(task=worker, step=closure, begin_ns=begin, end_ns=end, input_wait_ns=0,
-                                         examples=EXAMPLES_PER_STEP, clock_task=worker)))
-        run.records.append(("closure", dict(worker=worker, closure_id=closure, dispatch_ns=int(dispatch),
-                                            result_ns=int(free[worker]), ok=True, error="")))
+        run.record("step", task=worker, step=closure, begin_ns=begin, end_ns=end, input_wait_ns=0,
+                   examples=EXAMPLES_PER_STEP, clock_task=worker)
+        run.record("closure", worker=worker, closure_id=closure, dispatch_ns=int(dispatch),
+                   result_ns=int(free[worker]), ok=True, error="")
     return run
 
 

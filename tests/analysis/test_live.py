@@ -8,60 +8,45 @@ from tfdiag.analysis import RunLoader, load_run
 from tfdiag.analysis.live import LiveFindings, announced_findings, enough_data, live_finding_windows
 from tfdiag.analysis.load import WINDOW_TIME_COLUMNS, LoadedRun
 from tfdiag.analysis.step_stats import StepAccumulator
-from tfdiag.store import TaskWriter, write_manifest
 
-from tests.runs import MS, START_NS
+from tests.runs import MS, START_NS, RunBuilder
 
 S = 1000 * MS
 WORKERS = ("worker:0", "worker:1")
 
 
-class GrowingRun:
-    """A two-worker ParameterServerStrategy run whose step records are written second by second."""
+def growing_run(path) -> RunBuilder:
+    """A two-worker ParameterServerStrategy run with no records yet; ``run_until`` grows it."""
+    run = RunBuilder(path, workers=2, ps=1)
+    run.write(by_task=True)
+    return run
 
-    def __init__(self, path):
-        self.path = path
-        write_manifest(path, strategy="ParameterServerStrategy", tensorflow_version="2.21.0", task="chief:0",
-                       cluster={"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2", "127.0.0.1:3"],
-                                "ps": ["127.0.0.1:4"]}, start_time_ns=START_NS)
-        self.writers = {task: TaskWriter(path, task, flush_interval_s=3600) for task in WORKERS}
-        self.next_begin = {task: START_NS for task in WORKERS}
-        self.next_step = {task: 0 for task in WORKERS}
 
-    def run_until(self, t_s: float, step_ms: dict[str, float]) -> int:
-        """Each worker steps (``step_ms`` per task, 1 ms apart) until ``t_s``; returns now in ns."""
-        until = START_NS + int(t_s * S)
-        for task, writer in self.writers.items():
-            while self.next_begin[task] + step_ms[task] * MS <= until:
-                begin = self.next_begin[task]
-                end = begin + int(step_ms[task] * MS)
-                writer.append("step", task=task, step=self.next_step[task], begin_ns=begin, end_ns=end,
-                              input_wait_ns=0, examples=32, clock_task=task)
-                self.next_begin[task], self.next_step[task] = end + MS, self.next_step[task] + 1
-            writer.flush()
-        return until
-
-    def close(self):
-        for writer in self.writers.values():
-            writer.close()
+def run_until(run: RunBuilder, t_s: float, step_ms: dict[str, float]) -> int:
+    """Each worker steps (``step_ms`` per task, 1 ms apart) until ``t_s``, its new steps
+    appended to its file; returns now in ns."""
+    until = START_NS + int(t_s * S)
+    for task in WORKERS:
+        run.steps_until(task, until, step_ms[task])
+    run.grow()
+    return until
 
 
 def replay(tmp_path, phases, every_s=5.0, window_s=20.0, each=None):
     """Evaluates every ``every_s`` while the run goes through ``phases``: (until_s, worker:1's step ms);
     ``each(live, now)`` after every evaluation."""
-    run = GrowingRun(tmp_path / "run")
+    run = growing_run(tmp_path / "run")
     live = LiveFindings(run.path, window_s=window_s)
     announced = []
     t = 0.0
     for until_s, slow_ms in phases:
         while t + every_s <= until_s:
             t += every_s
-            now = run.run_until(t, {"worker:0": 20.0, "worker:1": slow_ms})
+            now = run_until(run, t, {"worker:0": 20.0, "worker:1": slow_ms})
             announced += [(t, change) for change in live.evaluate(now)]
             if each is not None:
                 each(live, now)
-    run.close()
-    return run.path, live, announced
+    return run, live, announced
 
 
 def whole_run_cut_to_window(path, now_ns, window_s):
@@ -77,7 +62,7 @@ def whole_run_cut_to_window(path, now_ns, window_s):
 
 
 def test_a_straggler_that_begins_mid_run_is_announced_then_cleared(tmp_path):
-    path, live, announced = replay(tmp_path, [(30, 20.0), (60, 45.0), (100, 20.0)])
+    _, live, announced = replay(tmp_path, [(30, 20.0), (60, 45.0), (100, 20.0)])
     assert [(change.state, change.kind, change.tasks) for _, change in announced] == [
         ("began", "straggler", ("worker:1",)), ("cleared", "straggler", ("worker:1",))]
     (began_at, began), (cleared_at, cleared) = announced
@@ -113,13 +98,13 @@ def test_each_window_has_the_findings_of_the_full_path_on_the_same_records(tmp_p
 
 
 def test_an_unchanged_window_is_judged_without_analysing_it_again(tmp_path):
-    run = GrowingRun(tmp_path / "run")
+    run = growing_run(tmp_path / "run")
     live = LiveFindings(run.path)
-    now = run.run_until(30, {"worker:0": 20.0, "worker:1": 45.0})
+    now = run_until(run, 30, {"worker:0": 20.0, "worker:1": 45.0})
     live.evaluate(now)
     (began,) = live.evaluate(now)  # the job paused: the same window, seen a second time
     assert began.kind == "straggler" and live.evaluations == 2 and live.analyses == 1
-    now = run.run_until(31, {"worker:0": 20.0, "worker:1": 45.0})
+    now = run_until(run, 31, {"worker:0": 20.0, "worker:1": 45.0})
     live.evaluate(now)
     assert live.analyses == 2
 
@@ -127,7 +112,7 @@ def test_an_unchanged_window_is_judged_without_analysing_it_again(tmp_path):
 def test_no_log_directory_yet_is_not_an_error(tmp_path):
     live = LiveFindings(tmp_path / "run")
     assert live.evaluate() == [] and live.evaluations == 0
-    GrowingRun(tmp_path / "run").run_until(1, {"worker:0": 20.0, "worker:1": 20.0})
+    run_until(growing_run(tmp_path / "run"), 1, {"worker:0": 20.0, "worker:1": 20.0})
     assert live.evaluate(START_NS + S) == [] and live.window(START_NS + S) is not None
 
 
@@ -143,34 +128,33 @@ def test_a_finding_seen_by_one_evaluation_only_is_not_announced(tmp_path):
 
 
 def test_too_little_data_is_not_judged(tmp_path):
-    run = GrowingRun(tmp_path / "run")
+    run = growing_run(tmp_path / "run")
     live = LiveFindings(run.path)
-    now = run.run_until(0.2, {"worker:0": 20.0, "worker:1": 45.0})  # 9 steps each
+    now = run_until(run, 0.2, {"worker:0": 20.0, "worker:1": 45.0})  # 9 steps each
     assert live.evaluate(now) == [] and live.evaluations == 0
-    now = run.run_until(5.0, {"worker:0": 20.0, "worker:1": 45.0})  # enough steps, 5 s of a 20-s window
+    now = run_until(run, 5.0, {"worker:0": 20.0, "worker:1": 45.0})  # enough steps, 5 s of a 20-s window
     assert live.evaluate(now) == [] and live.evaluations == 0
 
 
 def test_the_window_keeps_only_recent_records(tmp_path):
-    run = GrowingRun(tmp_path / "run")
+    run = growing_run(tmp_path / "run")
     live = LiveFindings(run.path, window_s=10.0)
-    now = run.run_until(60, {"worker:0": 20.0, "worker:1": 20.0})
+    now = run_until(run, 60, {"worker:0": 20.0, "worker:1": 20.0})
     window = live.window(now).frame("step")
     assert window["end_ns"].min() >= now - 10 * S
     assert 2 * 9 * 47 <= len(window) <= 2 * 10 * 48  # ~10 s of 21-ms steps per worker
 
 
 def test_windows_from_records_pair_each_began_with_its_clear(tmp_path):
-    path, _, announced = replay(tmp_path, [(30, 20.0), (60, 45.0), (100, 20.0)])
-    writer = TaskWriter(path, "chief:0")
+    run, _, announced = replay(tmp_path, [(30, 20.0), (60, 45.0), (100, 20.0)])
     for _, change in announced:
-        writer.append("live_finding", **change.record("chief:0"))
+        run.record("live_finding", **change.record("chief:0"))
     # A worker that began straggling and had not cleared when the records end.
-    writer.append("live_finding", **announced[0][1].record("chief:0") | {"tasks": "worker:0", "time_ns": START_NS + 99 * S})
+    run.record("live_finding",
+               **announced[0][1].record("chief:0") | {"tasks": "worker:0", "time_ns": START_NS + 99 * S})
     # A "cleared" with no "began" (a damaged log): left out.
-    writer.append("live_finding", **announced[1][1].record("chief:0") | {"kind": "input_bound"})
-    writer.close()
-    windows = live_finding_windows(load_run(path).frame("live_finding"), {"chief:0": 1 * S})
+    run.record("live_finding", **announced[1][1].record("chief:0") | {"kind": "input_bound"})
+    windows = live_finding_windows(load_run(run.grow()).frame("live_finding"), {"chief:0": 1 * S})
     assert list(windows["tasks"]) == ["worker:1", "worker:0"]
     first = windows.iloc[0]
     assert first["began_ns"] == announced[0][1].onset_ns + S and first["ended_ns"] == announced[1][1].onset_ns + S
@@ -179,50 +163,42 @@ def test_windows_from_records_pair_each_began_with_its_clear(tmp_path):
 
 
 def test_windows_of_a_run_without_live_records_are_empty(tmp_path):
-    path, _, _ = replay(tmp_path, [(10, 20.0)])
-    assert live_finding_windows(load_run(path).frame("live_finding")).empty
+    run, _, _ = replay(tmp_path, [(10, 20.0)])
+    assert live_finding_windows(load_run(run.path).frame("live_finding")).empty
 
 
 def test_windows_skip_rows_a_damaged_log_makes_unusable(tmp_path):
-    path, _, announced = replay(tmp_path, [(30, 20.0), (60, 45.0), (100, 20.0)])
+    run, _, announced = replay(tmp_path, [(30, 20.0), (60, 45.0), (100, 20.0)])
     began = announced[0][1].record("chief:0")
-    writer = TaskWriter(path, "chief:0")
-    writer.append("live_finding", **began)
-    writer.append("live_finding", **began | {"onset_ns": None, "kind": "input_bound"})  # no onset
-    writer.append("live_finding", **began | {"kind": None})
-    writer.append("live_finding", **began | {"state": "paused", "kind": "slow_link"})
-    writer.append("live_finding", **began | {"kind": "ps_hotspot", "tasks": None, "step": None,
-                                             "predicted_speedup": None})
-    writer.close()
-    windows = live_finding_windows(load_run(path).frame("live_finding"))
+    run.record("live_finding", **began)
+    run.record("live_finding", **began | {"onset_ns": None, "kind": "input_bound"})  # no onset
+    run.record("live_finding", **began | {"kind": None})
+    run.record("live_finding", **began | {"state": "paused", "kind": "slow_link"})
+    run.record("live_finding", **began | {"kind": "ps_hotspot", "tasks": None, "step": None, "predicted_speedup": None})
+    windows = live_finding_windows(load_run(run.grow()).frame("live_finding"))
     assert list(zip(windows["kind"], windows["tasks"])) == [("straggler", "worker:1"), ("ps_hotspot", "")]
     assert pd.isna(windows.iloc[1]["step"]) and pd.isna(windows.iloc[1]["predicted_speedup"])
 
 
 def test_a_task_file_that_was_replaced_is_read_again(tmp_path):
-    run = GrowingRun(tmp_path / "run")
+    run = growing_run(tmp_path / "run")
     live = LiveFindings(run.path, window_s=10.0)
-    now = run.run_until(20, {"worker:0": 20.0, "worker:1": 20.0})
+    now = run_until(run, 20, {"worker:0": 20.0, "worker:1": 20.0})
     assert set(live.window(now).frame("step")["task"]) == {"worker:0", "worker:1"}
-    run.close()
     replaced = tmp_path / "run" / "plugins" / "tfdiag" / "worker-1.tfdiag"
     replaced.unlink()
-    writer = TaskWriter(run.path, "worker:1")
-    writer.append("step", task="worker:1", step=0, begin_ns=now - 30 * MS, end_ns=now - 10 * MS, input_wait_ns=0,
-                  examples=32, clock_task="worker:1")
-    writer.close()
+    run.steps("worker:1", count=1, step_ms=20, start_ns=now - 30 * MS).grow()  # a restarted worker's new file
     steps = live.window(now).frame("step")
     assert ((steps["task"] == "worker:1") & (steps["end_ns"] == now - 10 * MS)).sum() == 1  # the new file's step
 
 
 def test_a_copied_task_file_is_counted_once_in_the_window(tmp_path):
-    run = GrowingRun(tmp_path / "run")
+    run = growing_run(tmp_path / "run")
     live = LiveFindings(run.path, window_s=10.0)
-    now = run.run_until(20, {"worker:0": 20.0, "worker:1": 20.0})
+    now = run_until(run, 20, {"worker:0": 20.0, "worker:1": 20.0})
     alone = len(live.window(now).frame("step"))
     files = tmp_path / "run" / "plugins" / "tfdiag"
     (files / "worker-9.tfdiag").write_bytes((files / "worker-1.tfdiag").read_bytes())
     window = live.window(now)
     assert len(window.frame("step")) == alone
     assert any("worker-9.tfdiag" in warning and "duplicates" in warning for warning in window.warnings)
-    run.close()

@@ -9,23 +9,18 @@ from tests.conftest import in_child_process
 from tests.store.frames import bad_offsets_payload, frame
 from tfdiag.analysis import RunLoader, analyze, load_run
 from tfdiag.errors import RunNotFoundError
-from tfdiag.store import TaskWriter, log_dir, write_manifest
+from tests.runs import RunBuilder
+from tfdiag.store import log_dir
 from tfdiag.store.framing import HEADER
 
 
-def _step(writer, task, step):
-    writer.append("step", task=task, step=step, begin_ns=step * 100, end_ns=step * 100 + 50,
-                  input_wait_ns=0, examples=8, clock_task=task)
+def _task_file(run_dir):
+    return log_dir(run_dir) / "worker-0.tfdiag"
 
 
 def test_loads_every_task_file_with_a_source_column(tmp_path):
-    write_manifest(tmp_path, strategy="MultiWorkerMirroredStrategy", cluster={"worker": ["a", "b"]},
-                   tensorflow_version="2.21.0", task="worker:0")
-    for task in ("worker:0", "worker:1"):
-        writer = TaskWriter(tmp_path, task)
-        for step in range(3):
-            _step(writer, task, step)
-        writer.close()
+    run = RunBuilder(tmp_path, strategy="MultiWorkerMirroredStrategy", workers=2, ps=0, chief=False)
+    run.steps("worker:0", count=3).steps("worker:1", count=3).write(by_task=True)
 
     run = load_run(tmp_path)
 
@@ -37,27 +32,20 @@ def test_loads_every_task_file_with_a_source_column(tmp_path):
 
 
 def test_refresh_reads_only_appended_frames(tmp_path):
-    writer = TaskWriter(tmp_path, "worker:0")
-    _step(writer, "worker:0", 0)
-    writer.flush()
+    job = RunBuilder(tmp_path).steps("worker:0", count=1)
+    job.grow()
     loader = RunLoader(tmp_path)
     assert len(loader.refresh().frame("step")) == 1
-    _step(writer, "worker:0", 1)
-    writer.flush()
+    job.steps("worker:0", count=1, first_step=1).grow()
     read = []
     run = loader.refresh(progress=lambda done, total: read.append(total))
     assert len(run.frame("step")) == 2
-    assert read and read[-1] < writer.path.stat().st_size  # only the new frame was read
-    writer.close()
+    assert read and read[-1] < _task_file(tmp_path).stat().st_size  # only the new frame was read
 
 
 def test_truncated_file_is_counted_as_skipped(tmp_path):
-    writer = TaskWriter(tmp_path, "worker:0")
-    for step in range(4):
-        _step(writer, "worker:0", step)
-        writer.flush()
-    writer.close()
-    writer.path.write_bytes(writer.path.read_bytes()[:-3])
+    RunBuilder(tmp_path).steps("worker:0", count=4).grow(frame_records=1)
+    _task_file(tmp_path).write_bytes(_task_file(tmp_path).read_bytes()[:-3])
 
     run = load_run(tmp_path)
 
@@ -72,12 +60,11 @@ def test_a_directory_without_tfdiag_logs_is_refused_with_its_path(tmp_path):
 
 
 def test_a_manifest_written_later_is_picked_up(tmp_path):
-    writer = TaskWriter(tmp_path, "worker:0")
-    _step(writer, "worker:0", 0)
-    writer.close()
+    job = RunBuilder(tmp_path, strategy="ParameterServerStrategy").steps("worker:0", count=1)
+    job.grow()
     loader = RunLoader(tmp_path)
     assert loader.refresh().manifest is None
-    write_manifest(tmp_path, strategy="ParameterServerStrategy", cluster={}, tensorflow_version="2.21.0")
+    job.write()
     assert loader.refresh().manifest["strategy"] == "ParameterServerStrategy"
 
 
@@ -108,11 +95,8 @@ def test_a_restarted_task_restating_its_placement_is_not_a_warning(tmp_path):
     # A worker restarted after a failure records the same variables again: the frame is
     # byte for byte the first one. It is one fact, not damage.
     for step in (1, 2):  # the task, then the same task restarted
-        writer = TaskWriter(tmp_path, "worker:0")
-        writer.append("placement", variable="dense/kernel:0", task="ps:0", bytes=4096, shape="[32,32]")
-        writer.flush()
-        _step(writer, "worker:0", step)
-        writer.close()
+        task = RunBuilder(tmp_path).placement("dense/kernel:0", "ps:0", 4096)
+        task.steps("worker:0", count=1, first_step=step).write(manifest=False, frame_records=1)
 
     run = load_run(tmp_path)
 
@@ -135,11 +119,10 @@ def test_the_same_frame_twice_in_one_file_is_counted_once(synthetic_run):
 
 
 def test_frames_of_one_task_in_two_files_are_warned_about(tmp_path):
-    for name in ("worker-0.tfdiag", "renamed.tfdiag"):
-        writer = TaskWriter(tmp_path, "worker:0")
-        writer.path = log_dir(tmp_path) / name
-        _step(writer, "worker:0", len(name))
-        writer.close()
+    job = RunBuilder(tmp_path).steps("worker:0", count=1)
+    job.grow()
+    _task_file(tmp_path).rename(log_dir(tmp_path) / "renamed.tfdiag")
+    job.steps("worker:0", count=1, first_step=1).grow()
 
     run = load_run(tmp_path)
 
@@ -147,18 +130,12 @@ def test_frames_of_one_task_in_two_files_are_warned_about(tmp_path):
 
 
 def test_a_file_that_shrank_is_read_again_from_the_start(tmp_path):
-    writer = TaskWriter(tmp_path, "worker:0")
-    for step in range(3):
-        _step(writer, "worker:0", step)
-        writer.flush()
-    writer.close()
+    job = RunBuilder(tmp_path).steps("worker:0", count=3, examples=8)
+    job.grow(frame_records=1)
     loader = RunLoader(tmp_path)
     assert len(loader.refresh().frame("step")) == 3
-    rewriter = TaskWriter(tmp_path, "worker:0")
-    with open(writer.path, "r+b") as f:
-        f.truncate(0)
-    _step(rewriter, "worker:0", 7)
-    rewriter.close()
+    _task_file(tmp_path).write_bytes(b"")
+    job.steps("worker:0", count=1, first_step=7, examples=8).grow()
 
     run = loader.refresh()
 
@@ -169,18 +146,11 @@ def test_a_file_that_shrank_is_read_again_from_the_start(tmp_path):
 
 
 def test_a_replaced_file_is_read_again_from_the_start(tmp_path):
-    writer = TaskWriter(tmp_path, "worker:0")
-    for step in range(2):
-        _step(writer, "worker:0", step)
-    writer.close()
+    RunBuilder(tmp_path).steps("worker:0", count=2).grow()
     loader = RunLoader(tmp_path)
     assert len(loader.refresh().frame("step")) == 2
-    replacement = tmp_path / "new"
-    other = TaskWriter(replacement, "worker:0")
-    for step in range(5, 9):
-        _step(other, "worker:0", step)
-    other.close()
-    os.replace(other.path, writer.path)  # same name, new inode, larger than before
+    RunBuilder(tmp_path / "new").steps("worker:0", count=4, first_step=5).grow()
+    os.replace(_task_file(tmp_path / "new"), _task_file(tmp_path))  # same name, new inode, larger than before
 
     run = loader.refresh()
 
@@ -189,11 +159,11 @@ def test_a_replaced_file_is_read_again_from_the_start(tmp_path):
 
 
 def test_int64_extremes_are_counted_skips_and_sums_do_not_wrap(tmp_path):
-    writer = TaskWriter(tmp_path, "worker:0")
+    job = RunBuilder(tmp_path)
     for step, examples in enumerate([2**40, 2**40, 2**63 - 1, -(2**63)]):
-        writer.append("step", task="worker:0", step=step, begin_ns=step * 100, end_ns=step * 100 + 50,
-                      input_wait_ns=0, examples=examples, clock_task="worker:0")
-    writer.close()
+        job.record("step", task="worker:0", step=step, begin_ns=step * 100, end_ns=step * 100 + 50, input_wait_ns=0,
+                   examples=examples, clock_task="worker:0")
+    job.grow()
 
     run = load_run(tmp_path)
     report = analyze(run)
@@ -229,9 +199,7 @@ def test_refresh_survives_every_bad_input_class_at_once(synthetic_run, tmp_path)
 
 
 def test_a_run_directory_that_went_away_keeps_its_records_with_a_warning(tmp_path):
-    writer = TaskWriter(tmp_path / "run", "worker:0")
-    _step(writer, "worker:0", 0)
-    writer.close()
+    RunBuilder(tmp_path / "run").steps("worker:0", count=1).grow()
     loader = RunLoader(tmp_path / "run")
     assert len(loader.refresh().frame("step")) == 1
     shutil.rmtree(tmp_path / "run")

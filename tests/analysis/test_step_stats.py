@@ -96,13 +96,12 @@ def test_the_sample_keeps_the_same_step_numbers_on_every_worker(builder):
 
 def test_a_refresh_folds_only_the_new_records_into_the_same_counters(builder, tmp_path):
     """Growing a run and refreshing gives what one read of the grown run gives."""
-    first = builder().steps("worker:0", count=200, jitter_ms=3)
-    path = first.write(by_task=True, frame_records=30)
+    run = builder().steps("worker:0", count=200, jitter_ms=3)
+    path = run.write(by_task=True, frame_records=30)
     loader = RunLoader(path, StepAccumulator(**SMALL_CAP))
     loader.refresh()
-    grown = builder().steps("worker:0", count=150, first_step=200, start_ns=first.step_end_ns + 10**6, jitter_ms=3)
-    grown.path = path
-    grown.write(manifest=False, by_task=True, frame_records=30)
+    run.steps("worker:0", count=150, first_step=200, start_ns=run.step_end_ns + 10**6, jitter_ms=3)
+    run.grow(frame_records=30)
     again = loader.refresh().step_counters
     once = RunLoader(path, StepAccumulator(**SMALL_CAP)).refresh().step_counters
     columns = ["task", "rows", "steps", "examples", "duration_sum", "wait_sum", "first_begin_ns", "last_end_ns"]

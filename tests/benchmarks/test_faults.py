@@ -9,7 +9,7 @@ import time
 import psutil
 import pytest
 
-from benchmarks import faults
+from benchmarks.harness import faults
 
 
 @pytest.fixture

@@ -16,7 +16,8 @@ import threading
 import tensorflow as tf
 from tensorflow.python.eager import cancellation
 
-from tfdiag.collectors.rpc_probe import RpcProber, _ProbeFn
+from tfdiag.collectors.probe_function import traced_probe
+from tfdiag.collectors.rpc_probe import RpcProber
 
 tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU")[0],
                                            [tf.config.LogicalDeviceConfiguration()] * 2)
@@ -66,7 +67,7 @@ def outcome(call):
 
 prober = RpcProber(Writer(), "chief:0", [])
 working, failing = (None, "cpu:1"), (None, "gone")
-prober._functions[(working, False)] = tf.function(_ProbeFn(None, "/device:CPU:1", 16)).get_concrete_function()
+prober._functions[(working, False)] = traced_probe(None, "/device:CPU:1", 16)
 prober._functions[(failing, False)] = failing_probe.get_concrete_function()
 prober.prepared.set()
 facts = {}

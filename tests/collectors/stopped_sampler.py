@@ -1,7 +1,7 @@
 """A process that runs a system sampler every 0.5 s and prints its wake-up counts and
 throttled time as JSON lines; with a second argument ``spin`` a thread also burns CPU.
 
-Run by ``test_system.py`` as a child it can ``SIGSTOP``/``SIGCONT`` or hold to a cgroup's
+Run by ``test_stopped_processes.py`` and ``test_cgroup_throttling.py`` as a child it can ``SIGSTOP``/``SIGCONT`` or hold to a cgroup's
 CPU quota. Its thread wakes 50 times a second, not 10, so that a few seconds give enough
 wake-ups to tell the shares apart.
 """

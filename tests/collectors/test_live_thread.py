@@ -17,9 +17,9 @@ from tfdiag.collectors import live_thread, writers
 from tfdiag.events import task_name
 from tfdiag.sample_jobs.jobs import JobConfig
 from tfdiag.sample_jobs.launcher import LocalCluster
-from tfdiag.store import log_dir, read_task_file, write_manifest
+from tfdiag.store import log_dir, read_task_file
 
-MS = 1_000_000
+from tests.runs import RunBuilder
 
 
 def records(run_dir, kind, task="chief:0"):
@@ -30,17 +30,11 @@ def records(run_dir, kind, task="chief:0"):
 
 def write_straggling_steps(run_dir, seconds=20.0):
     """The last ``seconds`` of two workers' steps, worker:1 three times slower, ending now."""
-    write_manifest(run_dir, strategy="ParameterServerStrategy", tensorflow_version="2.21.0", task="chief:0",
-                   cluster={"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2", "127.0.0.1:3"]})
     now = time.time_ns()
+    run = RunBuilder(run_dir, workers=2, ps=0)
     for task, step_ms in (("worker:0", 20), ("worker:1", 60)):
-        writer = writers.acquire(run_dir, task)
-        begin, step = now - int(seconds * 1e9), 0
-        while begin + step_ms * MS <= now:
-            writer.append("step", task=task, step=step, begin_ns=begin, end_ns=begin + step_ms * MS, input_wait_ns=0,
-                          examples=32, clock_task=task)
-            begin, step = begin + (step_ms + 1) * MS, step + 1
-        writers.release(writer)
+        run.steps_until(task, now, step_ms, start_ns=now - int(seconds * 1e9))
+    run.write(by_task=True)
 
 
 def test_importing_the_live_thread_module_loads_no_analysis():

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,14 @@ def test_callback_model_of_keras_3_and_tf_keras():
         callback = module.callbacks.Callback()
         callback.set_model(model)
         assert tf_internals.callback_model(callback) is model, module.__name__
+
+
+def test_dataset_sleep_delays_each_element():
+    tf = pytest.importorskip("tensorflow")
+    dataset = tf.data.Dataset.range(2).apply(tf_internals.dataset_sleep(60_000))
+    start = time.perf_counter()
+    assert list(dataset.as_numpy_iterator()) == [0, 1]
+    assert time.perf_counter() - start >= 2 * 0.06
 
 
 @pytest.mark.cluster

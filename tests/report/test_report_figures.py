@@ -15,6 +15,7 @@ import pytest
 
 from tfdiag.analysis import analyze
 from tfdiag.report import figures, render_html
+from tfdiag.report.charts import MAX_POINTS_PER_FIGURE
 from tfdiag.report.figures import FIGURES
 
 from tests.report.live import add_live_findings
@@ -226,19 +227,6 @@ def test_findings_during_run_escapes_names(tmp_path):
     assert "<b>" not in data["data"][0]["hovertemplate"]
 
 
-def test_downsample_keeps_spikes_and_bounds_points():
-    x = np.arange(100_000, dtype=float)
-    y = np.ones(100_000)
-    y[12_345] = 50.0
-    y[99_999] = -3.0
-    small_x, small_y = figures.downsample(x, y, 1000)
-    assert len(small_x) <= 1000
-    assert 50.0 in small_y and -3.0 in small_y
-    assert np.all(np.diff(small_x) > 0)
-    same_x, same_y = figures.downsample(x[:10], y[:10], 1000)
-    assert len(same_x) == 10
-
-
 def test_many_workers_stay_within_the_point_budget(tmp_path):
     run = RunBuilder(tmp_path / "run", workers=64)
     for index in range(64):
@@ -246,7 +234,7 @@ def test_many_workers_stay_within_the_point_budget(tmp_path):
     report = analyze(run.write())
     data = as_json(figures.step_time_over_run(report))
     assert len(data["data"]) == 64
-    assert sum(len(trace["x"]) for trace in data["data"]) <= figures.MAX_POINTS_PER_FIGURE
+    assert sum(len(trace["x"]) for trace in data["data"]) <= MAX_POINTS_PER_FIGURE
 
 
 def test_untrusted_names_are_escaped_in_figures(tmp_path):

@@ -16,7 +16,7 @@ def write_steps(run_dir: Path, task: str, step_ms: float, steps: int = 40, first
     in ``run_dir``; returns the end time of the last."""
     run = RunBuilder(run_dir).steps(task, count=steps, step_ms=step_ms, input_ms=0.5, idle_ms=0.0,
                                     first_step=first_step, start_ns=start_ns, jitter_ms=0.05)
-    run.write(manifest=False, by_task=True)
+    run.grow()
     return run.step_end_ns
 
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from tfdiag.report.figures import FIGURES
-from tfdiag.store import TaskWriter, log_dir
+from tfdiag.store import log_dir
 
-from tests.runs import START_NS
+from tests.runs import START_NS, RunBuilder
 from tests.tb_plugin.tb_plugin_runs import make_run
 from tests.tb_plugin.test_tb_plugin_routes import PREFIX, client_for, get_json, make_plugin
 
@@ -99,14 +99,14 @@ def test_a_damaged_run_answers_with_its_warnings(root, damage):
 
 def test_damaged_live_finding_records_leave_the_good_ones_on_the_chart(root):
     run = make_run(root / "damaged")
-    writer = TaskWriter(run, "chief:0")
+    findings = RunBuilder(run)
     began = dict(task="chief:0", time_ns=START_NS + 2 * 10**9, state="began", kind="straggler", tasks="worker:1",
                  severity="warning", onset_ns=START_NS + 10**9, step=10, predicted_speedup=1.2,
                  message="tfdiag: worker:1 straggler since step 10")
     for damaged in ({}, {"onset_ns": None, "kind": "slow_link"}, {"state": None, "kind": "ps_hotspot"},
                     {"state": "cleared", "kind": "input_bound"}):
-        writer.append("live_finding", **began | damaged)
-    writer.close()
+        findings.record("live_finding", **began | damaged)
+    findings.write(manifest=False)
     with open(log_dir(run) / "chief-0.tfdiag", "ab") as file:
         file.write(b"TFDG\x01\x10\x00")  # a frame cut short: a truncated tail
     client = client_for(make_plugin(root))

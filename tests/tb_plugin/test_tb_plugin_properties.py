@@ -1,6 +1,6 @@
 """Property test of the tab's routes: any run content gets a well-formed answer, never a 500.
 
-Each example writes a real run through the store writer (``TaskWriter``) into a directory
+Each example writes a real run (``tests/runs.py``, the real store writer) into a directory
 whose name is arbitrary bytes, with arbitrary task and strategy names (any Unicode,
 control characters, markup), step records whose numbers include int64 extremes and host
 samples with NaN and infinite readings, then
@@ -20,8 +20,7 @@ import numpy as np
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from tfdiag.store import TaskWriter, write_manifest
-
+from tests.runs import RunBuilder
 from tests.tb_plugin.test_tb_plugin_routes import PREFIX, client_for, make_plugin
 
 EXAMPLES = 12
@@ -48,15 +47,14 @@ def strict_json(text: str):
 
 
 def write_run(run_dir: Path, strategy: str, records, system) -> None:
-    write_manifest(run_dir, strategy=strategy, cluster={"worker": ["127.0.0.1:1"]}, tensorflow_version="2.21.0")
-    writer = TaskWriter(run_dir, "worker:0", flush_interval_s=3600)
+    run = RunBuilder(run_dir, strategy=strategy, workers=1, ps=0, chief=False)
     for number, (task, begin_ns, end_ns, wait_ns, examples) in enumerate(records):
-        writer.append("step", task=task, step=number, begin_ns=begin_ns, end_ns=end_ns, input_wait_ns=wait_ns,
-                      examples=examples, clock_task=task)
+        run.record("step", task=task, step=number, begin_ns=begin_ns, end_ns=end_ns, input_wait_ns=wait_ns,
+                   examples=examples, clock_task=task)
     for host, time_ns, cpu_pct, mem_used_frac, sent in system:
-        writer.append("system", host=host, task="worker:0", time_ns=time_ns, cpu_pct=cpu_pct, mem_used_frac=mem_used_frac,
-                      net_sent_bytes=sent, net_recv_bytes=0, disk_read_bytes=0, disk_write_bytes=0)
-    writer.close()
+        run.record("system", host=host, task="worker:0", time_ns=time_ns, cpu_pct=cpu_pct, mem_used_frac=mem_used_frac,
+                   net_sent_bytes=sent, net_recv_bytes=0, disk_read_bytes=0, disk_write_bytes=0)
+    run.write()
 
 
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow],

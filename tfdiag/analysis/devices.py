@@ -8,6 +8,8 @@ import numpy as np
 import pandas as pd
 
 from tfdiag.analysis.groups import TaskGroups, codes_of, mean_of
+from tfdiag.analysis.rates import DISK_COUNTERS, NETWORK_COUNTERS, mean_rate
+from tfdiag.events import LOOPBACK_HOSTS, parse_task, split_address
 
 
 def gpu_table(gpu: pd.DataFrame) -> pd.DataFrame:
@@ -37,30 +39,24 @@ def host_table(system: pd.DataFrame) -> pd.DataFrame:
     """One row per (host, task) sampler: CPU and memory mean and peak, network and disk rates.
 
     Columns: ``host``, ``task``, ``cpu_mean``, ``cpu_peak``, ``mem_used_frac_peak``,
-    ``net_bytes_per_s`` (sent + received), ``disk_bytes_per_s`` (read + written).
+    ``net_bytes_per_s`` (sent + received), ``disk_bytes_per_s`` (read + written), as
+    ``rates.mean_rate`` (a counter reset's interval left out).
     """
     columns = ["host", "task", "cpu_mean", "cpu_peak", "mem_used_frac_peak", "net_bytes_per_s", "disk_bytes_per_s"]
     if system.empty:
         return pd.DataFrame(columns=columns)
     rows = []
     for (host, task), samples in system.sort_values("time_ns").groupby(["host", "task"], observed=True):
-        span_s = (samples["time_ns"].iloc[-1] - samples["time_ns"].iloc[0]) / 1e9
-
-        def rate(*counters: str) -> float:
-            moved = sum(float(samples[c].iloc[-1] - samples[c].iloc[0]) for c in counters)
-            return moved / span_s if span_s > 0 else float("nan")
-
         rows.append({
             "host": str(host), "task": str(task),
             "cpu_mean": float(samples["cpu_pct"].mean()), "cpu_peak": float(samples["cpu_pct"].max()),
             "mem_used_frac_peak": float(samples["mem_used_frac"].max()),
-            "net_bytes_per_s": rate("net_sent_bytes", "net_recv_bytes"),
-            "disk_bytes_per_s": rate("disk_read_bytes", "disk_write_bytes"),
+            "net_bytes_per_s": mean_rate(samples, NETWORK_COUNTERS),
+            "disk_bytes_per_s": mean_rate(samples, DISK_COUNTERS),
         })
     return pd.DataFrame(rows, columns=columns)
 
 
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 # CPU samples needed inside the training window before the shared host's CPU use counts.
 MIN_CPU_SAMPLES = 2
 
@@ -111,6 +107,14 @@ def job_cpu_on_host(window: pd.DataFrame) -> float | None:
     return float(max(per_sampler, own))
 
 
+def _parsed(task: str) -> tuple[str, int]:
+    """``events.parse_task`` of a task name read from a log, ``("", -1)`` where it does not parse."""
+    try:
+        return parse_task(task)
+    except ValueError:
+        return "", -1
+
+
 def shared_worker_host(cluster: dict, reference_task: str | None, system: pd.DataFrame, gpu: pd.DataFrame,
                        steps: pd.DataFrame) -> SharedHost | None:
     """The host all workers share (a local cluster, a one-machine job), or None.
@@ -135,10 +139,9 @@ def shared_worker_host(cluster: dict, reference_task: str | None, system: pd.Dat
     for worker in TaskGroups(steps["task"]).names:
         own = hosts_of.get(worker)
         if not own:
-            job, _, index = worker.partition(":")  # a task name from the log: not trusted to parse
-            position = int(index) if index.isascii() and index.isdigit() else -1
+            job, position = _parsed(worker)
             address = addresses[position] if job == "worker" and 0 <= position < len(addresses) else ""
-            name = address.rsplit(":", 1)[0]
+            name = split_address(address)[0]
             own = hosts_of.get(reference_task, set()) if name in LOOPBACK_HOSTS else {name} & sampled
         hosts |= own
         if len(own) != 1 or len(hosts) != 1:

@@ -30,3 +30,22 @@ def fault_table(fault: pd.DataFrame, offsets: dict[str, int] | None = None) -> p
         recovered.append((later["time_ns"].iloc[0] - row.time_ns) / 1e9 if not later.empty else float("nan"))
     table["recovered_after_s"] = recovered
     return table[columns]
+
+
+def time_away(faults: pd.DataFrame) -> pd.DataFrame:
+    """Each failure of ``fault_table`` that was followed by a recovery or restart: ``task``,
+    ``from_ns`` (the failure), ``to_ns`` (the recovery or restart)."""
+    back = faults[(faults["kind"] == "failure") & faults["recovered_after_s"].notna()] if not faults.empty else faults
+    if back.empty:
+        return pd.DataFrame(columns=["task", "from_ns", "to_ns"])
+    start = back["time_ns"].astype(float)
+    return pd.DataFrame({"task": back["task"].astype(str), "from_ns": start,
+                         "to_ns": start + back["recovered_after_s"].astype(float) * 1e9})
+
+
+def downtime_ns(faults: pd.DataFrame) -> dict[str, float]:
+    """Per task, the time from each of its failures (``fault_table``) to its recovery or restart, summed (ns)."""
+    if faults.empty:
+        return {}
+    away = time_away(faults)
+    return (away["to_ns"] - away["from_ns"]).groupby(away["task"]).sum().to_dict()

@@ -12,7 +12,7 @@ judged at all; a window the loader returns unchanged (no record came or aged out
 the last evaluation: a paused or stalled job) is judged as before without running the
 analysis again. Only warning and critical findings are announced.
 
-Nothing here runs a thread or imports TensorFlow: ``tfdiag.collectors.live`` calls
+Nothing here runs a thread or imports TensorFlow: ``tfdiag.collectors.live_thread`` calls
 ``evaluate`` from its own thread in the one task that writes the manifest and writes
 each transition as a ``live_finding`` record; ``live_finding_windows`` turns those
 records into the began/ended table the report and the TensorBoard tab show.

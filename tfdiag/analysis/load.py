@@ -12,27 +12,24 @@ same way but keeps only the records of a run's last seconds (live findings:
 ``tfdiag.analysis.live``). Nothing that is in the run directory makes
 ``refresh`` raise: each problem is a counted skip or a warning naming the file (the
 only error is ``RunNotFoundError``, from the constructor, for a directory that is not a
-run). Nothing here imports TensorFlow. (Over 400 lines: the windowed loader is the
-whole loader's reading state with eviction, and belongs next to it.)
+run). Nothing here imports TensorFlow. Batches become frames in ``frames``.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, NamedTuple
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tfdiag.analysis.frames import conform, empty_frame, source_column, to_pandas
 from tfdiag.analysis.step_stats import StepAccumulator
 from tfdiag.errors import RunNotFoundError
-from tfdiag.events import KINDS
 from tfdiag.store import MANIFEST_NAME, ManifestRead, SkippedRecords, load_manifest, log_dir, read_task_file, task_files
 from tfdiag.store.paths import LOG_SUFFIX
 from tfdiag.store.reader import MAX_TASK_FILE_BYTES, ReadResult
@@ -77,7 +74,7 @@ class LoadedRun:
         """The records of ``kind``; an empty frame with the right columns if there are none."""
         if kind in self.frames:
             return self.frames[kind]
-        return _empty_frame(kind)
+        return empty_frame(kind)
 
     @property
     def skipped_records(self) -> int:
@@ -88,7 +85,7 @@ class _Kept(NamedTuple):
     """A record batch the loader holds (``RunLoader``: every kind but steps; ``WindowLoader``: all)."""
 
     kind: str
-    batch: pa.RecordBatch  # with exactly its kind's columns (``_conform``)
+    batch: pa.RecordBatch  # with exactly its kind's columns (``frames.conform``)
     source: str
     digest: bytes  # of the frame it came in
     last_ns: int | None  # its newest row's time (``WindowLoader`` only; None: undated or not asked for)
@@ -196,7 +193,7 @@ class RunLoader:
             rows = self._steps.rows()
             self._frames.pop("step", None)
             if rows is not None:
-                self._frames["step"] = _to_pandas(rows)
+                self._frames["step"] = to_pandas(rows)
             self._step_counters = self._steps.counters()
         self._changed_kinds = set()
 
@@ -220,9 +217,9 @@ class RunLoader:
             state.sources.add(source)
             if frame.kind == "step" and self._folds_steps:  # only what step_stats keeps stays in memory
                 for batch in frame.batches:
-                    self._steps.add(str(path), source, _conform(batch, "step"))
+                    self._steps.add(str(path), source, conform(batch, "step"))
             else:  # conformed once, here, not at every rebuild of the kind's frame
-                conformed = [_conform(batch, frame.kind) for batch in frame.batches]
+                conformed = [conform(batch, frame.kind) for batch in frame.batches]
                 state.records.extend(_Kept(frame.kind, batch, source, frame.digest, self._last_ns(frame.kind, batch))
                                      for batch in conformed)
             self._changed_kinds.add(frame.kind)
@@ -279,7 +276,7 @@ class RunLoader:
         return None
 
     def _frame(self, kind: str) -> pd.DataFrame:
-        return _to_pandas(self._table(kind))
+        return to_pandas(self._table(kind))
 
     def _table(self, kind: str) -> pa.Table:
         batches, sources = zip(*self._batches(kind))
@@ -352,76 +349,7 @@ class WindowLoader(RunLoader):
             table = table.filter(pc.greater_equal(table.column(column), self._cutoff_ns))
             if len(table):
                 self._first_ns[kind] = pc.min(table.column(column)).as_py()
-        return _to_pandas(table)
-
-
-def source_column(sources: list[str], lengths: list[int]) -> pa.DictionaryArray:
-    """A ``source`` column: ``sources[i]`` repeated ``lengths[i]`` times, dictionary-encoded."""
-    names, codes = np.unique(np.asarray(sources, dtype=object), return_inverse=True)
-    indices = pa.array(np.repeat(codes.astype("int32"), lengths))
-    return pa.DictionaryArray.from_arrays(indices, pa.array(list(names), pa.string()))
-
-
-@functools.cache
-def _plain_schema(kind: str) -> pa.Schema:
-    return KINDS[kind].arrow_schema().remove_metadata()
-
-
-def _conform(batch: pa.RecordBatch, kind: str) -> pa.RecordBatch:
-    """The batch with exactly its kind's columns: columns a newer writer added are dropped,
-    columns an older writer lacks become null."""
-    schema = _plain_schema(kind)
-    if batch.schema.names == schema.names:
-        return pa.RecordBatch.from_arrays(batch.columns, schema=schema)
-    columns = [batch.column(name) if name in batch.schema.names else pa.nulls(batch.num_rows, schema.field(name).type)
-               for name in schema.names]
-    return pa.RecordBatch.from_arrays(columns, schema=schema)
-
-
-def _to_pandas(table: pa.Table) -> pd.DataFrame:
-    """String columns become categoricals (a few tasks' names, not millions of Python strings).
-
-    The frame pyarrow's ``to_pandas`` makes of the dictionary-encoded table, built column by
-    column: a categorical's dtype is made once per set of categories (``_categories``),
-    where ``to_pandas`` validates them at every call, half the conversion of a live
-    window's small frames.
-    """
-    table = table.combine_chunks()  # one dictionary per column, not one per frame
-    columns = {}
-    for column_field, column in zip(table.schema, table.columns):
-        if column.num_chunks != 1:  # an empty table has none
-            return _to_pandas_by_arrow(table)
-        array = column.chunk(0)
-        if pa.types.is_string(column_field.type):
-            array = array.dictionary_encode()
-        if pa.types.is_dictionary(array.type):
-            codes = array.indices.fill_null(-1).to_numpy(zero_copy_only=False)
-            columns[column_field.name] = pd.Categorical.from_codes(codes, dtype=_categories(array.dictionary.to_pylist()))
-        else:
-            columns[column_field.name] = array.to_numpy(zero_copy_only=False)
-    return pd.DataFrame(columns)
-
-
-def _to_pandas_by_arrow(table: pa.Table) -> pd.DataFrame:
-    for index, column_field in enumerate(table.schema):
-        if pa.types.is_string(column_field.type):
-            table = table.set_column(index, column_field.name, table.column(index).dictionary_encode())
-    return table.unify_dictionaries().to_pandas()
-
-
-# Sets of categories up to this size (task names, kinds: a live window's) keep their dtype.
-MAX_CACHED_CATEGORIES = 64
-
-
-def _categories(values: list[str]) -> pd.CategoricalDtype:
-    if len(values) > MAX_CACHED_CATEGORIES:
-        return pd.CategoricalDtype(values)
-    return _cached_categories(tuple(values))
-
-
-@functools.lru_cache(maxsize=256)
-def _cached_categories(values: tuple[str, ...]) -> pd.CategoricalDtype:
-    return pd.CategoricalDtype(values)
+        return to_pandas(table)
 
 
 def _skip_warnings(skipped: list[SkippedRecords]) -> list[str]:
@@ -461,17 +389,3 @@ def _task_from_file_name(path: Path) -> str:
 def load_run(run_dir: str | os.PathLike, progress: ProgressCallback | None = None) -> LoadedRun:
     """Loads a whole run once. Raises ``RunNotFoundError`` if ``run_dir`` is not a run."""
     return RunLoader(run_dir).refresh(progress)
-
-
-def _empty_frame(kind: str) -> pd.DataFrame:
-    """An empty frame of ``kind``: a shallow copy of one built once (about 1 ms each, and a
-    live evaluation asks for several); copy-on-write keeps a change to it off the original."""
-    return _built_empty_frame(kind).copy(deep=False)
-
-
-@functools.cache
-def _built_empty_frame(kind: str) -> pd.DataFrame:
-    schema = KINDS[kind].arrow_schema()
-    frame = schema.empty_table().to_pandas()
-    frame["source"] = pd.Series([], dtype="object")
-    return frame

@@ -10,6 +10,7 @@ from tfdiag.analysis.align import clock_offsets
 from tfdiag.analysis.breakdown import step_table, worker_table
 from tfdiag.analysis.closure_gaps import JobPace, closure_gaps, job_pace
 from tfdiag.analysis.devices import SharedHost, gpu_table, host_table, shared_worker_host
+from tfdiag.analysis.fair_comparison import judged_workers
 from tfdiag.analysis.faults import fault_table
 from tfdiag.analysis.groups import value_of_group
 from tfdiag.analysis.last_words import JobEnd, job_end
@@ -80,6 +81,12 @@ class Measurements:
     def workers(self) -> pd.DataFrame:
         """``breakdown.worker_table``."""
         return worker_table(self.steps, self.run.step_counters, self.offsets)
+
+    @cached_property
+    def compared(self) -> pd.DataFrame:
+        """``fair_comparison.judged_workers``: the workers compared fairly, for the straggler judgement."""
+        return judged_workers(self.steps, self.workers, self.run.step_counters, self.offsets, self.faults,
+                              self.closures)
 
     @cached_property
     def links(self) -> pd.DataFrame:

@@ -29,7 +29,7 @@ stalls every step it is stopped in, mostly while it waits in the all-reduce, whe
 peers wait too: its compute stamps barely change (``mwms_fit`` with worker 1 stopped 40 ms
 of every 100 ms: mean compute 9.0 against 5.8 ms, medians about equal) and no step time
 singles it out. Its system sampler does (``collectors/system.py``): the share of its timed
-wake-ups that came 10 ms or more late estimates the share of time the process could not
+wake-ups that came ``events.LATE_WAKE_S`` or more late estimates the share of time the process could not
 run, and the cgroup's throttled time (v2 ``throttled_usec``, v1 ``throttled_time``) counts a
 quota's throttling directly
 (``stopped_shares``). A host under load delays every process alike, so a worker is

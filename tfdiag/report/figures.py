@@ -6,22 +6,8 @@ maps each name to its function in that order, the order both show them. This is 
 only list of figures: the tab's frontend reads it from the ``/figures`` route. Callers
 serialise a figure (``plotly.io.to_json``) or embed it (``Figure.to_html``). Derived
 values (rates from counters) come from ``tfdiag.analysis``; here they are only drawn.
-The module is longer than 400 lines because the ten figures share its helpers and
-conventions; a new family of figures belongs in a module of its own.
-
-Conventions, so that every view reads the same:
-
-- Unit conversion (ns → ms or s, bytes → MB) and unit labels happen here only.
-- Time axes are seconds since the run's first step (the manifest's start time, or the
-  first sample, when the run has no steps), on the reference clock.
-- Every time series is downsampled to a bounded number of points (``downsample``:
-  the minimum and maximum of each bucket, so spikes survive); a figure holds at most
-  about ``MAX_POINTS_PER_FIGURE`` points however large the run.
-- A figure without data is an empty chart with an annotation saying what is missing
-  (``layout.meta.empty`` is true), never an error.
-- Names from the run (tasks, hosts, variables) are HTML-escaped, control characters
-  escaped too (``label``): plotly renders trace names, tick labels and hover text as a
-  subset of HTML.
+Every figure follows the conventions of ``charts`` (units, time axes, bounded points,
+empty charts, escaped names); a new family of figures belongs in a module of its own.
 
 Example:
     >>> from tfdiag.analysis import analyze
@@ -32,8 +18,7 @@ Example:
 
 from __future__ import annotations
 
-import html
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -42,22 +27,23 @@ from plotly.subplots import make_subplots
 
 from tfdiag.analysis.rates import network_rate
 from tfdiag.analysis.result import Report
-from tfdiag.report.safe_text import printable
-
-# One series never holds more than this many points; plotly in a browser stays
-# responsive up to a few tens of thousands of points per chart (SVG traces slow down
-# past ~10^4 points, which is why series switch to WebGL above SVG_MAX_POINTS).
-MAX_POINTS_PER_SERIES = 2000
-# All series of one figure together hold about this many points at most: a 64-worker
-# run gets ~300 points per worker instead of 2,000.
-MAX_POINTS_PER_FIGURE = 20_000
-# A series shorter than this is drawn as SVG (go.Scatter), which works without WebGL
-# (headless browsers, remote desktops); longer ones use go.Scattergl.
-SVG_MAX_POINTS = 5_000
-# Fewer points than this per series would make a line meaningless.
-MIN_POINTS_PER_SERIES = 50
-# Above this many links the latency-over-time chart shows one series per destination.
-MAX_LINK_SERIES = 16
+from tfdiag.report.charts import (
+    downsample,
+    empty_chart,
+    empty_figure,
+    is_empty,
+    label,
+    line_trace,
+    palette_colour,
+    points_per_series,
+    seconds_since,
+    shortened,
+    styled,
+    subplot_axes,
+    task_labels,
+    time_origin,
+    timeline_of,
+)
 
 # The step components of ``workers[].breakdown_ms`` (tfdiag.analysis.components), with colours.
 BREAKDOWN_COMPONENTS = (
@@ -74,126 +60,8 @@ FAULT_STYLES = {  # fault kind -> (marker symbol, colour)
     "restart": ("triangle-up", "#1565c0"),
 }
 SEVERITY_COLOURS = {"warning": "#f57c00", "critical": "#d32f2f"}
-MARGIN = {"l": 70, "r": 20, "t": 60, "b": 60}
-
-
-# -- helpers ---------------------------------------------------------------------------
-
-
-def label(text: Any) -> str:
-    """``text`` as plotly shows it literally, control characters escaped: ``label("<b>w</b>") == "&lt;b&gt;w&lt;/b&gt;"``."""
-    return html.escape(printable(text), quote=False)
-
-
-def is_empty(figure: go.Figure) -> bool:
-    """Whether ``figure`` was drawn without data (it holds only an explanatory annotation)."""
-    meta = figure.layout.meta
-    return bool(isinstance(meta, dict) and meta.get("empty"))
-
-
-def downsample(x: np.ndarray, y: np.ndarray, max_points: int) -> tuple[np.ndarray, np.ndarray]:
-    """At most ``max_points`` points of the series (x ascending): each bucket's min and max.
-
-    Keeping both extremes of every bucket keeps the spikes a straggler or a slow link
-    makes, which a plain stride would drop. NaNs in ``y`` are never chosen over numbers.
-
-    >>> x = np.arange(10); y = np.array([0, 9, 0, 0, 0, 0, 0, 0, 7, 0])
-    >>> downsample(x, y, 4)[1].tolist()
-    [0.0, 9.0, 0.0, 7.0]
-    """
-    x, y = np.asarray(x), np.asarray(y, dtype=float)
-    n = len(y)
-    if n <= max_points:
-        return x, y
-    buckets = max(1, max_points // 2)
-    size = -(-n // buckets)
-    buckets = -(-n // size)
-    padded = np.full(buckets * size, np.nan)
-    padded[:n] = np.where(np.isnan(y), np.nan, y)
-    rows = padded.reshape(buckets, size)
-    filled = np.where(np.isnan(rows), np.inf, rows)
-    low = np.argmin(filled, axis=1)
-    high = np.argmax(np.where(np.isnan(rows), -np.inf, rows), axis=1)
-    base = np.arange(buckets) * size
-    keep = np.unique(np.concatenate([base + low, base + high]))
-    keep = keep[keep < n]
-    return x[keep], y[keep]
-
-
-def _points_per_series(series: int) -> int:
-    return int(max(MIN_POINTS_PER_SERIES, min(MAX_POINTS_PER_SERIES, MAX_POINTS_PER_FIGURE // max(series, 1))))
-
-
-def _line(x, y, name: str, **kwargs) -> dict:
-    """A line or marker trace (a dict: ``Figure.add_traces`` takes hundreds of them fast):
-    SVG when short (works without WebGL), WebGL when long."""
-    return {"type": "scatter" if len(x) <= SVG_MAX_POINTS else "scattergl", "x": x, "y": y, "name": name, **kwargs}
-
-
-def _axes(row: int) -> dict:
-    """The axes of subplot ``row`` of a one-column ``make_subplots`` figure."""
-    suffix = "" if row == 1 else str(row)
-    return {"xaxis": f"x{suffix}", "yaxis": f"y{suffix}"}
-
-
-def _style(figure: go.Figure, title: str, xaxis_title: str | None = None, yaxis_title: str | None = None, **layout) -> go.Figure:
-    """The common look; axis titles here only for single-plot figures (subplots set their own)."""
-    figure.update_layout(title=title, template="plotly_white", margin=MARGIN, meta={"empty": False}, **layout)
-    if xaxis_title is not None:
-        figure.update_layout(xaxis_title=xaxis_title)
-    if yaxis_title is not None:
-        figure.update_layout(yaxis_title=yaxis_title)
-    return figure
-
-
-def empty_figure(title: str, message: str) -> go.Figure:
-    """A chart without data that says why (``layout.meta.empty`` is true)."""
-    return _empty(go.Figure(), title, message)
-
-
-def _empty(figure: go.Figure, title: str, message: str) -> go.Figure:
-    """An empty chart that says why it is empty."""
-    figure.update_layout(
-        title=title,
-        template="plotly_white",
-        margin=MARGIN,
-        meta={"empty": True, "message": message},
-        xaxis={"visible": False},
-        yaxis={"visible": False},
-        annotations=[{
-            "text": label(message), "showarrow": False, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5,
-            "font": {"size": 14, "color": "#757575"},
-        }],
-    )
-    return figure
-
-
-def time_origin(report: Report, fallback_ns: int | None = None) -> tuple[int, str]:
-    """(origin in ns, x-axis title) of every time axis: the first step, else the run's start."""
-    steps = report.steps
-    if not steps.empty and "begin_ns" in steps:
-        return int(steps["begin_ns"].min()), "time since first step (s)"
-    start = report.run.get("start_time_ns")
-    if start:
-        return int(start), "time since run start (s)"
-    return int(fallback_ns or 0), "time since first sample (s)"
-
-
-def _seconds(times_ns: pd.Series, origin_ns: int) -> np.ndarray:
-    # Subtract in int64: nanoseconds since 1970 do not fit a float64 exactly.
-    return (times_ns.to_numpy(dtype="int64") - origin_ns) / 1e9
-
-
-def _timeline(report: Report, name: str) -> pd.DataFrame:
-    frame = report.timelines.get(name) if report.timelines else None
-    return frame if frame is not None else pd.DataFrame()
-
-
-def _tasks(values) -> list[str]:
-    return [label(value) for value in values]
-
-
-# -- figures -----------------------------------------------------------------------------
+# Above this many links the latency-over-time chart shows one series per destination.
+MAX_LINK_SERIES = 16
 
 
 def step_breakdown(report: Report) -> go.Figure:
@@ -202,15 +70,15 @@ def step_breakdown(report: Report) -> go.Figure:
     figure = go.Figure()
     workers = [worker for worker in report.workers if worker.get("breakdown_ms")]
     if not workers:
-        return _empty(figure, title, "no step records")
-    tasks = _tasks(worker["task"] for worker in workers)
+        return empty_chart(figure, title, "no step records")
+    tasks = task_labels(worker["task"] for worker in workers)
     for key, name, colour in BREAKDOWN_COMPONENTS:
         values = [worker["breakdown_ms"].get(key) for worker in workers]
         figure.add_trace(go.Bar(
             x=tasks, y=values, name=name, marker_color=colour,
             hovertemplate="%{x}<br>" + name + ": %{y:.2f} ms<extra></extra>",
         ))
-    return _style(figure, title, "worker", "time per step (ms)", barmode="stack", legend={"orientation": "h", "y": -0.2})
+    return styled(figure, title, "worker", "time per step (ms)", barmode="stack", legend={"orientation": "h", "y": -0.2})
 
 
 def step_time_over_run(report: Report) -> go.Figure:
@@ -219,17 +87,17 @@ def step_time_over_run(report: Report) -> go.Figure:
     figure = go.Figure()
     steps = report.steps
     if steps.empty:
-        return _empty(figure, title, "no step records")
+        return empty_chart(figure, title, "no step records")
     origin, x_title = time_origin(report)
     groups = list(steps.groupby("task", sort=True, observed=True))
-    budget = _points_per_series(len(groups))
+    budget = points_per_series(len(groups))
     traces = []
     for task, rows in groups:
         rows = rows.sort_values("begin_ns")
-        x, y = downsample(_seconds(rows["begin_ns"], origin), rows["duration_ns"].to_numpy(dtype="float64") / 1e6, budget)
-        traces.append(_line(x, y, label(task), mode="lines", hovertemplate="%{x:.1f} s: %{y:.2f} ms"))
+        x, y = downsample(seconds_since(rows["begin_ns"], origin), rows["duration_ns"].to_numpy(dtype="float64") / 1e6, budget)
+        traces.append(line_trace(x, y, label(task), mode="lines", hovertemplate="%{x:.1f} s: %{y:.2f} ms"))
     figure.add_traces(traces)
-    return _style(figure, title, x_title, "step time (ms)", yaxis_rangemode="tozero")
+    return styled(figure, title, x_title, "step time (ms)", yaxis_rangemode="tozero")
 
 
 def rpc_latency_heatmap(report: Report) -> go.Figure:
@@ -237,7 +105,7 @@ def rpc_latency_heatmap(report: Report) -> go.Figure:
     title = "RPC round-trip time by link"
     links = [link for link in report.rpc if (link.get("rtt_ms") or {}).get("p50") is not None]
     if not links:
-        return _empty(go.Figure(), title, "no RPC probes recorded")
+        return empty_chart(go.Figure(), title, "no RPC probes recorded")
     sources = sorted({link["src"] for link in links})
     destinations = sorted({link["dst"] for link in links})
     row, col = {s: i for i, s in enumerate(sources)}, {d: i for i, d in enumerate(destinations)}
@@ -252,7 +120,7 @@ def rpc_latency_heatmap(report: Report) -> go.Figure:
             text[row[link["src"]]][col[link["dst"]]] = f"{link.get('samples', 0)} probes"
         figure.add_trace(
             go.Heatmap(
-                z=z, x=_tasks(destinations), y=_tasks(sources), text=text, coloraxis="coloraxis",
+                z=z, x=task_labels(destinations), y=task_labels(sources), text=text, coloraxis="coloraxis",
                 hovertemplate="%{y} → %{x}<br>" + key + ": %{z:.3f} ms (%{text})<extra></extra>",
             ),
             row=1, col=index + 1,
@@ -260,7 +128,7 @@ def rpc_latency_heatmap(report: Report) -> go.Figure:
     figure.update_xaxes(title_text="destination", type="category")
     figure.update_yaxes(title_text="source", type="category", autorange="reversed")
     height = int(min(1400, max(380, 160 + 16 * len(sources))))
-    return _style(
+    return styled(
         figure, title, height=height,
         coloraxis={"colorscale": "YlOrRd", "cmin": 0, "cmax": top, "colorbar": {"title": {"text": "ms"}}},
     )
@@ -270,9 +138,9 @@ def rpc_latency_over_time(report: Report) -> go.Figure:
     """Round-trip time (ms) of the RPC probes over the run, per link (per destination when many)."""
     title = "RPC round-trip time over the run"
     figure = go.Figure()
-    rpc = _timeline(report, "rpc")
+    rpc = timeline_of(report, "rpc")
     if rpc.empty:
-        return _empty(figure, title, "no RPC probes recorded")
+        return empty_chart(figure, title, "no RPC probes recorded")
     origin, x_title = time_origin(report, int(rpc["time_ns"].min()))
     rpc = rpc.sort_values("time_ns", kind="stable")
     links = rpc[["src", "dst"]].drop_duplicates()
@@ -280,47 +148,47 @@ def rpc_latency_over_time(report: Report) -> go.Figure:
         groups = [(f"{label(src)} → {label(dst)}", rows) for (src, dst), rows in rpc.groupby(["src", "dst"], sort=True)]
     else:
         groups = [(f"all → {label(dst)}", rows) for dst, rows in rpc.groupby("dst", sort=True)]
-    budget = _points_per_series(len(groups))
+    budget = points_per_series(len(groups))
     traces = []
     for name, rows in groups:
-        x, y = downsample(_seconds(rows["time_ns"], origin), rows["rtt_ns"].to_numpy(dtype="float64") / 1e6, budget)
-        traces.append(_line(x, y, name, mode="markers", marker={"size": 4}, hovertemplate="%{x:.1f} s: %{y:.3f} ms"))
+        x, y = downsample(seconds_since(rows["time_ns"], origin), rows["rtt_ns"].to_numpy(dtype="float64") / 1e6, budget)
+        traces.append(line_trace(x, y, name, mode="markers", marker={"size": 4}, hovertemplate="%{x:.1f} s: %{y:.3f} ms"))
     figure.add_traces(traces)
-    return _style(figure, title, x_title, "round-trip time (ms)", yaxis_rangemode="tozero")
+    return styled(figure, title, x_title, "round-trip time (ms)", yaxis_rangemode="tozero")
 
 
 def gpu_utilization(report: Report) -> go.Figure:
     """Utilisation (%) and memory in use (GB) of every GPU over the run."""
     title = "GPU utilisation"
-    gpu = _timeline(report, "gpu")
+    gpu = timeline_of(report, "gpu")
     if gpu.empty:
-        return _empty(go.Figure(), title, "no GPU samples recorded (no GPU, or NVML unavailable)")
+        return empty_chart(go.Figure(), title, "no GPU samples recorded (no GPU, or NVML unavailable)")
     origin, x_title = time_origin(report, int(gpu["time_ns"].min()))
     figure = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
     groups = list(gpu.sort_values("time_ns").groupby(["host", "index"], sort=True, observed=True))
-    budget = _points_per_series(2 * len(groups))
+    budget = points_per_series(2 * len(groups))
     traces = []
     for number, ((host, index), rows) in enumerate(groups):
         name = f"{label(host)} GPU {int(index)}"
-        seconds = _seconds(rows["time_ns"], origin)
+        seconds = seconds_since(rows["time_ns"], origin)
         memory = rows["mem_used_bytes"].to_numpy(dtype="float64") / 1e9
         for row, values in ((1, rows["util_pct"].to_numpy(dtype="float64")), (2, memory)):
             x, y = downsample(seconds, values, budget)
-            traces.append(_line(x, y, name, mode="lines", legendgroup=name, showlegend=row == 1,
-                                line={"color": _colour(number)}, **_axes(row)))
+            traces.append(line_trace(x, y, name, mode="lines", legendgroup=name, showlegend=row == 1,
+                                line={"color": palette_colour(number)}, **subplot_axes(row)))
     figure.add_traces(traces)
     figure.update_yaxes(title_text="utilisation (%)", range=[0, 105], row=1, col=1)
     figure.update_yaxes(title_text="memory used (GB)", rangemode="tozero", row=2, col=1)
     figure.update_xaxes(title_text=x_title, row=2, col=1)
-    return _style(figure, title, height=520)
+    return styled(figure, title, height=520)
 
 
 def host_utilization(report: Report) -> go.Figure:
     """CPU (%), memory in use (%) and network traffic (MB/s) of every sampled host over the run."""
     title = "Host utilisation"
-    system = _timeline(report, "system")
+    system = timeline_of(report, "system")
     if system.empty:
-        return _empty(go.Figure(), title, "no host samples recorded")
+        return empty_chart(go.Figure(), title, "no host samples recorded")
     origin, x_title = time_origin(report, int(system["time_ns"].min()))
     figure = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.06)
     # One sort and vectorised columns, then a slice per sampler: a 64-host run has 192 series.
@@ -329,7 +197,7 @@ def host_utilization(report: Report) -> go.Figure:
     codes, _ = pd.factorize(system["host"] + "\x00" + system["task"])
     starts = np.flatnonzero(np.r_[True, np.diff(codes) != 0])
     ends = np.r_[starts[1:], len(system)]
-    seconds = _seconds(system["time_ns"], origin)
+    seconds = seconds_since(system["time_ns"], origin)
     rate = network_rate(system)
     rate[starts] = np.nan  # a sampler's first sample has no rate
     columns = (
@@ -337,21 +205,21 @@ def host_utilization(report: Report) -> go.Figure:
         (2, system["mem_used_frac"].to_numpy(dtype="float64") * 100),
         (3, rate / 1e6),
     )
-    budget = _points_per_series(3 * len(starts))
+    budget = points_per_series(3 * len(starts))
     traces = []
     for number, (start, end) in enumerate(zip(starts, ends)):
         host, task = system.at[start, "host"], system.at[start, "task"]
         name = f"{label(task)} ({label(host)})" if host and host != task else label(task)
         for row, values in columns:
             x, y = downsample(seconds[start:end], values[start:end], budget)
-            traces.append(_line(x, y, name, mode="lines", legendgroup=name, showlegend=row == 1,
-                                line={"color": _colour(number)}, **_axes(row)))
+            traces.append(line_trace(x, y, name, mode="lines", legendgroup=name, showlegend=row == 1,
+                                line={"color": palette_colour(number)}, **subplot_axes(row)))
     figure.add_traces(traces)
     figure.update_yaxes(title_text="CPU (%)", rangemode="tozero", row=1, col=1)
     figure.update_yaxes(title_text="memory used (%)", range=[0, 105], row=2, col=1)
     figure.update_yaxes(title_text="network (MB/s)", rangemode="tozero", row=3, col=1)
     figure.update_xaxes(title_text=x_title, row=3, col=1)
-    return _style(figure, title, height=640)
+    return styled(figure, title, height=640)
 
 
 def shard_balance(report: Report) -> go.Figure:
@@ -361,22 +229,22 @@ def shard_balance(report: Report) -> go.Figure:
     rows = [(shard["task"], shard.get("examples") or 0) for shard in report.shards]
     source = report.shards[0].get("source", "shard counters") if report.shards else ""
     if not rows or not any(examples for _, examples in rows):
-        return _empty(figure, title, "no shard or step records")
-    tasks = _tasks(task for task, _ in rows)
+        return empty_chart(figure, title, "no shard or step records")
+    tasks = task_labels(task for task, _ in rows)
     examples = [examples for _, examples in rows]
     mean = float(np.mean(examples))
     figure.add_trace(go.Bar(x=tasks, y=examples, name="examples", marker_color="#1e88e5",
                             hovertemplate="%{x}: %{y:,} examples<extra></extra>"))
     figure.add_hline(y=mean, line_dash="dash", line_color="#616161", annotation_text=f"mean {mean:,.0f}")
-    return _style(figure, f"{title} (from {source})", "worker", "examples consumed", showlegend=False)
+    return styled(figure, f"{title} (from {source})", "worker", "examples consumed", showlegend=False)
 
 
 def ps_load(report: Report) -> go.Figure:
     """Bytes (MB) and number of variables each parameter server holds."""
     title = "Parameter-server load"
     if not report.ps:
-        return _empty(go.Figure(), title, "no variable placement recorded (not a parameter-server run?)")
-    tasks = _tasks(ps["task"] for ps in report.ps)
+        return empty_chart(go.Figure(), title, "no variable placement recorded (not a parameter-server run?)")
+    tasks = task_labels(ps["task"] for ps in report.ps)
     largest = [f"largest: {label(ps.get('largest'))} ({(ps.get('largest_bytes') or 0) / 1e6:,.2f} MB)" for ps in report.ps]
     figure = make_subplots(rows=1, cols=2, subplot_titles=("bytes held", "variables held"), horizontal_spacing=0.12)
     figure.add_trace(go.Bar(x=tasks, y=[(ps.get("bytes") or 0) / 1e6 for ps in report.ps], name="MB", text=largest,
@@ -387,7 +255,7 @@ def ps_load(report: Report) -> go.Figure:
     figure.update_xaxes(title_text="parameter server", type="category")
     figure.update_yaxes(title_text="variable bytes (MB)", row=1, col=1)
     figure.update_yaxes(title_text="variables", row=1, col=2)
-    return _style(figure, title, showlegend=False)
+    return styled(figure, title, showlegend=False)
 
 
 def fault_timeline(report: Report) -> go.Figure:
@@ -396,7 +264,7 @@ def fault_timeline(report: Report) -> go.Figure:
     figure = go.Figure()
     faults = [fault for fault in report.faults if fault.get("time_ns") is not None or fault.get("time") is not None]
     if not faults:
-        return _empty(figure, title, "no faults recorded")
+        return empty_chart(figure, title, "no faults recorded")
     times = [int(fault["time_ns"]) for fault in faults if fault.get("time_ns") is not None]
     origin, x_title = time_origin(report, min(times) if times else None)
 
@@ -420,11 +288,11 @@ def fault_timeline(report: Report) -> go.Figure:
         figure.add_trace(go.Scatter(
             x=[seconds(fault) for fault in chosen], y=[label(fault["task"]) for fault in chosen], mode="markers",
             name=label(kind), marker={"symbol": symbol, "color": colour, "size": 12},
-            text=[label(_shorten(str(fault.get("message") or ""))) for fault in chosen],
+            text=[label(shortened(str(fault.get("message") or ""))) for fault in chosen],
             hovertemplate="%{y} at %{x:.1f} s<br>%{text}<extra>" + label(kind) + "</extra>",
         ))
     figure.update_yaxes(type="category", categoryorder="array", categoryarray=tasks)
-    return _style(figure, title, x_title, "task", height=int(max(300, 160 + 30 * len(tasks))))
+    return styled(figure, title, x_title, "task", height=int(max(300, 160 + 30 * len(tasks))))
 
 
 def findings_during_run(report: Report) -> go.Figure:
@@ -436,9 +304,9 @@ def findings_during_run(report: Report) -> go.Figure:
     """
     title = "Findings during the run"
     figure = go.Figure()
-    windows = _timeline(report, "live_findings")
+    windows = timeline_of(report, "live_findings")
     if windows.empty:
-        return _empty(figure, title, "no findings announced during the run (live findings off, or none)")
+        return empty_chart(figure, title, "no findings announced during the run (live findings off, or none)")
     origin, x_title = time_origin(report, int(windows["began_ns"].min()))
     steps = report.steps
     last_ns = max([int(windows["began_ns"].max())] + [int(value) for value in windows["ended_ns"].dropna()]
@@ -448,10 +316,10 @@ def findings_during_run(report: Report) -> go.Figure:
         name = label(f"{window.kind} ({window.tasks})" if window.tasks else str(window.kind))
         still_on = pd.isna(window.ended_ns)
         end_ns = last_ns if still_on else int(window.ended_ns)
-        x = _seconds(pd.Series([int(window.began_ns), end_ns]), origin)
+        x = seconds_since(pd.Series([int(window.began_ns), end_ns]), origin)
         colour = SEVERITY_COLOURS.get(str(window.severity), "#616161")
         until = "still on when the records end" if still_on else f"cleared at {x[1]:.1f} s"
-        hover = f"{label(_shorten(str(window.message)))}<br>from {x[0]:.1f} s, {until}<extra></extra>"
+        hover = f"{label(shortened(str(window.message)))}<br>from {x[0]:.1f} s, {until}<extra></extra>"
         figure.add_trace(go.Bar(
             x=[x[1] - x[0]], base=[x[0]], y=[name], orientation="h", marker_color=colour, showlegend=False,
             marker_pattern_shape="/" if still_on else "", hovertemplate=hover,
@@ -459,18 +327,7 @@ def findings_during_run(report: Report) -> go.Figure:
         rows.append(name)
     names = list(dict.fromkeys(rows))
     figure.update_yaxes(type="category", categoryorder="array", categoryarray=names[::-1])
-    return _style(figure, title, x_title, "finding", barmode="overlay", height=int(max(260, 160 + 30 * len(names))))
-
-
-def _shorten(text: str, limit: int = 160) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
-
-
-def _colour(number: int) -> str:
-    return _PALETTE[number % len(_PALETTE)]
+    return styled(figure, title, x_title, "finding", barmode="overlay", height=int(max(260, 160 + 30 * len(names))))
 
 
 # The views of a run, in the order the tab and the HTML report show them: (title of the

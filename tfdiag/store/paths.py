@@ -16,8 +16,11 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from tfdiag.events import task_file_stem
+
 PLUGIN_DIR = os.path.join("plugins", "tfdiag")
 LOG_SUFFIX = ".tfdiag"
+STACKS_SUFFIX = ".stacks"  # a task's Python stacks, written when it is stuck (collectors/stacks.py)
 
 
 class NotARegularFile(OSError):
@@ -38,6 +41,15 @@ class RejectedPath:
 def log_dir(run_dir: str | os.PathLike) -> Path:
     """The directory that holds a run's tfdiag files: ``RUN/plugins/tfdiag``."""
     return Path(run_dir) / PLUGIN_DIR
+
+
+def stacks_path(run_dir: str | os.PathLike, task: str) -> Path:
+    """``RUN/plugins/tfdiag/<task>.stacks``: where ``task``'s Python stacks go.
+
+    >>> stacks_path("logs/run1", "worker:1")
+    PosixPath('logs/run1/plugins/tfdiag/worker-1.stacks')
+    """
+    return log_dir(run_dir) / (task_file_stem(task) + STACKS_SUFFIX)
 
 
 def find_runs(logdir: str | os.PathLike) -> list[Path]:

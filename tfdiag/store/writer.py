@@ -19,7 +19,7 @@ logger = logging.getLogger("tfdiag")
 
 # A killed task loses what it appended since the last flush: at most one second. Each flush
 # costs a fixed CPU per record kind in it (a frame each: 22-79 µs for a row on the
-# 2-core test host, benchmarks/collector_cost.py), so flushing more often costs more.
+# 2-core test host, benchmarks/micro.py collector_cost), so flushing more often costs more.
 DEFAULT_FLUSH_INTERVAL_S = 1.0
 # After a failed write the writer tries again this often (not at every flush: each try
 # encodes the buffered records, wasted work while the disk stays full).

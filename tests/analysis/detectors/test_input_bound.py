@@ -19,9 +19,9 @@ def _input_bound_run(builder):
 def _samples(run, task, cpu_count, host="h", count=20):
     """System samples of a lightly loaded host (20 % CPU) that know its cores."""
     for i in range(count):
-        run.records.append(("system", dict(host=host, task=task, time_ns=START_NS + i * 100 * MS, cpu_pct=20.0,
-                                           mem_used_frac=0.5, net_sent_bytes=0, net_recv_bytes=0, disk_read_bytes=0,
-                                           disk_write_bytes=0, cpu_count=cpu_count)))
+        run.record("system", host=host, task=task, time_ns=START_NS + i * 100 * MS, cpu_pct=20.0,
+                   mem_used_frac=0.5, net_sent_bytes=0, net_recv_bytes=0, disk_read_bytes=0,
+                   disk_write_bytes=0, cpu_count=cpu_count)
     return run
 
 

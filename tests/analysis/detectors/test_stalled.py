@@ -122,8 +122,8 @@ def test_one_beat_with_a_damaged_time_does_not_make_a_live_run_hang(builder):
         run.steps(worker, count=100, step_ms=20, closures=True)
     run.heartbeats("chief:0", until_ms=2_500, every_ms=1_000, subjects=WORKERS, in_flight=(2, 2_100))
     # A beat decades after the run (a flipped time that still passes the reader's range check).
-    run.records.append(("heartbeat", dict(task="chief:0", time_ns=2**61, subject="worker:1", progress=100,
-                                          in_flight=None, oldest_in_flight_ns=None, closed=False)))
+    run.record("heartbeat", task="chief:0", time_ns=2**61, subject="worker:1", progress=100,
+               in_flight=None, oldest_in_flight_ns=None, closed=False)
     assert [f for f in analyze(run.write()).findings if f.severity is not Severity.INFO] == []
 
 
@@ -131,8 +131,8 @@ def _probes(run, src, dst, until_ms, every_ms=2_000):
     """The coordinator's RPC probe answered by ``dst`` every ``every_ms`` up to ``until_ms``."""
     for at_ms in range(0, until_ms, every_ms):
         send = START_NS + at_ms * MS
-        run.records.append(("rpc", dict(src=src, dst=dst, send_ns=send, remote_ns=send + MS // 2, recv_ns=send + MS,
-                                        payload_bytes=0)))
+        run.record("rpc", src=src, dst=dst, send_ns=send, remote_ns=send + MS // 2, recv_ns=send + MS,
+                   payload_bytes=0)
 
 
 @pytest.mark.parametrize("frozen, waiting", [("worker:1", "worker:0"), ("worker:0", "worker:1")])
@@ -155,6 +155,23 @@ def test_the_worker_that_stopped_answering_is_named_first_when_the_whole_job_sta
     assert finding.title.endswith(f"; {frozen} not answering")
 
 
+def test_the_ps_that_stopped_answering_is_named_first_and_the_workers_as_waiting_for_it(builder):
+    """A frozen ps holds every worker; the probe still reaches the workers and ps:1 after the
+    stall, ps:0 (from the coordinator and relayed from the workers) only before it."""
+    run = builder()  # 2 ps
+    run.steps("worker:0", count=150, step_ms=20, closures=True).steps("worker:1", count=140, step_ms=20, closures=True)
+    run.heartbeats("chief:0", until_ms=60_000, subjects=WORKERS, in_flight=(2, 3_000))
+    for task in (*WORKERS, "ps:1"):
+        _probes(run, "chief:0", task, until_ms=60_000)
+    _probes(run, "chief:0", "ps:0", until_ms=3_000)
+    for worker in WORKERS:
+        _probes(run, worker, "ps:0", until_ms=3_000)
+    [finding] = _stalled(analyze(run.write()))
+    assert finding.tasks[0] == "ps:0" and finding.evidence["unresponsive"] == ["ps:0"]
+    assert "ps:0 stopped answering the coordinator's probes, which worker:1, worker:0 still answer" in finding.summary
+    assert finding.title.endswith("; ps:0 not answering")
+
+
 def test_without_probes_after_the_stall_the_first_to_stop_is_named_first(builder):
     # The prober itself stopped (or none ran): no task is known to be unresponsive.
     run = builder()
@@ -165,3 +182,41 @@ def test_without_probes_after_the_stall_the_first_to_stop_is_named_first(builder
         _probes(run, "chief:0", worker, until_ms=2_000)
     [finding] = _stalled(analyze(run.write()))
     assert finding.tasks == ("worker:1", "worker:0") and finding.evidence["unresponsive"] == []
+
+
+def _ps_job_stalled_at(builder, stall_ms: float, statuses: list[str]):
+    """A TF1 job whose workers stop at ``stall_ms``, 15 s before its latest beat, with the
+    chief's status checks of ps:0 from just before the stall."""
+    run = builder(strategy="tf1_session", workers=2, ps=1, chief=False)
+    for worker in WORKERS:
+        run.steps(worker, count=int(stall_ms / 21), step_ms=20)
+        run.heartbeats(worker, until_ms=stall_ms + 15_000, subjects=(worker,))
+    return run.liveness("ps:0", statuses, start_ms=stall_ms - 1_000)
+
+
+def test_a_ps_that_stopped_answering_is_named_before_the_floor(builder):
+    """15 s into a stall, below STALL_FLOOR_S, a ps whose status checks all failed since it
+    began is named first, the workers as waiting for it."""
+    run = _ps_job_stalled_at(builder, 20_000, ["OK", "DEADLINE_EXCEEDED", "DEADLINE_EXCEEDED"])
+    [finding] = _stalled(analyze(run.write(by_task=True)))
+    assert finding.tasks == ("ps:0", "worker:0", "worker:1")
+    assert "ps:0 not answering" in finding.title
+    assert "ps:0 has not answered a status check since the stall began (2 checks, DEADLINE_EXCEEDED: frozen or hung)" \
+        in finding.summary
+    [silent] = finding.evidence["silent"]
+    assert silent["last_answer_ns"] == START_NS + 19_000 * MS
+
+
+@pytest.mark.parametrize("statuses", [["OK", "OK", "OK"], ["OK", "DEADLINE_EXCEEDED"]],
+                         ids=["answering", "one-miss"])
+def test_a_ps_that_answers_or_missed_once_leaves_a_short_pause_alone(builder, statuses):
+    run = _ps_job_stalled_at(builder, 20_000, statuses)
+    assert _stalled(analyze(run.write(by_task=True))) == []
+
+
+def test_a_silent_ps_while_the_workers_progress_is_no_stall(builder):
+    run = builder(strategy="tf1_session", workers=2, ps=1, chief=False)
+    for worker in WORKERS:
+        run.steps(worker, count=1_500, step_ms=20).heartbeats(worker, until_ms=31_000, subjects=(worker,))
+    run.liveness("ps:0", ["OK"] + ["DEADLINE_EXCEEDED"] * 3, start_ms=5_000)
+    assert _stalled(analyze(run.write(by_task=True))) == []

@@ -61,7 +61,7 @@ def test_a_late_joiner_slower_while_both_ran_is_a_straggler(builder):
     run.steps("worker:0", count=60, step_ms=20, idle_ms=0.5, first_step=200, start_ns=joined)
     run.steps("worker:1", count=30, step_ms=40, idle_ms=0.5, start_ns=joined)
     # worker:1's session waited 30 s for the chief (DiagnosticsHook's session record).
-    run.records.append(("session", dict(task="worker:1", begin_ns=START_NS - 30_000 * MS, ready_ns=START_NS)))
+    run.record("session", task="worker:1", begin_ns=START_NS - 30_000 * MS, ready_ns=START_NS)
     straggler = next(f for f in analyze(run.write()).findings if f.kind == "straggler")
     assert straggler.tasks == ("worker:1",)
     assert straggler.evidence["chief_wait_s"] == {"worker:1": 30.0}
@@ -174,8 +174,8 @@ def test_a_worker_given_closures_all_run_that_finished_two_is_judged_by_its_pace
     # starts it 3.3 s later and finishes 2 closures of 10 steps by the end of the 4 s run.
     run = builder().steps("worker:0", count=20, step_ms=190, idle_ms=10, closures=True)
     run.steps("worker:1", count=2, step_ms=300, idle_ms=40, closures=True, start_ns=START_NS + 3300 * MS)
-    run.records.append(("closure", dict(worker="worker:1", closure_id=99, dispatch_ns=START_NS, result_ns=START_NS + 3300 * MS,
-                                        ok=True, error="")))
+    run.record("closure", worker="worker:1", closure_id=99, dispatch_ns=START_NS, result_ns=START_NS + 3300 * MS,
+               ok=True, error="")
     finding = next(f for f in analyze(run.write()).findings if f.kind == "straggler")
     assert finding.tasks == ("worker:1",) and finding.severity.value == "critical"
     # 4 s with work, 2 records: its period is 2 s a record against worker:0's 200 ms.
@@ -187,8 +187,8 @@ def test_a_worker_that_failed_and_never_came_back_is_not_judged_by_its_pace(buil
     # it finished little because it was gone, which is task_failure's.
     run = builder().steps("worker:0", count=20, step_ms=190, idle_ms=10, closures=True)
     run.steps("worker:1", count=2, step_ms=300, idle_ms=40, closures=True, start_ns=START_NS + 3300 * MS)
-    run.records.append(("closure", dict(worker="worker:1", closure_id=99, dispatch_ns=START_NS, result_ns=START_NS + 3300 * MS,
-                                        ok=True, error="")))
+    run.record("closure", worker="worker:1", closure_id=99, dispatch_ns=START_NS, result_ns=START_NS + 3300 * MS,
+               ok=True, error="")
     run.fault("worker:1", "failure", 3950)
     kinds = _kinds(analyze(run.write()))
     assert "straggler" not in kinds and "task_failure" in kinds

@@ -58,8 +58,8 @@ def _probe_rounds(run, durations_ms: dict, rounds=6):
     for index in range(rounds):
         for worker, ms in durations_ms.items():
             value = ms[index % len(ms)] if isinstance(ms, (list, tuple)) else ms
-            run.records.append(("allreduce", dict(task=worker, time_ns=1_700_000_000_000_000_000 + index * 3_000_000_000,
-                                                  duration_ns=int(value * 1e6), bytes=4096)))
+            run.record("allreduce", task=worker, time_ns=1_700_000_000_000_000_000 + index * 3_000_000_000,
+                       duration_ns=int(value * 1e6), bytes=4096)
     return run
 
 

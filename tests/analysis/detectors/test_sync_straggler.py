@@ -74,11 +74,11 @@ def _sampled(run, late: dict, throttled_ms: dict | None = None):
 
     for worker in WORKERS:
         for second in range(int((run.step_end_ns - START_NS) / 1e9) + 1):
-            run.records.append(("system", dict(
-                host="h", task=worker, time_ns=START_NS + second * 1_000_000_000, cpu_pct=20.0, mem_used_frac=0.5,
-                net_sent_bytes=0, net_recv_bytes=0, disk_read_bytes=0, disk_write_bytes=0,
+            run.record(
+                "system", host="h", task=worker, time_ns=START_NS + second * 1_000_000_000, cpu_pct=20.0,
+                mem_used_frac=0.5, net_sent_bytes=0, net_recv_bytes=0, disk_read_bytes=0, disk_write_bytes=0,
                 wakes=10, late_wakes=late[worker], late_ms=late[worker] * 20.0,
-                throttled_ms=(throttled_ms or {}).get(worker, float("nan")))))
+                throttled_ms=(throttled_ms or {}).get(worker, float("nan")))
     return run
 
 

@@ -88,9 +88,9 @@ def test_a_worker_killed_after_one_step_and_back_for_a_few_is_a_failure_not_a_st
 def _samples(run, task, pid, from_s, to_s):
     """``system`` records of one process of ``task``, every 0.5 s from ``from_s`` to ``to_s``."""
     for i in range(int((to_s - from_s) / 0.5) + 1):
-        run.records.append(("system", dict(host="vm", task=task, time_ns=START_NS + int((from_s + i * 0.5) * S),
-                                           cpu_pct=50.0, mem_used_frac=0.5, net_sent_bytes=0, net_recv_bytes=0,
-                                           disk_read_bytes=0, disk_write_bytes=0, pid=pid)))
+        run.record("system", host="vm", task=task, time_ns=START_NS + int((from_s + i * 0.5) * S),
+                   cpu_pct=50.0, mem_used_frac=0.5, net_sent_bytes=0, net_recv_bytes=0,
+                   disk_read_bytes=0, disk_write_bytes=0, pid=pid)
 
 
 def test_a_restarted_fit_worker_is_named_by_its_new_process(builder):

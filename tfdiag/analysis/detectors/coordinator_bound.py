@@ -47,6 +47,7 @@ from tfdiag.analysis.detectors.slow_link import slow_ps
 from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.groups import TaskGroups, mean_of, median_of
 from tfdiag.analysis.measurements import Measurements
+from tfdiag.events import STEPS_PER_CLOSURE
 
 KIND = "coordinator_bound"
 
@@ -61,8 +62,6 @@ CRITICAL_IDLE_FRACTION = 0.7
 # 28 ms against 12 ms) with the same coordinator round, and ten steps per closure measured
 # 1.51x against 1.26x for lifting the quota.
 OWN_LOSS_RATIO = 1.25
-# The change advised: run this many steps inside each scheduled function.
-STEPS_PER_CLOSURE = 10
 # A closure's tail holds its last step's variable updates on the ps. Where a ps holds at
 # least this many bytes (ps_hotspot's floor: below it, moving bytes costs too little to
 # matter), that update is the tail, a cost of every step, not the coordinator's round:

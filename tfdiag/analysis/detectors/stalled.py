@@ -26,8 +26,11 @@ import pandas as pd
 from tfdiag.analysis.align import to_reference_clock
 from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.groups import TaskGroups
+from tfdiag.analysis.liveness import silent_tasks
 from tfdiag.analysis.measurements import Measurements
+from tfdiag.store.paths import stacks_path
 from tfdiag.analysis.step_stats import RECENT_ROWS
+from tfdiag.events import HEARTBEAT_EVERY_S
 
 KIND = "stalled"
 
@@ -37,18 +40,20 @@ STALL_FACTOR = 10.0
 # ... or after this multiple of its longest earlier gap between records, so a run that
 # pauses regularly (a checkpoint save, an evaluation) is judged against those pauses.
 LONGEST_GAP_FACTOR = 2.0
-# ... and never before this: several heartbeats (5 s apart) must have seen no progress,
+# ... and never before this: several heartbeats (``HEARTBEAT_EVERY_S`` apart) must have seen no progress,
 # and a short pause (a garbage collection, a slow first trace) is not a hang.
 STALL_FLOOR_S = 30.0
-# A task whose last beat is this far behind the run's clock stopped writing: four
-# missed beats at the collectors' 5 s interval.
-HEARTBEAT_LOST_S = 20.0
-# Beats come every 5 s: a beat with no other beat of its task within this much is not
+# ... or this, where a task the stalled ones depend on stopped answering its status checks
+# (analysis/liveness.py): two checks unanswered, seconds apart, are evidence no pause gives.
+SILENT_STALL_FLOOR_S = 10.0
+# A task whose last beat is this far behind the run's clock stopped writing: four missed beats.
+HEARTBEAT_LOST_S = 4 * HEARTBEAT_EVERY_S
+# Beats come every ``HEARTBEAT_EVERY_S``: a beat with no other beat of its task within this much is not
 # part of the task's rhythm (a damaged time, a clock jump) and must not set the run's clock.
 ISOLATED_BEAT_S = 60.0
 
 
-def stall_threshold_ns(intervals_ns: pd.Series) -> float:
+def stall_threshold_ns(intervals_ns: pd.Series, floor_s: float = STALL_FLOOR_S) -> float:
     """How long a worker with these intervals between progress records may show none.
 
     >>> stall_threshold_ns(pd.Series([20e6] * 50)) / 1e9  # 20 ms steps: the floor
@@ -57,9 +62,9 @@ def stall_threshold_ns(intervals_ns: pd.Series) -> float:
     300.0
     """
     if intervals_ns.empty:
-        return STALL_FLOOR_S * 1e9
+        return floor_s * 1e9
     return max(STALL_FACTOR * float(intervals_ns.median()), LONGEST_GAP_FACTOR * float(intervals_ns.max()),
-               STALL_FLOOR_S * 1e9)
+               floor_s * 1e9)
 
 
 def detect(measured: Measurements) -> list[Finding]:
@@ -78,15 +83,27 @@ def detect(measured: Measurements) -> list[Finding]:
     alive = set(last_beat.index) - closed - set(stopped)
     reporting = np.isin(tasks, list(alive)) & beats["progress"].notna().to_numpy()
     subjects = sorted(set(beats["subject"].to_numpy()[reporting]))
-    stalled, progressing = [], []
-    for subject in subjects:
-        state = _progress_state(measured, beats, subject, now_ns)
-        (stalled if state["stalled_s"] * 1e9 > state.pop("threshold_ns") else progressing).append(state)
+    states = [_progress_state(measured, beats, subject, now_ns) for subject in subjects]
+    stalled, progressing = _split(states, "threshold_ns")
+    if not stalled:
+        # A task that stopped answering explains a stall sooner than the floor would allow.
+        quick, others = _split(states, "silent_threshold_ns")
+        if quick and silent_tasks(measured.run.frame("liveness"), measured.offsets,
+                                  min(state["since_ns"] for state in quick)):
+            stalled, progressing = quick, others
+    for state in states:
+        del state["threshold_ns"], state["silent_threshold_ns"]
     if stalled:
         return [_stalled_finding(measured, beats, now_ns, stalled, progressing, stopped, last_beat)]
     if stopped:
         return [_stopped_finding(now_ns, stopped, last_beat)]
     return []
+
+
+def _split(states: list[dict], threshold: str) -> tuple[list[dict], list[dict]]:
+    """The states stalled beyond their ``threshold``, and the others."""
+    beyond = [state["stalled_s"] * 1e9 > state[threshold] for state in states]
+    return ([s for s, yes in zip(states, beyond) if yes], [s for s, yes in zip(states, beyond) if not yes])
 
 
 def _in_rhythm(beats: pd.DataFrame) -> pd.DataFrame:
@@ -134,28 +151,35 @@ def _progress_state(measured: Measurements, beats: pd.DataFrame, subject: str, n
         "last_step": int(steps["step"][own].max()) if own.any() else None,
         "completed": int(final),
         "threshold_ns": stall_threshold_ns(intervals),
+        "silent_threshold_ns": stall_threshold_ns(intervals, SILENT_STALL_FLOOR_S),
     }
 
 
 def _answering(measured: Measurements, stalled: list[dict]) -> tuple[list[str], list[str]]:
-    """The stalled workers the RPC probe has not reached since they stalled (``unresponsive``)
-    and those it has, when it reached any task after the earliest stall (a probe answered
-    shows the prober still ran); a worker it never reached is in neither."""
+    """The stalled workers and the ps tasks the RPC probe has not reached since the stall
+    began (``unresponsive``), and the stalled workers it has, when it reached any task
+    after the earliest stall (a probe answered shows the prober still ran); a task it
+    never reached is in neither. A ps runs no collector of its own: the probe is its voice."""
     probes = measured.run.frame("rpc")
     if probes.empty:
         return [], []
+    began_ns = min(state["since_ns"] for state in stalled)
     answered = to_reference_clock(probes["recv_ns"], probes["src"], measured.offsets)
-    if not (answered > min(state["since_ns"] for state in stalled)).any():
+    if not (answered > began_ns).any():
         return [], []
     latest = pd.concat([answered.groupby(probes["dst"].astype(str)).max(),
                         answered.groupby(probes["src"].astype(str)).max()]).groupby(level=0).max()
-    reached = {state["task"]: latest[state["task"]] > state["since_ns"]
-               for state in stalled if state["task"] in latest.index}
-    return [task for task, yes in reached.items() if not yes], [task for task, yes in reached.items() if yes]
+    since = {state["task"]: state["since_ns"] for state in stalled} | {ps: began_ns for ps in measured.ps_tasks}
+    reached = {task: latest[task] > at for task, at in since.items() if task in latest.index}
+    workers = {state["task"] for state in stalled}
+    return ([task for task, yes in reached.items() if not yes],
+            [task for task, yes in reached.items() if yes and task in workers])
 
 
 def _stalled_finding(measured, beats, now_ns, stalled, progressing, stopped, last_beat) -> Finding:
     unresponsive, answering = _answering(measured, stalled)
+    began_ns = min(state["since_ns"] for state in stalled)
+    silent = silent_tasks(measured.run.frame("liveness"), measured.offsets, began_ns)
     # Where the hang began: the workers that stopped answering, then the first to stop.
     stalled = sorted(stalled, key=lambda state: (state["task"] not in unresponsive, state["since_ns"]))
     names = [state["task"] for state in stalled]
@@ -167,26 +191,35 @@ def _stalled_finding(measured, beats, now_ns, stalled, progressing, stopped, las
               f"before the latest heartbeat") if in_flight and in_flight["closures"] else ""
     others = "" if whole_job else f" while {', '.join(s['task'] for s in progressing)} kept progressing"
     gone = f"; {', '.join(stopped)} stopped writing without closing (died or frozen)" if stopped else ""
+    if silent:
+        others += "; " + "; ".join(
+            f"{task['task']} has not answered a status check since the stall began ({task['unanswered']} checks, "
+            f"{task['status']}: {task['verdict']})" for task in silent)
+        others += f": {'the stalled tasks wait' if len(names) > 1 else names[0] + ' waits'} for it"
+    silent_names = [task["task"] for task in silent]
     waiting = [name for name in names if name in answering]
     if unresponsive and waiting:
         others += (f"; {', '.join(unresponsive)} stopped answering the coordinator's probes, which "
                    f"{', '.join(waiting)} still answer{'s' if len(waiting) == 1 else ''}: "
                    f"{'it waits' if len(waiting) == 1 else 'they wait'} for {', '.join(unresponsive)}")
-    elif len(stalled) > 1 and stalled[1]["since_ns"] > stalled[0]["since_ns"]:
+    elif not silent and len(stalled) > 1 and stalled[1]["since_ns"] > stalled[0]["since_ns"]:
         lag_s = (stalled[1]["since_ns"] - stalled[0]["since_ns"]) / 1e9
         others += f"; {names[0]} stopped first, {lag_s:.1f} s before the next"
     return Finding(
         kind=KIND,
         severity=Severity.CRITICAL,
         title=f"{'Whole job stalled' if whole_job else 'Stalled: ' + ', '.join(names)} for {longest:.0f} s"
-              + (f"; {', '.join(unresponsive)} not answering" if unresponsive and waiting else ""),
+              + (f"; {', '.join(silent_names + unresponsive)} not answering"
+                 if silent_names or (unresponsive and waiting) else ""),
         summary=f"{scope} made no progress for up to {longest:.0f} s{others}{detail}{gone}. "
                 "The run is still alive (heartbeats continue): a hung task, not a finished run.",
-        tasks=tuple(names + [task for task in stopped if task not in names]),
+        tasks=tuple(dict.fromkeys(silent_names + unresponsive + names + stopped)),
         evidence={
             "state": "whole_job" if whole_job else "partial",
             "first_stalled": names[0],
             "unresponsive": unresponsive,
+            "silent": silent,
+            "stacks": _stacks_files(measured, names),
             "stalled": stalled,
             "progressing": [state["task"] for state in progressing],
             "in_flight": in_flight,
@@ -194,8 +227,8 @@ def _stalled_finding(measured, beats, now_ns, stalled, progressing, stopped, las
             "latest_heartbeat_ns": now_ns,
         },
         recommendation=Recommendation(
-            action="Look at the stalled tasks now, while they hang: dump their threads (py-spy dump --pid, or "
-            "faulthandler), check the host (OOM, a stopped process, a full disk, a lost network link), and bound "
+            action="Look at the stalled tasks now, while they hang: read where they wait (each task's "
+            "plugins/tfdiag/<task>.stacks, written after 30 s without progress; kill -USR1 <pid> writes it again), check the host (OOM, a stopped process, a full disk, a lost network link), and bound "
             "every wait so a hung worker fails and is restarted instead of blocking the job.",
             change="py-spy dump --pid <pid of the stalled task>; run every task under a supervisor that restarts "
             "it (Kubernetes restartPolicy: OnFailure): a restarted worker rejoins and ClusterCoordinator "
@@ -203,6 +236,12 @@ def _stalled_finding(measured, beats, now_ns, stalled, progressing, stopped, las
             predicted_speedup=None,
         ),
     )
+
+
+def _stacks_files(measured: Measurements, tasks: list[str]) -> dict[str, str]:
+    """The Python stacks the stalled tasks wrote of themselves (``collectors/stacks.py``), by task."""
+    paths = {task: stacks_path(measured.run.path, task) for task in tasks}
+    return {task: str(path) for task, path in paths.items() if path.is_file()}
 
 
 def _stopped_finding(now_ns, stopped, last_beat) -> Finding:

@@ -15,7 +15,7 @@ free until it ends. Read back from the coordinator's task file:
   evaluation and per minute, share of one core;
 - the load average (``os.getloadavg``) at the start and the end.
 
-    tools/loopback-only .venv/bin/python benchmarks/live.py --repeats 2   # results as JSON lines, then a table
+    tools/loopback-only .venv/bin/python benchmarks/live_latency.py --repeats 2   # results as JSON lines, then a table
 
 ``--keep DIR`` leaves the runs under ``DIR`` (``run0/run``, ...). ``--replay RUN`` then
 copies such a run frame by frame into a growing run (each frame once the run's clock
@@ -25,8 +25,8 @@ with each part timed) and each part's own thread CPU (``timed_parts``: the readi
 table, each detector, the advisor), for docs/benchmarks.md, "Where an evaluation's CPU
 goes". Any recorded run replays (``RUN/plugins/tfdiag``), a kept one or a sample job's:
 
-    .venv/bin/python benchmarks/live.py --replay /tmp/live/run0/run
-    .venv/bin/python benchmarks/live.py --replay /tmp/mwms   # after tfdiag sample mwms_fit --logdir /tmp/mwms
+    .venv/bin/python benchmarks/live_latency.py --replay /tmp/live/run0/run
+    .venv/bin/python benchmarks/live_latency.py --replay /tmp/mwms   # after tfdiag sample mwms_fit --logdir /tmp/mwms
 """
 
 from __future__ import annotations
@@ -48,15 +48,13 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-try:
-    from faults import cpu_quota  # run as a script: benchmarks/ is sys.path[0]
-except ImportError:  # imported as benchmarks.live: tests/collectors/test_live_thread.py uses wait_for
-    from benchmarks.faults import cpu_quota
-from tfdiag.collectors.live_thread import DEFAULT_INTERVAL_S, ENV_VAR, SHARE_ENV_VAR
-from tfdiag.events import task_name
-from tfdiag.sample_jobs.jobs import JobConfig
-from tfdiag.sample_jobs.launcher import LocalCluster
-from tfdiag.store import MANIFEST_NAME, log_dir, read_task_file, task_files
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: benchmarks.* importable
+from benchmarks.harness.faults import cpu_quota  # noqa: E402
+from tfdiag.collectors.live_thread import DEFAULT_INTERVAL_S, ENV_VAR, SHARE_ENV_VAR  # noqa: E402
+from tfdiag.events import task_name  # noqa: E402
+from tfdiag.sample_jobs.jobs import JobConfig  # noqa: E402
+from tfdiag.sample_jobs.launcher import LocalCluster  # noqa: E402
+from tfdiag.store import MANIFEST_NAME, log_dir, read_task_file, task_files  # noqa: E402
 
 COST = re.compile(r"live findings: (\d+) evaluations every ([\d.]+) s or more \(every ([\d.]+) s on average, .*?\), "
                   r"([\d.]+) ms CPU each, (\d+) ms CPU per minute \(([\d.]+)% of a core\)")

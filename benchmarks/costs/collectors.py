@@ -1,36 +1,8 @@
-"""The CPU of the background collectors' fixed work: a system sample, a timed wake-up, a flush.
-
-Each figure is measured for the code of this checkout and, side by side in the same run,
-for the same module at ``--baseline`` (a git revision; its ``collectors/system.py`` and
-``tfdiag/store/writer.py`` are loaded from git), in alternating blocks (A, B, A, B, ...)
-so that both see the same load. CPU is the measuring thread's own
-(``time.thread_time_ns``), or the sampler thread's (its CPU clock).
-
-* ``sample``: ``SystemSampler.sample()`` in a loop, as a ParameterServerStrategy
-  coordinator takes it: a cluster spec with ``--tasks`` listening processes on this host
-  (children of this script) and the coordinator's own port (this process listens on it,
-  as the coordinator's in-process server does); alone, ``--paused`` of them each
-  ``PAUSE_S`` after the last (as the sampler's thread wakes for them: its caches cold),
-  and while another thread of this process runs Python code (holding the GIL, as a
-  coordinator's scheduling thread does: every file the sample reads releases the GIL
-  and waits to take it back). Then the
-  search for the cluster's processes (``psutil.net_connections``) once, and a profile of
-  the current sample's CPU by function.
-* ``wake``: a running sampler thread's CPU per timed wake-up (10 a second), over
-  ``--seconds`` a block in which no sample is due.
-* ``flush``: ``TaskWriter``'s encoding of a flush (what the flush thread does but the
-  file write), per record kind with ``--rows`` rows, and for a coordinator's typical
-  second (system, heartbeat, closure, step and rpc records).
-
-    python benchmarks/collector_cost.py --baseline 5a22c03
-    python benchmarks/collector_cost.py --baseline 5a22c03 --only wake --blocks 8
-"""
+"""What the background collectors' fixed work costs: a system sample, a timed wake-up, a flush's encoding."""
 
 from __future__ import annotations
 
-import argparse
 import cProfile
-import importlib.util
 import os
 import pstats
 import socket
@@ -42,28 +14,17 @@ import threading
 import time
 from pathlib import Path
 
+from benchmarks.harness.revision import baseline_module
 from tfdiag.collectors import system
 from tfdiag.events import KINDS
 from tfdiag.store import writer
 
-REPO = Path(__file__).resolve().parent.parent
 LISTENER = ("import socket, time; s = socket.create_server(('127.0.0.1', 0)); "
             "print(s.getsockname()[1], flush=True); time.sleep(3600)")
 # One coordinator second of a 2-worker ps_ctl run (docs/benchmarks.md): its record kinds and rows.
 COORDINATOR_SECOND = {"system": 1, "heartbeat": 3, "closure": 10, "step": 10, "rpc": 1}
 # The pause before each of the samples taken as the sampler takes them, apart.
 PAUSE_S = 0.5
-
-
-def baseline_module(revision: str, path: str):
-    """The module at ``path`` as it was at ``revision``, loaded under a name of its own."""
-    source = subprocess.run(["git", "show", f"{revision}:{path}"], cwd=REPO, check=True, capture_output=True,
-                            text=True).stdout
-    spec = importlib.util.spec_from_loader(f"baseline_{Path(path).stem}", loader=None)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    exec(compile(source, f"{revision}:{path}", "exec"), module.__dict__)  # noqa: S102 - this repository's own code
-    return module
 
 
 class NullWriter:
@@ -215,8 +176,7 @@ def measure_flush(modules: dict, args, logdir: str) -> None:
             w.close()
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def collector_cost_arguments(parser) -> None:
     parser.add_argument("--baseline", help="git revision to compare with (default: none)")
     parser.add_argument("--only", choices=("sample", "wake", "flush"), action="append")
     parser.add_argument("--tasks", type=int, default=4, help="listening processes of the cluster (default 4)")
@@ -228,7 +188,33 @@ def main(argv=None) -> int:
     parser.add_argument("--flushes", type=int, default=200, help="flushes a block (default 200)")
     parser.add_argument("--blocks", type=int, default=4, help="blocks per version (default 4)")
     parser.add_argument("--logdir", default=None, help="where the writers' files go (default: a temp dir)")
-    args = parser.parse_args(argv)
+
+
+def collector_cost(args) -> int:
+    """The CPU of the background collectors' fixed work: a system sample, a timed wake-up, a flush.
+
+    Each figure is measured for the code of this checkout and, side by side in the same run,
+    for the same module at ``--baseline`` (a git revision; its ``collectors/system.py`` and
+    ``tfdiag/store/writer.py`` are loaded from git), in alternating blocks (A, B, A, B, ...)
+    so that both see the same load. CPU is the measuring thread's own
+    (``time.thread_time_ns``), or the sampler thread's (its CPU clock).
+
+    * ``sample``: ``SystemSampler.sample()`` in a loop, as a ParameterServerStrategy
+      coordinator takes it: a cluster spec with ``--tasks`` listening processes on this host
+      (children of this script) and the coordinator's own port (this process listens on it,
+      as the coordinator's in-process server does); alone, ``--paused`` of them each
+      ``PAUSE_S`` after the last (as the sampler's thread wakes for them: its caches cold),
+      and while another thread of this process runs Python code (holding the GIL, as a
+      coordinator's scheduling thread does: every file the sample reads releases the GIL
+      and waits to take it back). Then the
+      search for the cluster's processes (``psutil.net_connections``) once, and a profile of
+      the current sample's CPU by function.
+    * ``wake``: a running sampler thread's CPU per timed wake-up (10 a second), over
+      ``--seconds`` a block in which no sample is due.
+    * ``flush``: ``TaskWriter``'s encoding of a flush (what the flush thread does but the
+      file write), per record kind with ``--rows`` rows, and for a coordinator's typical
+      second (system, heartbeat, closure, step and rpc records).
+    """
     print(f"load average {os.getloadavg()[0]:.1f} at the start", flush=True)
     samplers, writers = {"current": system}, {"current": writer}
     if args.baseline:
@@ -245,5 +231,4 @@ def main(argv=None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+CASES = {"collector_cost": (collector_cost_arguments, collector_cost)}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks.live import replay
+from benchmarks.live_latency import replay
 from tests.analysis.test_live import GrowingRun
 from tfdiag.analysis.detectors import DETECTORS, straggler
 from tfdiag.analysis.measurements import Measurements

@@ -1,56 +1,38 @@
-"""What the ``model.fit`` step stamps cost per step: process CPU, stamped against plain.
-
-One process, ``mwms_fit``'s model and input (tf-keras, no strategy), two train functions
-of the same model: ``plain`` (no stamp) and ``stamped`` (``collectors/step_input.py``:
-``tf.timestamp()`` at the function's start, at the element's arrival and once the
-gradients exist, in the optimizer's ``apply_gradients``, and one ``FIFOQueue`` enqueue
-in-graph, drained once per block as the callback does about once a second). They run in
-many short blocks of ``--steps`` steps, ``--blocks`` of each: a plain and a stamped block
-in each round, in alternating order (plain first in even rounds), so that the load's
-drift cancels within a round. Each block's cost is this process's CPU per step (``time.process_time``:
-TensorFlow's pool threads, which run the ops, included; a thread-CPU read of the
-calling thread would miss them). The result is the mean of the rounds' differences
-(stamped − plain) with its 95 % confidence interval, and the median CPU of one drain.
-``--model-size`` and ``--batch`` shrink the step, so that a few µs are not lost in its
-noise.
-
-    python benchmarks/stamp_cost.py --blocks 200 --steps 50
-    python benchmarks/stamp_cost.py --blocks 200 --steps 50 --model-size 16 --batch 16
-"""
+"""What the ``model.fit`` step stamps cost per step: process CPU, stamped against plain."""
 
 from __future__ import annotations
 
-import argparse
-import math
 import os
 import statistics
-import sys
 import tempfile
 import time
 
-Z95 = statistics.NormalDist().inv_cdf(0.975)
+from benchmarks.harness.cluster import load_line
+from benchmarks.harness.stats import interval
 
 
-def interval(differences: list[float]) -> tuple[float, float]:
-    """The mean of ``differences`` and the half-width of its 95 % confidence interval.
-
-    >>> mean, half = interval([1.0, 3.0])
-    >>> mean, round(half, 2)
-    (2.0, 1.96)
-    """
-    return statistics.fmean(differences), Z95 * statistics.stdev(differences) / math.sqrt(len(differences))
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def stamp_cost_arguments(parser) -> None:
     parser.add_argument("--blocks", type=int, default=200, help="blocks of each train function (rounds of two)")
     parser.add_argument("--steps", type=int, default=50, help="steps per block")
     parser.add_argument("--model-size", type=int, default=0, help="hidden width (default: the job's)")
     parser.add_argument("--batch", type=int, default=0, help="examples per step (default: the job's)")
-    args = parser.parse_args(argv)
-    if args.blocks < 2:
-        parser.error("--blocks: at least 2")
 
+
+def stamp_cost(args) -> int:
+    """What the ``model.fit`` step stamps cost per step: process CPU, stamped against plain.
+
+    One process, ``mwms_fit``'s model and input (tf-keras, no strategy), two train
+    functions of the same model: plain and stamped (``collectors/step_input.py``:
+    ``tf.timestamp()`` at the function's start, at the element's arrival and once the
+    gradients exist, and one ``FIFOQueue`` enqueue, drained once a block as the callback
+    drains it about once a second), in short alternating blocks (plain first in even
+    rounds). Each block's cost is this process's CPU per step (TensorFlow's pool threads,
+    which run the ops, included); the result is the mean of the rounds' differences with
+    its 95 % interval, and the median CPU of a drain. ``--model-size`` and ``--batch``
+    shrink the step, so that a few µs are not lost in its noise.
+    """
+    if args.blocks < 2:
+        raise SystemExit("--blocks: at least 2")
     from tfdiag.collectors.batch_size import examples_in
     from tfdiag.collectors.step_input import StepStamps, stamp_train_step
     from tfdiag.sample_jobs import click_model
@@ -60,8 +42,7 @@ def main(argv=None) -> int:
     tf, keras = import_tf_keras()
     config = JobConfig("mwms_fit", tempfile.mkdtemp(prefix="tfdiag-stamp-cost-"), model_size=args.model_size,
                        batch=args.batch)
-    files = click_model.write_data(config.logdir)
-    dataset = click_model.make_dataset(tf, files, config.batch_size, config.plan)
+    dataset = click_model.make_dataset(tf, click_model.write_data(config.logdir), config.batch_size, config.plan)
     model = click_model.build_model(keras, config.hidden)
     click_model.compile_model(keras, model)
     model.fit(dataset, steps_per_epoch=2, verbose=0)  # builds the optimizer and the model's state
@@ -79,13 +60,12 @@ def main(argv=None) -> int:
     stamps.take()
     cpu = {name: [] for name in functions}
     drains = []
-    load_before = os.getloadavg()[0]
+    load = os.getloadavg()[0]
     for round_ in range(args.blocks):
         for name in sorted(functions, reverse=round_ % 2 == 1):  # plain first in even rounds
-            function = functions[name]
             start = time.process_time()
             for _ in range(args.steps):
-                function(iterator)
+                functions[name](iterator)
             cpu[name].append((time.process_time() - start) / args.steps)
             if name == "stamped":
                 start = time.process_time()
@@ -94,17 +74,14 @@ def main(argv=None) -> int:
                 assert len(taken) == args.steps, len(taken)
     plain = statistics.fmean(cpu["plain"])
     mean, half = interval([s - p for p, s in zip(cpu["plain"], cpu["stamped"])])
-    print("| train function | CPU µs per step (mean of blocks) |")
-    print("| --- | --- |")
+    print("| train function | CPU µs per step (mean of blocks) |\n| --- | --- |")
     for name, values in cpu.items():
         print(f"| {name} | {statistics.fmean(values) * 1e6:.1f} |")
     print(f"\nstamped − plain: {mean * 1e6:+.1f} ± {half * 1e6:.1f} µs a step (95 %, {args.blocks} rounds of "
           f"{args.steps} steps; {mean / plain:+.2%} of the plain step's CPU)")
     print(f"one drain of {args.steps} stamps: {statistics.median(drains) * 1e6:.0f} µs of CPU (median)")
-    print(f"load average (1 min) {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end, "
-          f"on {os.cpu_count()} cores")
+    print(load_line(load))
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+CASES = {"stamp_cost": (stamp_cost_arguments, stamp_cost)}

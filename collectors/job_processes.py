@@ -1,0 +1,114 @@
+"""The job's processes on this host and their CPU: this process and every process listening
+on a port of the cluster spec whose address is this host.
+
+A ParameterServerStrategy coordinator's workers and ps run no tfdiag code, so they are
+found by their ports. The ports are mapped to processes with ``psutil.net_connections``
+(about 10 ms of CPU) at the first sample, and again at most every ``RESCAN_S`` while a
+local cluster port has no process or a counted process has ended (a restarted task); each
+sample then reads one ``cpu_times`` per other process (about 25 µs of CPU each), and this
+process's own from ``time.process_time`` (no file to read). A process of another user
+that the sampler may not inspect is left out.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import time
+
+from tfdiag.events import LOOPBACK_HOSTS, split_address
+
+# Seconds between two searches for the cluster's processes while one is missing or has
+# ended: a restarted task is counted again within this, at ~10 ms of CPU a search.
+RESCAN_S = 30.0
+
+
+def local_cluster_ports(cluster: dict, local_names: set[str]) -> set[int]:
+    """The ports of the cluster addresses that name this host (a loopback address, this
+    host's name, or one of its interface addresses).
+
+    >>> sorted(local_cluster_ports({"worker": ["127.0.0.1:2222", "10.0.0.9:2222"], "ps": ["[::1]:2223"]}, set()))
+    [2222, 2223]
+    """
+    ports = set()
+    for addresses in cluster.values():
+        for address in addresses:
+            host, port = split_address(address)
+            if port.isdigit() and (host in LOOPBACK_HOSTS or host in local_names):
+                ports.add(int(port))
+    return ports
+
+
+class JobProcesses:
+    """The CPU time of this job's processes on this host: this process and those
+    listening on the cluster's local ports.
+
+    ``cpu_pct()`` returns ``(own, job, processes)``: this process's and the job's CPU
+    since the previous call as percent of all the host's cores (NaN on the first call),
+    and how many processes the job's figure counts.
+    """
+
+    def __init__(self, cluster: dict, psutil):
+        self._psutil = psutil
+        self._cores = psutil.cpu_count() or 1
+        names = {socket.gethostname()}
+        try:
+            names |= {a.address.split("%")[0] for addrs in psutil.net_if_addrs().values() for a in addrs}
+        except Exception:  # noqa: BLE001 - no interface list: loopback and the host name still count
+            pass
+        self._ports = local_cluster_ports(cluster, names)
+        self._own_pid = os.getpid()
+        self._others: dict[int, object] = {}  # pid -> psutil.Process
+        self._last: dict[int, float] = {}  # pid -> CPU seconds at the previous call
+        self._last_wall: float | None = None
+        self._next_scan = 0.0
+
+    @property
+    def cores(self) -> int:
+        return self._cores
+
+    def _scan(self, now: float) -> None:
+        self._next_scan = now + RESCAN_S
+        if not self._ports:
+            return
+        try:
+            listeners = {c.laddr.port: c.pid for c in self._psutil.net_connections("tcp")
+                         if c.status == self._psutil.CONN_LISTEN and c.laddr and c.laddr.port in self._ports}
+        except Exception:  # noqa: BLE001 - AccessDenied (macOS), no /proc: this process only
+            return
+        complete = set(listeners) == self._ports and None not in listeners.values()
+        for pid in set(listeners.values()) - {None, self._own_pid} - set(self._others):
+            try:
+                self._others[pid] = self._psutil.Process(pid)
+            except Exception:  # noqa: BLE001 - ended meanwhile, or not ours to read
+                complete = False
+        if complete:
+            self._next_scan = math.inf  # until a counted process ends
+
+    def _cpu_seconds(self) -> dict[int, float]:
+        # This process's from the kernel's clock (no /proc file to read and parse), the others' from psutil.
+        seconds = {self._own_pid: time.process_time()}
+        for pid, process in list(self._others.items()):
+            try:
+                times = process.cpu_times()
+            except Exception:  # noqa: BLE001 - NoSuchProcess: a task ended (restarted: search again)
+                self._others.pop(pid, None)
+                self._next_scan = min(self._next_scan, time.monotonic())
+                continue
+            seconds[pid] = times.user + times.system
+        return seconds
+
+    def cpu_pct(self) -> tuple[float, float, int]:
+        now = time.monotonic()
+        if now >= self._next_scan:
+            self._scan(now)
+        seconds = self._cpu_seconds()
+        last, self._last = self._last, seconds
+        last_wall, self._last_wall = self._last_wall, now
+        if last_wall is None or now <= last_wall:
+            return math.nan, math.nan, len(seconds)
+        capacity = (now - last_wall) * self._cores / 100.0
+        used = {pid: max(0.0, spent - last[pid]) for pid, spent in seconds.items() if pid in last}
+        own = used.get(self._own_pid, math.nan) / capacity
+        return own, sum(used.values()) / capacity, len(used)

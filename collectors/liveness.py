@@ -1,0 +1,96 @@
+"""Liveness of the tasks that run no collector: is each ps's TensorFlow server answering?
+
+A task that runs tfdiag says it is alive with its heartbeats. A parameter server of a
+TF1 session job runs none: when it freezes, every worker waits on it and the only sign
+in the log would be workers that stopped. :class:`LivenessProbe` asks each such task's
+gRPC server for its status (``tf_internals.server_status``) every ``interval_s``, from
+a daemon thread, and writes one ``liveness`` row per check: answered (the process runs),
+no answer within ``timeout_s`` (frozen or hung: the kernel still accepts the
+connection), or refused (nothing listens: the process is gone).
+
+A check costs one small RPC on the target (its device list) and none on the training
+thread; a round of checks is charged to ``liveness`` in the cost ledger (``budget``).
+
+Example:
+    >>> probe = LivenessProbe(writer, {"ps:0": "127.0.0.1:2222"}).start()  # doctest: +SKIP
+    >>> probe.stop()  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from tfdiag.collectors import tf_internals
+from tfdiag.collectors.budget import charged
+from tfdiag.events import HEARTBEAT_EVERY_S, cluster_tasks
+
+logger = logging.getLogger("tfdiag")
+
+# Checks come as often as heartbeats: a silent ps is then seen as soon as a stopped worker.
+LIVENESS_EVERY_S = HEARTBEAT_EVERY_S
+# A live server answers a status request in milliseconds, even under load; one that has
+# not answered in this long is not running.
+LIVENESS_TIMEOUT_S = 2.0
+STOP_TIMEOUT_S = LIVENESS_TIMEOUT_S + 1.0
+
+
+def unwatched_tasks(cluster: dict) -> dict[str, str]:
+    """``{task: address}`` of the tasks of ``cluster`` that run no collector: its ps tasks.
+
+    >>> unwatched_tasks({"ps": ["h:1", "h:2"], "worker": ["h:3"]})
+    {'ps:0': 'h:1', 'ps:1': 'h:2'}
+    """
+    return {task: cluster["ps"][index] for index, task in enumerate(cluster_tasks(cluster, jobs=("ps",)))}
+
+
+class LivenessProbe:
+    """Checks every task of ``targets`` (``{task: address}``) every ``interval_s``; one
+    ``liveness`` row per check, through ``writer``."""
+
+    def __init__(self, writer, targets: dict[str, str], interval_s: float = LIVENESS_EVERY_S,
+                 timeout_s: float = LIVENESS_TIMEOUT_S):
+        self.writer = writer
+        self.targets = dict(targets)
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+        self.checks = 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tfdiag-liveness", daemon=True)
+
+    def start(self) -> LivenessProbe:
+        if self.targets:
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._done.set()
+        if self._thread.is_alive():
+            self._thread.join(STOP_TIMEOUT_S)
+
+    def _run(self) -> None:
+        try:
+            checkers = {task: tf_internals.server_status(address) for task, address in self.targets.items()}
+        except Exception as error:  # noqa: BLE001 - a collector never breaks training
+            logger.warning("tfdiag: the liveness check of %s is off (%r).", ", ".join(self.targets), error)
+            return
+        while not self._done.is_set():
+            with charged("liveness"):
+                for task, check in checkers.items():
+                    if self._done.is_set():
+                        return
+                    self._check(task, check)
+            self._done.wait(self.interval_s)
+
+    def _check(self, task: str, check) -> None:
+        sent_ns = time.time_ns()
+        begin = time.perf_counter_ns()
+        status = check(self.timeout_s)
+        try:
+            self.writer.append("liveness", task=self.writer.task, time_ns=sent_ns, target=task,
+                               status=status, duration_ns=time.perf_counter_ns() - begin)
+            self.checks += 1
+        except Exception as error:  # noqa: BLE001 - a collector never breaks training
+            logger.warning("tfdiag: cannot record a liveness check (%r); the check is off.", error)
+            self._done.set()

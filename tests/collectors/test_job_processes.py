@@ -1,0 +1,130 @@
+"""The job's processes on this host (collectors/job_processes.py), counted by a real sampler."""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+
+from tfdiag.collectors.job_processes import local_cluster_ports
+from tfdiag.collectors.system import SystemSampler
+
+from .fakes import FakeWriter
+
+
+def test_only_addresses_of_this_host_give_ports():
+    cluster = {"worker": ["localhost:2222", "[::1]:2223", "myhost:2224", "10.0.0.9:2225", "nohost"]}
+    assert local_cluster_ports(cluster, {"myhost"}) == {2222, 2223, 2224}
+
+
+# A task of the job as the sampler sees it: a process listening on a port. It burns
+# BURN_S of CPU when told to (a line on stdin) and answers when done.
+TASK_SCRIPT = """
+import socket, sys, time
+server = socket.socket()
+server.bind(("127.0.0.1", int(sys.argv[1])))
+server.listen()
+print(server.getsockname()[1], flush=True)
+for line in sys.stdin:
+    until = time.process_time() + float(line)
+    while time.process_time() < until:
+        pass
+    print("done", flush=True)
+"""
+BURN_S = 0.3
+
+
+class _Task:
+    def __init__(self, port=0):
+        import subprocess
+
+        self.process = subprocess.Popen([sys.executable, "-c", TASK_SCRIPT, str(port)], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True)
+        self.port = int(self.process.stdout.readline())
+
+    def burn(self, seconds):
+        self.process.stdin.write(f"{seconds}\n")
+        self.process.stdin.flush()
+
+    def wait(self):
+        assert self.process.stdout.readline().strip() == "done"
+
+    def close(self):
+        self.process.kill()
+        self.process.wait()
+
+
+def _sampled_cpu_seconds(sampler, action):
+    """CPU seconds (own, job) the sampler counts across ``action``, and its records."""
+    import psutil
+
+    writer = sampler.writer
+    before = time.monotonic()
+    sampler.sample()
+    middle = time.monotonic()
+    action()
+    after_begin = time.monotonic()
+    sampler.sample()
+    after_end = time.monotonic()
+    record = writer.records["system"][-1]
+    cores = psutil.cpu_count()
+    assert record["cpu_count"] == cores
+    # The sampler's own wall interval lies between these two.
+    shortest, longest = after_begin - middle, after_end - before
+    seconds = [(record[field] / 100 * cores * shortest, record[field] / 100 * cores * longest)
+               for field in ("proc_cpu_pct", "job_cpu_pct")]
+    return seconds, record
+
+
+def test_the_jobs_cpu_counts_its_tasks_on_this_host_and_nothing_else():
+    """Two processes burn BURN_S of CPU each; only the one on a cluster port is the job's."""
+    task, foreign = _Task(), _Task()
+    try:
+        cluster = {"chief": ["127.0.0.1:1"], "worker": [f"localhost:{task.port}", "10.255.0.9:2222"]}
+        sampler = SystemSampler(FakeWriter("chief:0"), "chief:0", gpus=False, cluster=cluster)
+
+        def burn_both():
+            task.burn(BURN_S), foreign.burn(BURN_S)
+            task.wait(), foreign.wait()
+
+        ((own_low, own_high), (job_low, job_high)), record = _sampled_cpu_seconds(sampler, burn_both)
+    finally:
+        task.close(), foreign.close()
+    assert record["pid"] == os.getpid() and record["job_processes"] == 2
+    # The task's burn, plus this process's own share; not the foreign process's.
+    assert job_low - own_high <= BURN_S * 1.2 and job_high - own_low >= BURN_S * 0.9
+    assert job_high <= BURN_S * 1.2 + own_high < 2 * BURN_S
+
+
+def test_a_restarted_task_is_counted_again():
+    task = _Task()
+    cluster = {"worker": [f"127.0.0.1:{task.port}"]}
+    sampler = SystemSampler(FakeWriter("chief:0"), "chief:0", gpus=False, cluster=cluster)
+    sampler.sample()
+    sampler.sample()
+    assert sampler.writer.records["system"][-1]["job_processes"] == 2
+    task.close()
+    sampler.sample()  # notices the process ended
+    assert sampler.writer.records["system"][-1]["job_processes"] == 1
+    restarted = _Task(task.port)  # a new process on the same port, as a restarted server
+    try:
+        sampler.sample()  # finds it
+        sampler.sample()  # counts it from the previous sample
+        assert sampler.writer.records["system"][-1]["job_processes"] == 2
+    finally:
+        restarted.close()
+
+
+def test_without_a_cluster_the_job_is_this_process(monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    writer = FakeWriter("worker:0")
+    sampler = SystemSampler(writer, "worker:0", gpus=False)
+    sampler.sample()
+    busy_until = time.process_time() + 0.1
+    while time.process_time() < busy_until:
+        pass
+    sampler.sample()
+    first, second = writer.records["system"]
+    assert math.isnan(first["job_cpu_pct"]) and math.isnan(first["proc_cpu_pct"])
+    assert second["job_processes"] == 1 and second["job_cpu_pct"] == second["proc_cpu_pct"] > 0

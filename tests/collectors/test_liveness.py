@@ -1,0 +1,110 @@
+"""``LivenessProbe`` against real TensorFlow servers: answered, frozen, gone; and a TF1 job
+whose ps froze, named while the job hangs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tfdiag.analysis import analyze
+from tfdiag.analysis.load import load_run
+from tfdiag.collectors import writers
+from tfdiag.collectors.liveness import LivenessProbe
+from tfdiag.sample_jobs.jobs import JobConfig
+from tfdiag.sample_jobs.launcher import LocalCluster
+
+PS_SERVER = """
+import sys, tensorflow as tf
+server = tf.distribute.Server(tf.train.ClusterSpec({"ps": [sys.argv[1]]}), job_name="ps", task_index=0)
+print("up", flush=True)
+server.join()
+"""
+
+
+def _free_address() -> str:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{probe.getsockname()[1]}"
+
+
+def _statuses(logdir: Path) -> list[str]:
+    return list(load_run(logdir).frame("liveness")["status"])
+
+
+@pytest.mark.cluster
+def test_a_servers_checks_read_answered_then_frozen_then_gone(tmp_path):
+    address = _free_address()
+    server = subprocess.Popen([sys.executable, "-c", PS_SERVER, address], stdout=subprocess.PIPE, text=True,
+                              stderr=subprocess.DEVNULL)
+    writer = writers.acquire(tmp_path, "worker:0")
+    probe = None
+    try:
+        assert server.stdout.readline().strip() == "up"
+        probe = LivenessProbe(writer, {"ps:0": address}, interval_s=0.2, timeout_s=1.0).start()
+        for fault, status in ((None, "OK"), (signal.SIGSTOP, "DEADLINE_EXCEEDED"), (signal.SIGKILL, "UNAVAILABLE")):
+            if fault is not None:
+                os.kill(server.pid, fault)
+            checks = probe.checks
+            _wait_for(lambda: probe.checks >= checks + 2, 30)
+            writer.flush()
+            assert _statuses(tmp_path)[-1] == status
+    finally:
+        if probe is not None:
+            probe.stop()
+        writers.release(writer)
+        server.kill()
+        server.wait()
+    assert set(load_run(tmp_path).frame("liveness")["target"]) == {"ps:0"}
+
+
+@pytest.mark.cluster
+def test_a_frozen_ps_of_a_tf1_job_is_named_while_the_workers_wait_for_it(tmp_path):
+    """ps:0 of a TF1 session job is stopped mid-run: within 30 s ``tfdiag analyze`` names it
+    first, not answering, and the workers as waiting for it (no collector runs on a ps)."""
+    logdir = tmp_path / "run"
+    cluster = LocalCluster(JobConfig("tf1_session", str(logdir), ps=1, workers=2, steps=100_000))
+    stopped = None
+    try:
+        cluster.start()
+        _wait_for(lambda: _steps(logdir) >= 100, READY_TIMEOUT_S)
+        stopped = cluster.tasks["ps:0"].process.pid
+        os.kill(stopped, signal.SIGSTOP)
+        frozen_at = time.monotonic()
+        _wait_for(lambda: _stalled_tasks(logdir)[:1] == ["ps:0"], NAMED_WITHIN_S)
+        print(f"ps:0 named {time.monotonic() - frozen_at:.1f} s after it froze")
+        [finding] = [f for f in analyze(logdir).findings if f.kind == "stalled"]
+    finally:
+        if stopped is not None:
+            os.kill(stopped, signal.SIGCONT)
+        cluster.stop()
+    assert set(finding.tasks) == {"ps:0", "worker:0", "worker:1"}
+    assert finding.evidence["silent"][0]["verdict"] == "frozen or hung"
+
+
+READY_TIMEOUT_S = 120.0
+NAMED_WITHIN_S = 30.0
+
+
+def _steps(logdir: Path) -> int:
+    try:
+        return len(load_run(logdir).frame("step"))
+    except Exception:  # noqa: BLE001 - the run is still being created
+        return 0
+
+
+def _stalled_tasks(logdir: Path) -> list[str]:
+    return [task for f in analyze(logdir).findings if f.kind == "stalled" for task in f.tasks]
+
+
+def _wait_for(condition, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {timeout_s} s"
+        time.sleep(0.5)
