@@ -11,8 +11,8 @@ import time
 import pyarrow as pa
 import pytest
 
-from benchmarks.faults import cpu_quota
-from benchmarks.live import wait_for
+from benchmarks.harness.faults import cpu_quota
+from benchmarks.live_latency import wait_for
 from tfdiag.collectors import live_thread, writers
 from tfdiag.events import task_name
 from tfdiag.sample_jobs.jobs import JobConfig
