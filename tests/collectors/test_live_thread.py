@@ -110,7 +110,7 @@ def test_a_worker_starved_mid_run_is_announced_within_30_s(tmp_path, monkeypatch
     stepped, worker 1 gets 40 % of a CPU (SIGSTOP/SIGCONT); the coordinator must log it
     within 30 s."""
     # Every 3 s (the default is 10 s: announcing takes two evaluations after the ~8 s the
-    # window needs to cross the threshold, up to ~30 s at 10 s; benchmarks/live.py measures
+    # window needs to cross the threshold, up to ~30 s at 10 s; benchmarks/live_latency.py measures
     # that). At 5 s, inside a full `make test`, the window crossed 24.4 s after the onset
     # once and the second evaluation came at 30.04 s: this test checks the path from a
     # starved worker to the logged line in time, and the two evaluations' spacing is ours.
