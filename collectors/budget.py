@@ -54,47 +54,36 @@ class Budget:
     what: str = ""
 
 
-# Measured by benchmarks/overhead_ab.py (docs/benchmarks.md "Collector overhead") and
-# rounded up; each entry is a ceiling the component is held to, not its average.
+# Each entry is a ceiling the component is held to, not its average: what
+# benchmarks/overhead_ab.py measures for it, rounded up (docs/benchmarks.md, "Collector
+# overhead", has the current figures). Work per closure or step is per_step_us; work on a
+# cadence is a share of one core, whatever the step rate.
 COMPONENTS: dict[str, Budget] = {
     "closure_timing": Budget(per_step_us=150, jobs=("ps",),
                              what="schedule()'s wrapper and the result stamp on the coordinator, in-graph timestamps"),
-    # 400 until the timings were copied every 5 s instead of every second (73-151 µs a
-    # closure at load 14-33, from 179-216: docs/benchmarks.md).
+    # The timings are copied in batches every 5 s: a copy costs nearly the same for 5
+    # closures as for 40 (benchmarks/micro.py timing_copy).
     "results": Budget(per_step_us=200, jobs=("ps",),
                       what="result thread: closure records every second, the timing copy every 5 s, step records"),
     "probe": Budget(core_share=0.002, jobs=("ps",), what="RPC probe rounds (coordinator side; the tasks' side A/B)"),
-    # About 0.1 % for the samples (267-303 µs each alone, from 315-379, in
-    # benchmarks/collector_cost.py at load 1-8; 0.09 % of a core on a ps_ctl coordinator in
-    # overhead_ab.py); on a worker of a synchronous multi-worker fit 0.1 % more for its 10
-    # timed wake-ups a second (90-146 µs each, from 127-185). overhead_ab.py's A phases take
-    # no samples and no wake-ups, so its B - A counts both: 0.135 % a worker of mwms_fit in
-    # a 20-pair run at load 7.
-    # A sample every 2 s instead of every second (system.SAMPLE_EVERY_S): 38 µs a ps_ctl closure
-    # from 87, 53 µs an mwms_fit step from 85 (overhead_ab.py, 240 pairs each).
+    # A sample costs a few hundred µs (benchmarks/micro.py collector_cost): one every 2 s is
+    # about 0.1 % of a core; a synchronous worker's 10 timed wake-ups a second about as much.
     "system": Budget(core_share=0.002, what="system sampler: a sample every 2 s (and 10 timed wake-ups a second on sync workers)"),
     "heartbeat": Budget(core_share=0.0002, what="heartbeat rows every 5 s"),
     # A status request to each ps every 5 s: a gRPC call of about 1 ms of client CPU.
     "liveness": Budget(core_share=0.0005, jobs=("fit",), what="liveness checks of the ps tasks every 5 s (TF1 sessions)"),
-    # A coordinator's flush (system, heartbeat, closure, step and rpc records) encodes in
-    # 181-251 µs, from 307-416 (one struct array per kind, its schema made once:
-    # collector_cost.py, load 1-8); 0.05 % of a core in overhead_ab.py's 20-pair runs of
-    # both jobs at load 4-10; 0.1 % before.
+    # A flush encodes each kind's records as one struct array with a schema made once.
     "writer": Budget(core_share=0.0007, what="flush thread: Arrow frames once a second"),
-    # 60 until the all-reduce probe went from every 100 steps to every 5 s: overhead_ab.py
-    # --job mwms_fit, both workers' hooks 63.5, 77.9 and 77.1 µs a step against 70.8 and
-    # 100.3 before (10- and 20-pair runs, interleaved, load 5-8; docs/benchmarks.md).
+    # The all-reduce probe runs every 5 s, not every N steps: its cost per step falls as the
+    # steps get shorter.
     "hooks": Budget(per_step_us=50, jobs=("fit",),
                     what="callback batch hooks, all-reduce probe every 5 s, the stamps' drain once a second"),
-    # With the gradients stamp, on a 1 ms step (stamp_cost.py --model-size 16 --batch 16,
-    # 200 interleaved rounds of 50 steps): +20 ± 8 µs a step at load 2.8-3.4, +2 ± 38 at
-    # 3.8-5.6 (docs/benchmarks.md).
+    # Three in-graph stamps a step, drained once a second (benchmarks/micro.py stamp_cost).
     "step_input": Budget(per_step_us=20, jobs=("fit",),
                          what="in-graph input-arrival and gradients stamps, read in batches"),
-    # collectors/live_thread.py spaces its evaluations so that each one's CPU stays within this
-    # share. 0.2 % until issue 15's last cut: live findings were 40 % of a ps_ctl
-    # coordinator's collector CPU there (docs/benchmarks.md); at 0.1 % an evaluation of
-    # 55 ms comes every 55 s (TFDIAG_LIVE_CPU_SHARE gives more for faster findings).
+    # collectors/live_thread.py spaces its evaluations so that their CPU stays within this
+    # share: a longer evaluation makes the next one come later, never cost more
+    # (TFDIAG_LIVE_CPU_SHARE gives more for faster findings).
     "live": Budget(core_share=0.001, what="live findings: the detectors in the chief, paced to this share"),
 }
 

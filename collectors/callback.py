@@ -72,7 +72,7 @@ class DiagnosticsCallback(_KerasCallback):
 
     Per batch, the training thread only reads the clock and appends a tuple to a list;
     about once a second it reads the stamps (one drain of the queue, a few hundred µs of
-    CPU, ``benchmarks/stamp_cost.py``) and appends the buffered steps' records to the
+    CPU, ``benchmarks/micro.py stamp_cost``) and appends the buffered steps' records to the
     writer's buffer (so records reach the file up to a second later); a background thread
     writes the file. Nothing raised inside the callback reaches training: the first error is logged on the ``tfdiag`` logger and
     the callback then stops recording.
@@ -183,7 +183,7 @@ class DiagnosticsCallback(_KerasCallback):
                 model = tf_internals.callback_model(self)
                 # Timed wake-ups only where a stopped process holds every worker up (all-reduce).
                 wants = Wants(system_interval_s=self.system_interval_s,
-                              wake_s=WAKE_S if _is_multi_worker(strategy) else None, last_words=True,
+                              wake_s=WAKE_S if _is_multi_worker(strategy) else None, last_words=True, stacks=True,
                               variables=model, live_interval_s=self.live_interval_s)
                 self.task_session = TaskSession(self.logdir, wants, strategy=strategy)
                 self.task = self.task_session.task

@@ -50,7 +50,7 @@ RECORD_EVERY_S = 1.0
 # How often it copies those closures' timings from the workers (one op and one copy per
 # worker) and writes their ``step`` records, which reach the writer at most this much
 # later. A copy costs the coordinator a few ms of CPU, nearly the same for 5 closures
-# as for 40 (benchmarks/timing_copy.py; docs/benchmarks.md, "Collector overhead"):
+# as for 40 (benchmarks/micro.py timing_copy; docs/benchmarks.md, "Collector overhead"):
 # every 5 s rather than every second takes a fifth of the copies.
 FETCH_EVERY_S = 5.0
 # ... or as soon as this many closures' timings wait (bounds the batch and the handles held).

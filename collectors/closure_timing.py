@@ -157,7 +157,7 @@ class InstrumentedFunction:
 
     ``ClusterCoordinator.schedule`` of a ``tf.function`` looks its concrete function up in
     the trace cache on every call (``Closure.__init__``: about 70 µs of the calling thread
-    on ps_ctl's train function, ``benchmarks/schedule_cost.py``); of a ``ConcreteFunction``
+    on ps_ctl's train function, ``benchmarks/micro.py schedule_cost``); of a ``ConcreteFunction``
     it runs that one. Once the same arguments were scheduled twice in a row (the same
     per-worker values and tensors, equal Python scalars: :func:`_same_arguments`), the
     concrete function traced for them is looked up once and scheduled while they stay
@@ -288,7 +288,7 @@ def fetch_stats(timings, calls: BoundedCalls, timeout_s: float, on_failure=None)
     copied at once, through ``calls``: a worker that does not answer within ``timeout_s``
     is left to its thread, on an eager executor of its own (``tf_internals.own_executor``),
     so it holds up no closure. The cost is mostly per call, not per vector
-    (``benchmarks/timing_copy.py``), so the caller batches. A worker that fails or is
+    (``benchmarks/micro.py timing_copy``), so the caller batches. A worker that fails or is
     late loses its vectors (None), not its closures' records; each such loss is reported
     as ``on_failure(device, closures, error)``.
     """

@@ -58,8 +58,9 @@ class InstrumentedCoordinator:
         self.logdir = logdir
         self.examples_per_step = examples_per_step
         wants = Wants(system_interval_s=system_interval_s, probe_interval_s=probe_interval_s,
-                      probe_workers=probe_workers, capture_faults=capture_faults, variables=variables,
-                      closures=True, examples_per_step=examples_per_step, live_interval_s=live_interval_s)
+                      probe_workers=probe_workers, capture_faults=capture_faults, last_words=True, stacks=True,
+                      variables=variables, closures=True, examples_per_step=examples_per_step,
+                      live_interval_s=live_interval_s)
         self.task_session = TaskSession(logdir, wants, strategy=getattr(coordinator, "strategy", None), task=task,
                                    default_task="chief:0")
         self.task = self.task_session.task

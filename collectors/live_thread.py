@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
 
@@ -100,6 +101,17 @@ def core_share() -> float:
                        declared)
         return declared
     return share
+
+
+def announce(line: str) -> None:
+    """Writes an announcement (``tfdiag: ...``) to stderr as one line, once, whatever the
+    logging set-up (through a handler it would gain a level and a logger name, or appear
+    once per handler); the ``tfdiag`` logger gets it at DEBUG for a log file that wants it."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError, AttributeError):  # no stderr, or closed: the record still has it
+        pass
+    logger.debug("%s", line)
 
 
 def start(logdir, writer, option: float | None) -> LiveThread | None:
@@ -196,7 +208,7 @@ class LiveThread:
                     self.writer.flush()  # what this task appended so far, in its file for the window
                     transitions = live.evaluate()
                 for transition in transitions:
-                    logger.warning("%s", transition.message)
+                    announce(transition.message)
                     self.writer.append("live_finding", **transition.record(self.writer.task))
             except Exception as error:  # noqa: BLE001
                 logger.warning("tfdiag: live findings stopped after an error: %r", error)

@@ -8,6 +8,8 @@ starts them, in this order:
    the run manifest (``identity``);
 2. the task's writer (``writers.acquire``, which starts the task's heartbeat);
 3. last words (``last_words``): the ``exit`` record if the process ends while training;
+   and the stack dumps (``stacks``): every thread's stack when the task's own progress
+   stops, or on ``SIGUSR1``;
 4. fault capture (``fault_log``): before the RPC probe, which pauses while a task recovers;
 5. the placement of ``variables``: one record each;
 6. the closure recorder (``closure_recorder``, the coordinator's result thread), whose
@@ -52,6 +54,7 @@ from tfdiag.collectors.last_words import LastWords
 from tfdiag.collectors.liveness import LivenessProbe, unwatched_tasks
 from tfdiag.collectors.placement import record_placement
 from tfdiag.collectors.rpc_probe import RpcProber
+from tfdiag.collectors.stacks import StackDumps
 from tfdiag.collectors.system import SystemSampler
 from tfdiag.events import cluster_tasks
 
@@ -71,6 +74,8 @@ class Wants:
         probe_workers: the probe also runs from every worker to every ps.
         capture_faults: TensorFlow's log lines about failed tasks become ``fault`` records.
         last_words: an ``exit`` record if the process ends while training.
+        stacks: the task's Python stacks to ``RUN/plugins/tfdiag/<task>.stacks`` when its
+            progress counter stops moving, or on ``SIGUSR1``.
         liveness: in the task that writes the manifest, check that every ps's server
             answers (the tasks that run no collector of a TF1 job).
         variables: a model, ``tf.Module`` or list of variables whose placement to record.
@@ -86,6 +91,7 @@ class Wants:
     probe_workers: bool = True
     capture_faults: bool = False
     last_words: bool = False
+    stacks: bool = False
     liveness: bool = False
     variables: object = None
     closures: bool = False
@@ -127,6 +133,8 @@ class TaskSession:
     def _start(self) -> None:
         wants = self.wants
         self._run("last_words", wants.last_words, lambda: LastWords(self.writer).start(), LastWords.stop)
+        self._run("stacks", wants.stacks, lambda: StackDumps(self.logdir, self.task, self.progress()).start(),
+                  StackDumps.stop)
         faults = self._run("faults", wants.capture_faults, lambda: FaultCapture(self.writer).install(),
                            FaultCapture.uninstall)
         if wants.variables is not None:

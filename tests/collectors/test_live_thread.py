@@ -56,18 +56,28 @@ def test_the_interval_comes_from_the_argument_then_the_environment(monkeypatch, 
     assert live_thread.interval_from(option) == expected
 
 
-def test_the_thread_announces_a_straggler_records_it_and_declares_its_cost(tmp_path, caplog, monkeypatch):
+def test_the_thread_announces_a_straggler_records_it_and_declares_its_cost(tmp_path, capsys, monkeypatch):
+    """The announcement is one plain line on stderr even under a root logging set-up (which
+    would prefix it with a level and a logger name)."""
     monkeypatch.setenv(live_thread.SHARE_ENV_VAR, "1")  # every 0.3 s, whatever an evaluation costs
     write_straggling_steps(tmp_path)
     writer = writers.acquire(tmp_path, "chief:0")
-    with caplog.at_level(logging.INFO, logger="tfdiag"):
+    root = logging.getLogger()
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s:%(name)s:%(message)s"))
+    root.addHandler(handler)
+    try:
         thread = live_thread.start(tmp_path, writer, 0.3)
         deadline = time.monotonic() + 60
         while thread.transitions == 0 and time.monotonic() < deadline:
             time.sleep(0.1)
         thread.stop()
+    finally:
+        root.removeHandler(handler)
     writers.release(writer)
-    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("tfdiag: worker:1 straggler since")]
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if "worker:1 straggler since" in line]
+    assert all(line.startswith("tfdiag: ") for line in lines), lines
     assert len(lines) == 1 and re.search(r"worker:1 is (2\.[5-9]|3\.\d)x slower per step", lines[0])
     (began,) = records(tmp_path, "live_finding")
     assert began["state"] == "began" and began["kind"] == "straggler" and began["tasks"] == "worker:1"
