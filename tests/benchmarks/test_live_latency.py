@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 from benchmarks.live_latency import replay
-from tests.analysis.test_live import GrowingRun
+from tests.analysis.test_live import growing_run, run_until
 from tfdiag.analysis.detectors import DETECTORS, straggler
 from tfdiag.analysis.measurements import Measurements
 
 
 def test_the_replay_reports_the_cost_the_parts_and_the_transitions_of_a_recorded_run(tmp_path):
-    run = GrowingRun(tmp_path / "run")
+    run = growing_run(tmp_path / "run")
     for second in range(5, 70, 5):  # worker:1 twice as slow from 30 s on
-        run.run_until(second, {"worker:0": 20.0, "worker:1": 20.0 if second <= 30 else 45.0})
-    run.close()
+        run_until(run, second, {"worker:0": 20.0, "worker:1": 20.0 if second <= 30 else 45.0})
     text = replay(run.path, 5.0)
     assert "thread CPU per evaluation: median" in text and "with its parts timed" in text
     transitions = [line for line in text.splitlines() if line.startswith("- tfdiag: ")]
