@@ -53,11 +53,13 @@ class TfdiagPlugin(base_plugin.TBPlugin):
         refresh_interval_s: float = REFRESH_INTERVAL_S,
         is_active_ttl_s: float = IS_ACTIVE_TTL_S,
         load_wait_s: float = LOAD_WAIT_S,
+        wall_clock: Callable[[], int] = time.time_ns,
     ):
         self._index = RunIndex(context.logdir, ttl_s=discovery_ttl_s)
         self._states = RunStates(refresh_interval_s=refresh_interval_s, load_wait_s=load_wait_s)
         self._assets = Assets()
         self._is_active_ttl_s = is_active_ttl_s
+        self._wall_clock = wall_clock  # where a live run stands now (``/now``)
         self._active: bool = False
         self._active_checked_at: float | None = None
 
@@ -70,6 +72,8 @@ class TfdiagPlugin(base_plugin.TBPlugin):
             "/report": self.report_route,
             "/figure": self.figure_route,
             "/compare": self.compare_route,
+            "/now": self.now_route,
+            "/faults": self.faults_route,
         }
         apps.update({route: self.static_app(route) for route in (*STATIC_FILES, PLOTLY_ROUTE)})
         return apps
@@ -125,6 +129,28 @@ class TfdiagPlugin(base_plugin.TBPlugin):
     def report_impl(self, run: str) -> JsonBody:
         """``runs.tab_report`` of run ``run``, serialised; ``NotFoundError`` for an unknown run."""
         return self._with_state(run, RunState.report_body)
+
+    # -- /now -----------------------------------------------------------------------
+
+    @handles_errors
+    def now_route(self, request: Request) -> Response:
+        """``GET /now?run=NAME`` → where the run stands now (polled while it runs)."""
+        return json_response(self.now_impl(required_arg(request, "run")))
+
+    def now_impl(self, run: str) -> dict:
+        """``live_view.now_view`` of run ``run`` at the wall clock's time."""
+        return self._with_state(run, lambda state: state.now(self._wall_clock()))
+
+    # -- /faults ---------------------------------------------------------------------
+
+    @handles_errors
+    def faults_route(self, request: Request) -> Response:
+        """``GET /faults?run=NAME`` → the run's faults and last words in time order (with an ETag)."""
+        return json_response(self.faults_impl(required_arg(request, "run")), request=request)
+
+    def faults_impl(self, run: str) -> JsonBody:
+        """``live_view.fault_timeline`` of run ``run``, serialised."""
+        return self._with_state(run, RunState.faults_body)
 
     # -- /figure ---------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, TypeVar
 
 import plotly.io
 
@@ -35,6 +35,7 @@ from tfdiag.report import formatting
 from tfdiag.report.figures import FIGURES, empty_figure
 from tfdiag.report.safe_text import printable
 from tfdiag.store import find_runs, log_dir
+from tfdiag.tb_plugin.live_view import fault_timeline, now_view
 from tfdiag.tb_plugin.responses import BusyError, JsonBody
 
 logger = logging.getLogger(__name__)
@@ -53,6 +54,7 @@ REFRESH_INTERVAL_S = 1.0
 LOAD_WAIT_S = 30.0
 
 Clock = Callable[[], float]
+T = TypeVar("T")
 
 
 def run_name(logdir: str, run_dir: Path) -> str:
@@ -152,6 +154,7 @@ class RunState:
         self._loaded: LoadedRun | None = None
         self._report: Report | None = None
         self._report_body: JsonBody | None = None
+        self._faults_body: JsonBody | None = None
         self._figures: dict[str, JsonBody] = {}
         self._logged_error: str | None = None
         self.analyses = 0  # how many times the run was analysed (tests read it)
@@ -169,6 +172,25 @@ class RunState:
                 self._report_body = JsonBody.of(tab_report(report, self.name, self.path))
             return self._report_body
 
+    def now(self, now_ns: int) -> dict:
+        """``live_view.now_view`` of the current Report at wall-clock time ``now_ns``
+        (the run's state moves with the clock, so it is built on every request: no analysis)."""
+        with self._locked():
+            report = self._current()
+            return self._guarded("state now", lambda: now_view(report, self._run(), now_ns),
+                                 lambda why: {"state": "unknown", "reason": why, "progress": [], "findings": [],
+                                              "silent": [], "time_ns": now_ns})
+
+    def faults_body(self) -> JsonBody:
+        """``live_view.fault_timeline`` of the current Report, serialised; cached with the Report."""
+        with self._locked():
+            report = self._current()
+            if self._faults_body is None:
+                self._faults_body = JsonBody.of(self._guarded(
+                    "fault timeline", lambda: fault_timeline(report, self._run()),
+                    lambda why: {"events": [], "roots": [], "victims": [], "error": why}))
+            return self._faults_body
+
     def figure_body(self, name: str) -> JsonBody:
         """The plotly JSON (``plotly.io.to_json``) of figure ``name`` (a key of FIGURES)."""
         with self._locked():
@@ -176,6 +198,19 @@ class RunState:
             if name not in self._figures:
                 self._figures[name] = JsonBody.of_text(self._figure_json(name, report))
             return self._figures[name]
+
+    def _run(self) -> LoadedRun:
+        """The loaded run the current Report was made from (an empty one if loading failed)."""
+        return self._loaded or LoadedRun(path=self.path, manifest=None, frames={})
+
+    def _guarded(self, what: str, build: Callable[[], T], fallback: Callable[[str], T]) -> T:
+        """``build()``; on an unexpected exception (a run's data the analysis did not foresee)
+        it is logged and ``fallback`` says why, so the run still answers."""
+        try:
+            return build()
+        except Exception as error:  # noqa: BLE001 - the last-resort guard of one run
+            logger.error("tfdiag: cannot build the %s of run %r", what, self.name, exc_info=error)
+            return fallback(f"cannot build the {what}: internal error {type(error).__name__} (see TensorBoard's log)")
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -229,6 +264,7 @@ class RunState:
     def _set(self, report: Report) -> None:
         self._report = report
         self._report_body = None
+        self._faults_body = None
         self._figures = {}
 
     def _figure_json(self, name: str, report: Report) -> str:
