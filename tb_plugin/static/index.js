@@ -7,12 +7,19 @@
 // after that long. A poll re-fetches the report (a 304 when the run did not change)
 // and redraws only when it changed; charts are updated in place (Plotly.react), so the
 // page keeps its scroll position.
+//
+// The Now panel of a run (/now: its state, each worker's progress, current findings,
+// silent tasks) refreshes on its own every NOW_REFRESH_MS while the run's state is
+// "running" and the tab is visible; in any other state it follows the page's poll.
 
 import * as model from './model.js';
 import * as views from './views.js';
 
 /** How often the open run is re-fetched while the tab is visible, so a live run updates (ms). */
 const AUTO_REFRESH_MS = 15000;
+
+/** How often the Now panel of a running run is refreshed (ms). */
+const NOW_REFRESH_MS = 3000;
 
 /** Height of a chart that has no data (it only says why). */
 const EMPTY_CHART_PX = 150;
@@ -32,6 +39,8 @@ const state = {
   shown: '',
   /** When the data on screen was last fetched (ms since epoch). */
   fetchedAt: 0,
+  /** The timer of the Now panel's next refresh, or null. */
+  nowTimer: null,
 };
 
 /** @type {Object<string, HTMLElement>} */
@@ -122,12 +131,13 @@ async function show({force, quiet}) {
   try {
     data = compare
       ? await Promise.all([model.getComparison(run, compare, {maxAgeMs}), model.getReport(run, {maxAgeMs}), model.getReport(compare, {maxAgeMs})])
-      : [await model.getReport(run, {maxAgeMs})];
+      : await Promise.all([model.getReport(run, {maxAgeMs}), model.getFaults(run, {maxAgeMs})]);
   } catch (error) {
     if (current()) showError(`Cannot load ${compare ? `${run} and ${compare}` : run}: ${error.message}`);
     return;
   }
   if (!current()) return;
+  if (!compare) refreshNow(run); // draws into the Now panel of the page drawn below
   state.fetchedAt = Date.now();
   dom.status.textContent = `Updated ${new Date().toLocaleTimeString()}`;
   const shown = JSON.stringify(data);
@@ -135,18 +145,21 @@ async function show({force, quiet}) {
   const sameLayout = layout === state.layout;
   state.layout = layout;
   state.shown = shown;
-  const charts = compare ? drawComparison(data, run, compare) : drawRun(data[0], sameLayout);
+  const charts = compare ? drawComparison(data, run, compare) : drawRun(data, sameLayout);
   // Charts are fetched anew (an ETag revalidation) only when the report changed.
   await Promise.all(charts.map(([box, chartRun, name]) => drawFigure(box, chartRun, name, {maxAgeMs: sameLayout ? 0 : maxAgeMs, current})));
 }
 
 /**
- * The single-run page: overview, findings, views, workers. On an update of the same run
- * the text parts are rebuilt and the chart boxes are kept.
+ * The single-run page: now, overview, findings, faults, views, workers. On an update of
+ * the same run the text parts are rebuilt and the chart boxes (and the Now panel, which
+ * refreshes on its own) are kept.
  * @return {Array<[HTMLElement, string, string]>} the charts to draw: [box, run, figure name]
  */
-function drawRun(report, sameLayout) {
+function drawRun([report, faults], sameLayout) {
   if (!sameLayout) {
+    dom.now = views.h('div', {className: 'now-box'}, views.message('Loading the run\'s state…'));
+    dom.faults = views.h('div', {className: 'faults-box'});
     dom.overview = views.h('div', {className: 'overview-box'});
     dom.findings = views.h('div', {className: 'findings-box'});
     dom.workers = views.h('div', {className: 'workers-box'});
@@ -156,12 +169,35 @@ function drawRun(report, sameLayout) {
       boxes.forEach((box, i) => dom.charts.push([box, state.run, names[i]]));
       return views.viewSection(title, boxes);
     });
-    dom.main.replaceChildren(dom.overview, dom.findings, ...sections, dom.workers);
+    dom.main.replaceChildren(dom.now, dom.overview, dom.findings, dom.faults, ...sections, dom.workers);
   }
   dom.overview.replaceChildren(views.overviewView(report));
   dom.findings.replaceChildren(views.findingsView(report.findings || []));
+  dom.faults.replaceChildren(views.faultsView(faults));
   dom.workers.replaceChildren(views.workersView(report.workers || []) || '');
   return dom.charts;
+}
+
+/**
+ * Fetches and draws the Now panel of ``run``; while the run is running, again in
+ * NOW_REFRESH_MS (skipped while the tab is hidden). Dropped if another page is shown meanwhile.
+ */
+async function refreshNow(run) {
+  clearTimeout(state.nowTimer);
+  const shown = () => state.run === run && !state.compare && dom.now && dom.now.isConnected;
+  let now;
+  try {
+    now = await model.getNow(run);
+  } catch (error) {
+    if (shown()) dom.now.replaceChildren(views.message(`Cannot load the run's state: ${error.message}`, 'error'));
+    return;
+  }
+  if (!shown()) return;
+  dom.now.replaceChildren(views.nowView(now));
+  clearTimeout(state.nowTimer);
+  if (now.state === 'running') {
+    state.nowTimer = setTimeout(() => (document.visibilityState === 'visible' ? refreshNow(run) : (state.nowTimer = null)), NOW_REFRESH_MS);
+  }
 }
 
 /** The compare page: the comparison, then each run's overview and charts side by side. */

@@ -16,6 +16,14 @@
  * @typedef {{base: *, new: *, ratio: (number|null), change_pct: (number|null)}} Metric
  * @typedef {{kind: string, severity: string, title: string, tasks: string[],
  *            predicted_speedup: (number|null)}} FindingEntry
+ * @typedef {{task: string, steps: number, idle_s: (number|null)}} Progress
+ * @typedef {{task: string, signal: string, detail: string}} SilentTask
+ * @typedef {{state: string, reason: string, progress: Progress[], findings: FindingEntry[],
+ *            silent: SilentTask[], time_ns: number}} Now
+ * @typedef {{time_ns: number, time_s: (number|null), task: string, kind: string, detail: string,
+ *            message: string, root: boolean}} FaultEvent
+ * @typedef {{events: FaultEvent[], roots: {task: string, state: string}[], victims: Object[],
+ *            error?: string}} FaultTimeline
  * @typedef {{views: Array<[string, string[]]>, compare: string[]}} Figures
  *     views: [section title, [figure name, ...]] in order; compare: the charts of each compared run
  * @typedef {{base_run: string, new_run: string, examples_per_s: Metric, step_time_ms: Metric,
@@ -82,6 +90,16 @@ export function getFigureList() {
 /** @return {Promise<Report>} */
 export function getReport(run, options) {
   return fetchJson('report', {run}, options);
+}
+
+/** @return {Promise<Now>} where the run stands now (never cached: it moves with the clock) */
+export function getNow(run) {
+  return fetchJson('now', {run}, {maxAgeMs: 0});
+}
+
+/** @return {Promise<FaultTimeline>} */
+export function getFaults(run, options) {
+  return fetchJson('faults', {run}, options);
 }
 
 /** @return {Promise<{data: Object[], layout: Object}>} a plotly figure */

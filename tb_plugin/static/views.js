@@ -242,6 +242,91 @@ export function workersView(workers) {
   );
 }
 
+/**
+ * Where a run stands now: its state and why, each worker's progress, the current findings,
+ * and the tasks gone silent (their rows highlighted).
+ * @param {import('./model.js').Now} now
+ */
+export function nowView(now) {
+  const silent = now.silent || [];
+  const silentTasks = new Set(silent.map((s) => s.task));
+  const progress = now.progress || [];
+  const findings = now.findings || [];
+  return h(
+    'section',
+    {className: 'now', dataset: {state: now.state}},
+    h('h2', {}, 'Now ', h('span', {className: 'state-badge', dataset: {state: now.state}}, now.state), ' ', h('span', {className: 'now-reason'}, now.reason)),
+    progress.length
+      ? h(
+          'table',
+          {className: 'progress'},
+          h('thead', {}, h('tr', {}, ['worker', 'steps', 'last step'].map((c) => h('th', {}, c)))),
+          h(
+            'tbody',
+            {},
+            progress.map((w) =>
+              h(
+                'tr',
+                {className: silentTasks.has(w.task) ? 'silent' : ''},
+                h('td', {}, w.task),
+                h('td', {}, number(w.steps, 0)),
+                h('td', {}, w.idle_s === null || w.idle_s === undefined ? '–' : `${number(w.idle_s, 1)} s ago`),
+              ),
+            ),
+          ),
+        )
+      : h('p', {className: 'nothing'}, 'No worker has stepped yet.'),
+    silent.length
+      ? h('div', {className: 'silent-tasks'}, h('h3', {}, `Silent tasks (${silent.length})`),
+          h('ul', {}, silent.map((s) => h('li', {className: 'silent', dataset: {signal: s.signal}}, h('span', {className: 'task'}, s.task), ` ${s.detail}`))))
+      : null,
+    h('div', {className: 'now-findings'}, h('h3', {}, `Current findings (${findings.length})`),
+      findings.length ? h('ul', {}, findings.map(entryLine)) : h('p', {className: 'nothing'}, 'none')),
+  );
+}
+
+/**
+ * The run's faults and its tasks' last words in time order; the task whose failure ended
+ * the job (the root) is named first and its rows marked.
+ * @param {import('./model.js').FaultTimeline} timeline
+ */
+export function faultsView(timeline) {
+  const events = timeline.events || [];
+  const roots = timeline.roots || [];
+  const detail = (e) => (e.message && e.message !== e.detail ? h('details', {}, h('summary', {}, e.detail), h('pre', {className: 'message-text'}, e.message)) : e.detail);
+  return h(
+    'section',
+    {className: 'faults'},
+    h('h2', {}, `Faults and last words (${events.length})`),
+    timeline.error ? message(timeline.error, 'error') : null,
+    roots.length
+      ? h('div', {className: 'job-end'}, h('strong', {}, 'The job ended on a failure. Root: '),
+          roots.map((r) => h('div', {className: 'root'}, h('span', {className: 'task'}, r.task), ` ${r.state}`)))
+      : null,
+    events.length
+      ? h(
+          'table',
+          {className: 'fault-timeline'},
+          h('thead', {}, h('tr', {}, ['time (s)', 'task', 'event', 'detail'].map((c) => h('th', {}, c)))),
+          h(
+            'tbody',
+            {},
+            events.map((e) =>
+              h(
+                'tr',
+                {className: e.root ? 'root' : '', dataset: {kind: e.kind}},
+                h('td', {}, number(e.time_s, 3)),
+                h('td', {}, e.task, e.root ? h('span', {className: 'badge root-badge'}, 'root') : null),
+                h('td', {}, e.kind),
+                h('td', {}, detail(e)),
+              ),
+            ),
+          ),
+        )
+      : h('p', {className: 'nothing'}, 'No faults and no last words recorded.'),
+  );
+}
+
 /** A box a plotly chart is drawn into. */
 export function chartBox(name) {
   return h('div', {className: 'chart', dataset: {figure: name}}, h('div', {className: 'chart-plot'}));

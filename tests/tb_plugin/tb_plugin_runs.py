@@ -9,6 +9,8 @@ import pytest
 from tests.report.live import add_live_findings
 from tests.runs import START_NS, RunBuilder
 
+UNHEALTHY = "Graph execution error:\n\nCollective ops is aborted by: The following tasks are unhealthy:\n/job:worker/task:1"
+
 
 def write_steps(run_dir: Path, task: str, step_ms: float, steps: int = 40, first_step: int = 0,
                 start_ns: int = START_NS) -> int:
@@ -55,3 +57,15 @@ def make_full_run(run_dir: Path, worker_names: tuple[str, str] = ("worker:0", "w
     run.fault(slow, "failure", 500).fault(slow, "restart", 1500)
     add_live_findings(run, slow)
     return run.write()
+
+
+def failed_run(path) -> RunBuilder:
+    """worker:1 stops at 2 s without a word, worker:0 ends at 3 s on its error naming worker:1;
+    the coordinator saw worker:1 fail and retried once."""
+    run = RunBuilder(path, strategy="MultiWorkerMirroredStrategy", workers=2, ps=0, chief=False)
+    for worker in ("worker:0", "worker:1"):
+        run.steps(worker, count=90, step_ms=20)
+        run.heartbeats(worker, until_ms=2_000, every_ms=500, subjects=(worker,))
+    run.fault("worker:1", "failure", 2_500).fault("worker:1", "retry", 2_700)
+    run.exit("worker:0", 3_000, message=UNHEALTHY, blamed=("worker:1",))
+    return run

@@ -6,10 +6,9 @@ import pytest
 
 from tests.runs import MS, START_NS, RunBuilder
 from tests.tb_plugin.test_tb_plugin_routes import PREFIX, client_for, get_json, make_plugin
-from tests.tb_plugin.tb_plugin_runs import logdir  # noqa: F401 (a fixture)
+from tests.tb_plugin.tb_plugin_runs import UNHEALTHY, failed_run, logdir  # noqa: F401 (logdir is a fixture)
 
 WORKERS = ("worker:0", "worker:1")
-UNHEALTHY = "Graph execution error:\n\nCollective ops is aborted by: The following tasks are unhealthy:\n/job:worker/task:1"
 
 
 class WallClock:
@@ -23,18 +22,6 @@ class WallClock:
 
     def __call__(self) -> int:
         return self.now_ns
-
-
-def failed_run(path) -> RunBuilder:
-    """worker:1 stops at 2 s without a word, worker:0 ends at 3 s on its error naming worker:1;
-    the coordinator saw worker:1 fail and retried once."""
-    run = RunBuilder(path, strategy="MultiWorkerMirroredStrategy", workers=2, ps=0, chief=False)
-    for worker in WORKERS:
-        run.steps(worker, count=90, step_ms=20)
-        run.heartbeats(worker, until_ms=2_000, every_ms=500, subjects=(worker,))
-    run.fault("worker:1", "failure", 2_500).fault("worker:1", "retry", 2_700)
-    run.exit("worker:0", 3_000, message=UNHEALTHY, blamed=("worker:1",))
-    return run
 
 
 def test_now_of_a_growing_run_follows_it(tmp_path):

@@ -24,7 +24,7 @@ import pytest
 
 from tfdiag.report.figures import FIGURES
 
-from tests.tb_plugin.tb_plugin_runs import make_full_run, make_run
+from tests.tb_plugin.tb_plugin_runs import failed_run, make_full_run, make_run
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -88,7 +88,7 @@ def wait_until_up(process: subprocess.Popen, base: str, log_path: Path) -> None:
 
 MARKUP_RUN = "<script>alert(1)</script>"
 HOSTILE_TASK = "worker:<img src=x onerror=alert(9)>"
-RUNS = sorted([MARKUP_RUN, "damaged", "full", "slow", "sweep/even", "tasks"])
+RUNS = sorted([MARKUP_RUN, "damaged", "failed", "full", "slow", "sweep/even", "tasks"])
 FIGURE_NAMES = list(FIGURES)
 
 
@@ -110,6 +110,10 @@ def check_routes(base: str) -> None:
     status, content_type, body = fetch(plugin + "/report?run=damaged")
     assert (status, content_type) == (200, "application/json")
     assert json.loads(body)["run"]["warnings"]
+
+    status, content_type, body = fetch(plugin + "/now?run=failed")
+    assert (status, content_type) == (200, "application/json")
+    assert json.loads(body)["state"] == "failed"
 
     status, content_type, body = fetch(plugin + "/figure?run=full&name=rpc_latency_heatmap")
     assert (status, content_type) == (200, "application/json")
@@ -135,6 +139,7 @@ def make_logdir(logdir: Path) -> None:
     make_run(logdir / "sweep" / "even", slow_ms=20.0)
     make_run(logdir / MARKUP_RUN, slow_ms=20.0)  # a run name that is also markup
     make_full_run(logdir / "full")  # every signal: every chart has data
+    failed_run(logdir / "failed").write(by_task=True)  # worker:1 stopped, worker:0 failed because of it
     make_full_run(logdir / "tasks", worker_names=("worker:0", HOSTILE_TASK))  # a task name that is markup
     damaged = make_run(logdir / "damaged")  # a manifest that is not JSON, a task file of garbage
     (damaged / "plugins" / "tfdiag" / "manifest.json").write_text("{not json")
@@ -168,7 +173,7 @@ def test_tab_in_tensorboard_and_chromium(tmp_path):
                 open_entry_page(browser, base + "/data/plugin_entry.html?name=tfdiag", tmp_path / "tab-full-page.png")
             finally:
                 browser.close()
-        for name in ("tab.png", "tab-tasks.png", "tab-compare.png", "tab-prefixed.png", "tab-full-page.png"):
+        for name in ("tab.png", "tab-tasks.png", "tab-failed.png", "tab-compare.png", "tab-prefixed.png", "tab-full-page.png"):
             assert (tmp_path / name).stat().st_size > 10_000, name
 
 
@@ -210,11 +215,12 @@ def open_tab(browser, url: str, tmp_path: Path) -> None:
         assert frame.locator(".run-select").input_value() == MARKUP_RUN
         assert frame.locator(".tfdiag script").count() == 0
 
-        # The full run: the primary bottleneck is the first thing on the page, then all views.
+        # The full run: the Now panel, then the primary bottleneck first in the overview, then all views.
         frame.locator(".run-select").select_option("full")
         primary = frame.locator('.primary[data-kind="straggler"]')
         primary.wait_for(timeout=30_000)
-        assert frame.locator("main > *").first.locator(".primary").get_attribute("data-kind") == "straggler"
+        assert frame.locator("main > *").first.get_attribute("class") == "now-box"
+        assert frame.locator("main > *").nth(1).locator(".primary").get_attribute("data-kind") == "straggler"
         text = primary.inner_text()
         assert "worker:1" in text and "predicted" in text and "%" in text
         assert primary.locator("pre.change code").count() == 1
@@ -247,6 +253,18 @@ def open_tab(browser, url: str, tmp_path: Path) -> None:
         warnings = frame.locator(".warnings li")
         assert warnings.count() >= 1 and all(text.strip() for text in warnings.all_text_contents())
         assert frame.locator(".message.error").count() == 0
+
+        # A failed job: the Now panel says so, the Faults section marks the root's rows.
+        frame.locator(".run-select").select_option("failed")
+        now = frame.locator('.now[data-state="failed"]')
+        now.wait_for(timeout=20_000)
+        assert "worker:1 failed and ended the job" in now.inner_text()
+        assert frame.locator(".now .progress tbody tr").count() == 2
+        assert frame.locator(".fault-timeline tbody tr").evaluate_all(
+            "rows => rows.map((r) => [r.dataset.kind, r.classList.contains('root')])") == [
+            ["failure", True], ["retry", True], ["exit", False]]
+        assert "worker:1" in frame.locator(".faults .job-end").inner_text()
+        page.screenshot(path=str(tmp_path / "tab-failed.png"), full_page=True)
 
         # Switch back and forth quickly: a late response for an earlier choice is dropped.
         frame.locator(".run-select").select_option(MARKUP_RUN)
