@@ -323,6 +323,8 @@ RUN_ARGUMENTS = [
     ("/figure", "run", {"name": "step_time"}),
     ("/compare", "base", {"new": "slow"}),
     ("/compare", "new", {"base": "slow"}),
+    ("/now", "run", {}),
+    ("/faults", "run", {}),
 ]
 
 
