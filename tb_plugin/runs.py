@@ -130,9 +130,10 @@ class RunIndex:
 class RunState:
     """One run's loader, its latest Report, and the JSON answers built from that Report.
 
-    Everything derived from the Report (its JSON, each figure's JSON) is built on first
-    request and cached until the run changes on disk, so repeated requests, and the
-    tab's polling, cost a dictionary lookup.
+    Everything derived from the Report (its JSON, its fault timeline, each figure's JSON)
+    is built on first request and cached until the run changes on disk, so repeated
+    requests, and the tab's polling, cost a dictionary lookup; ``now`` alone is built on
+    every request, from the cached Report and the wall clock.
     """
 
     def __init__(
