@@ -133,7 +133,10 @@ class TaskSession:
     def _start(self) -> None:
         wants = self.wants
         self._run("last_words", wants.last_words, lambda: LastWords(self.writer).start(), LastWords.stop)
-        self._run("stacks", wants.stacks, lambda: StackDumps(self.logdir, self.task, self.progress()).start(),
+        # The coordinator counts its workers' closures, not steps of its own: its stacks come on the signal only
+        # (a counter of its own would read as a task that never progresses).
+        own_progress = None if wants.closures else self.progress()
+        self._run("stacks", wants.stacks, lambda: StackDumps(self.logdir, self.task, own_progress).start(),
                   StackDumps.stop)
         faults = self._run("faults", wants.capture_faults, lambda: FaultCapture(self.writer).install(),
                            FaultCapture.uninstall)
