@@ -3,9 +3,12 @@
 The loader is incremental: ``RunLoader.refresh()`` reads only the bytes appended to each
 task file since the previous call, so a live run (and the TensorBoard tab) never
 re-reads what it already has. Step records are folded into ``step_stats`` as each frame
-is read (exact counters, histograms and a bounded set of rows), so what the loader holds
-of them does not grow with the run's length; a refresh folds only the new ones and
-rebuilds only the frames of kinds that got records. A file that shrank or was replaced
+is read (exact counters, histograms and a bounded set of rows) and system samples into
+``system_fold``'s time buckets, so what the loader holds of them does not grow with the
+run's length; a refresh folds only the new ones and rebuilds only the frames of kinds
+that got records. A first read of a large run folds its task files in parallel
+(``parallel_fold``), each file on its own, then adopts each file's fold as it would
+have folded it itself. A file that shrank or was replaced
 is read again from byte 0. Frames whose payload is byte-for-byte one already loaded (a
 copied task file, a frame written twice) are counted once. ``WindowLoader`` reads the
 same way but keeps only the records of a run's last seconds (live findings:
@@ -28,7 +31,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tfdiag.analysis.frames import conform, empty_frame, source_column, to_pandas
+from tfdiag.analysis.parallel_fold import parallel_folds
 from tfdiag.analysis.step_stats import StepAccumulator
+from tfdiag.analysis.system_fold import SYSTEM_ROWS, SystemBuckets
 from tfdiag.errors import RunNotFoundError
 from tfdiag.store import MANIFEST_NAME, ManifestRead, SkippedRecords, load_manifest, log_dir, read_task_file, task_files
 from tfdiag.store.paths import LOG_SUFFIX
@@ -99,10 +104,22 @@ class _TaskFile:
     offset: int = 0
     task: str | None = None  # the task that wrote the first good frame
     records: list[_Kept] = field(default_factory=list)
+    system: SystemBuckets | None = None  # its system samples, folded (``RunLoader`` only)
     sources: set[str] = field(default_factory=set)  # the tasks whose frames the file held
     digests: list[bytes] = field(default_factory=list)
     skipped: list[SkippedRecords] = field(default_factory=list)
     pending: list[SkippedRecords] = field(default_factory=list)  # tail / unread: retried at each refresh
+
+
+class FileFold(NamedTuple):
+    """What ``RunLoader.fold_file`` read of one task file, for ``refresh`` to adopt."""
+
+    path: Path
+    state: _TaskFile
+    steps: StepAccumulator  # the file's step records, folded
+    seen: dict[bytes, tuple[Path, int]]  # its frames' digests, and where each was read
+    kinds: set[str]  # the kinds it held
+    changed: bool  # whether the read found anything (``_take``)
 
 
 class RunLoader:
@@ -114,11 +131,14 @@ class RunLoader:
         >>> run.frame("step").groupby("task").size()  # doctest: +SKIP
     """
 
-    _folds_steps = True  # step records go to step_stats rather than being kept as batches
+    _folds = True  # step records go to step_stats and system samples to buckets rather than being kept as batches
 
-    def __init__(self, run_dir: str | os.PathLike, steps: StepAccumulator | None = None):
+    def __init__(self, run_dir: str | os.PathLike, steps: StepAccumulator | None = None,
+                 system_rows: int = SYSTEM_ROWS, processes: int | None = None):
         self.path = Path(run_dir)
         self._steps = steps or StepAccumulator()
+        self.system_rows = system_rows
+        self.processes = processes  # folding a large first read; None: a process per core, 1: serial
         self._changed_kinds: set[str] = set()
         if not log_dir(self.path).is_dir():
             raise RunNotFoundError(f"{self.path}: not a tfdiag run (no {log_dir(self.path)} directory)")
@@ -153,6 +173,7 @@ class RunLoader:
         total = sum(max(min(stat.st_size, MAX_TASK_FILE_BYTES) - self._offset(path), 0) for path, stat in stats.items())
         done = 0
         changed = False
+        unread = []
         for path, stat in stats.items():
             state = self._files.get(path)
             if state is not None and ((stat.st_dev, stat.st_ino) != state.identity or stat.st_size < state.offset):
@@ -160,16 +181,46 @@ class RunLoader:
                                      "read again from byte 0")
                 self._forget(path)
                 state = None
-            if state is None:
-                state = self._files[path] = _TaskFile((stat.st_dev, stat.st_ino))
-            elif stat.st_size == state.offset:
-                continue
-            offset = state.offset
-            changed |= self._take(path, state, read_task_file(path, offset))
-            done += max(min(stat.st_size, MAX_TASK_FILE_BYTES) - offset, 0)
+            if state is None or stat.st_size != state.offset:
+                unread.append((path, (stat.st_dev, stat.st_ino), min(stat.st_size, MAX_TASK_FILE_BYTES)))
+        fresh = self._folds and not any(path in self._files for path, _, _ in unread)
+        folds = parallel_folds(self, unread, total) if fresh else None
+        for path, identity, size in unread:
+            offset = self._offset(path)
+            fold = next(folds) if folds is not None else None
+            if fold is not None and self._adopt(fold):
+                changed |= fold.changed
+            else:  # read here: a small read, or a frame of it was also in another file
+                state = self._files.setdefault(path, _TaskFile(identity))
+                changed |= self._take(path, state, read_task_file(path, offset))
+            done += max(size - offset, 0)
             if progress is not None:
                 progress(done, total)
         return list(stats), [item.sentence() for item in rejected], changed
+
+    def fresh(self) -> RunLoader:
+        """A loader of the same run and caps that has read nothing."""
+        return RunLoader(self.path, self._steps.empty_like(), self.system_rows, self.processes)
+
+    def fold_file(self, path: Path, identity: tuple[int, int]) -> FileFold:
+        """What this loader would hold of ``path`` read from byte 0 on its own: the map step
+        of a parallel (or distributed) read, whose folds ``refresh`` adopts in file order."""
+        loader = self.fresh()
+        state = loader._files[path] = _TaskFile(identity)
+        changed = loader._take(path, state, read_task_file(path, 0))
+        return FileFold(path, state, loader._steps, loader._seen, loader._changed_kinds, changed)
+
+    def _adopt(self, fold: FileFold) -> bool:
+        """Takes ``fold`` (``fold_file``'s) as its file's state; False, taking nothing, when
+        one of its frames was already read from another file (the serial read then counts
+        the duplicate where it always does)."""
+        if any(digest in self._seen for digest in fold.seen):
+            return False
+        self._files[fold.path] = fold.state
+        self._seen.update(fold.seen)
+        self._steps.adopt(fold.steps)
+        self._changed_kinds |= fold.kinds
+        return True
 
     def _result(self, files: list[Path], rejected: list[str], changed: bool) -> LoadedRun:
         """The run after a read: frames rebuilt where they changed; the previous object if nothing did."""
@@ -184,7 +235,7 @@ class RunLoader:
 
     def _rebuild_frames(self) -> None:
         """Rebuilds the frames of the kinds that got records (or lost a file's) since the last refresh."""
-        folded = {"step"} if self._folds_steps else set()
+        folded = {"step"} if self._folds else set()
         for kind in self._changed_kinds - folded:
             self._frames.pop(kind, None)
             if any(self._batches(kind)):
@@ -215,9 +266,13 @@ class RunLoader:
             source = frame.task or _task_from_file_name(path)
             state.task = state.task or source
             state.sources.add(source)
-            if frame.kind == "step" and self._folds_steps:  # only what step_stats keeps stays in memory
+            if frame.kind == "step" and self._folds:  # only what step_stats keeps stays in memory
                 for batch in frame.batches:
                     self._steps.add(str(path), source, conform(batch, "step"))
+            elif frame.kind == "system" and self._folds:  # only the buckets past the cap
+                state.system = state.system or SystemBuckets(self.system_rows)
+                for batch in frame.batches:
+                    state.system.add(conform(batch, "system"), source)
             else:  # conformed once, here, not at every rebuild of the kind's frame
                 conformed = [conform(batch, frame.kind) for batch in frame.batches]
                 state.records.extend(_Kept(frame.kind, batch, source, frame.digest, self._last_ns(frame.kind, batch))
@@ -233,7 +288,7 @@ class RunLoader:
     def _forget(self, path: Path) -> None:
         state = self._files.pop(path)
         self._steps.forget(str(path))
-        self._changed_kinds |= {kept.kind for kept in state.records} | {"step"}
+        self._changed_kinds |= {kept.kind for kept in state.records} | {"step", "system"}
         for digest in state.digests:
             if self._seen.get(digest, (None,))[0] == path:
                 del self._seen[digest]
@@ -250,6 +305,8 @@ class RunLoader:
 
     def _batches(self, kind: str):
         for state in self._files.values():
+            if kind == "system" and state.system is not None:
+                yield from state.system.batches()
             yield from ((kept.batch, kept.source) for kept in state.records if kept.kind == kind)
 
     def _build(self, files: list[Path], rejected: list[str]) -> LoadedRun:
@@ -301,7 +358,7 @@ class WindowLoader(RunLoader):
         >>> loader.refresh(time.time_ns()).frame("step")["end_ns"].min()  # doctest: +SKIP
     """
 
-    _folds_steps = False
+    _folds = False
 
     def __init__(self, run_dir: str | os.PathLike, window_s: float):
         super().__init__(run_dir)

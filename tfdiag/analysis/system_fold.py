@@ -1,0 +1,136 @@
+"""System samples folded as they are read: every sample under a cap, time buckets past it.
+
+The system sampler writes one record every 2 s per task, so a day of 1,024 workers is
+tens of millions of them. ``SystemBuckets`` holds one task file's samples: as they came
+while the file holds at most ``SYSTEM_ROWS`` (every test's run, a run of hours: analysed
+exactly as the rows themselves), past that per (writing task, task, host, pid) buckets of
+time, each one row with the kind's columns:
+
+- ``time_ns`` and the cumulative counters (network, disk bytes), ``cpu_count``, ``pid``,
+  ``job_processes`` and the names: the bucket's last sample's, so a rate between two rows
+  is the rate between those samples (``rates.mean_rate``);
+- percentages (``cpu_pct``, ``mem_used_frac``, ``proc_cpu_pct``, ``job_cpu_pct``): the mean of
+  the bucket's samples (a peak is then the highest bucket mean);
+- the sampler's counts since its previous sample (``wakes``, ``late_wakes``, ``late_ms``,
+  ``throttled_ms``): their sum, so a row still counts the time since the previous row
+  (``sync_steps.stopped_shares``).
+
+A process's first sample stays a row of its own: it dates the process's start
+(``restarts``) and begins the time its later rows cover. Buckets start at
+``BUCKET_NS`` and double until a file's rows fit half the cap, aligned on multiples of
+their width, so every task's charts share their times. What is held stays under 1.5 times
+the cap whatever the run's length: buckets merge with later samples, weighted by the
+samples each stands for.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+# Samples of a task file kept as they are (2 h 16 min of the sampler's 2 s); past it, buckets.
+SYSTEM_ROWS = 4096
+# The narrowest bucket: the width doubles from here until a file's buckets fit in half the cap.
+BUCKET_NS = 4_000_000_000
+MEANS = ("cpu_pct", "mem_used_frac", "proc_cpu_pct", "job_cpu_pct")
+SUMS = ("wakes", "late_wakes", "late_ms", "throttled_ms")
+_SAMPLES = "__samples"  # how many samples a row stands for: a bucket's weight when buckets merge
+
+
+class SystemBuckets:
+    """The ``system`` record batches of one task file, folded.
+
+    Example:
+        >>> buckets = SystemBuckets()
+        >>> buckets.add(batch, "worker:0")  # doctest: +SKIP
+        >>> buckets.batches()  # doctest: +SKIP
+        [(pyarrow.RecordBatch ..., 'worker:0')]
+    """
+
+    def __init__(self, cap: int = SYSTEM_ROWS):
+        self.cap = cap
+        self.width = 0  # the buckets' width in ns; 0 while the samples are kept as they came
+        self._raw: list[tuple[pa.RecordBatch, str]] = []  # samples not yet in a bucket, in file order
+        self._raw_rows = 0
+        self._buckets: dict[str, pa.Table] = {}  # writing task -> its buckets (with ``_SAMPLES``)
+
+    def add(self, batch: pa.RecordBatch, source: str) -> None:
+        """Folds a batch of ``system`` records (the kind's columns) written by ``source``."""
+        self._raw.append((batch, source))
+        self._raw_rows += batch.num_rows
+        if self._raw_rows > self.cap:
+            self._compact()
+
+    def batches(self) -> list[tuple[pa.RecordBatch, str]]:
+        """The rows held, each batch with its writing task: the samples themselves under the
+        cap, else every bucket (the samples since the last compaction bucketed too)."""
+        if not self.width:
+            return list(self._raw)
+        return [(batch, source) for source, table in self._merged().items()
+                for batch in table.drop_columns([_SAMPLES]).to_batches()]
+
+    def _compact(self) -> None:
+        """Moves the raw samples into buckets, doubling the width until they fit half the cap."""
+        merged = self._merged()
+        rows = sum(len(table) for table in merged.values())
+        if not self.width:
+            times = [pc.min_max(table["time_ns"]) for table in merged.values()]
+            span = max(int(t["max"].as_py() or 0) for t in times) - min(int(t["min"].as_py() or 0) for t in times)
+            self.width = BUCKET_NS
+            while span // self.width > self.cap // 2:  # what the first bucketing would leave, at most
+                self.width *= 2
+            merged = {source: _bucketed(table, self.width) for source, table in merged.items()}
+            rows = sum(len(table) for table in merged.values())
+        while rows > self.cap // 2:
+            self.width *= 2
+            merged = {source: _bucketed(table, self.width) for source, table in merged.items()}
+            rows = sum(len(table) for table in merged.values())
+        self._buckets, self._raw, self._raw_rows = merged, [], 0
+
+    def _merged(self) -> dict[str, pa.Table]:
+        """Per writing task, its buckets and its raw samples: bucketed at the current width,
+        or (before the first compaction) the samples with a weight of one each."""
+        tables: dict[str, list[pa.Table]] = {source: [table] for source, table in self._buckets.items()}
+        for batch, source in self._raw:
+            table = pa.Table.from_batches([batch])
+            tables.setdefault(source, []).append(table.append_column(_SAMPLES, pa.array(np.ones(len(table), "int64"))))
+        merged = {source: pa.concat_tables(parts) for source, parts in tables.items()}
+        return {source: _bucketed(table, self.width) for source, table in merged.items()} if self.width else merged
+
+
+def _bucketed(table: pa.Table, width: int) -> pa.Table:
+    """One row per (task, host, pid, bucket of ``width`` ns); a process's first row alone."""
+    if not len(table):
+        return table
+    keys = [pc.dictionary_encode(table[name]).combine_chunks().indices.fill_null(-1).to_numpy(zero_copy_only=False)
+            for name in ("task", "host")]
+    pid = table["pid"].fill_null(-1).to_numpy()
+    time = table["time_ns"].fill_null(0).to_numpy()
+    order = np.lexsort((time, pid, keys[1], keys[0]))
+    table = table.take(order)
+    process = np.column_stack([keys[0][order], keys[1][order], pid[order]])
+    new_process = np.r_[True, (process[1:] != process[:-1]).any(axis=1)]
+    bucket = time[order] // width
+    bucket[new_process] = -1  # a process's first sample: a row of its own
+    starts = np.flatnonzero(new_process | np.r_[True, bucket[1:] != bucket[:-1]])
+    lasts = np.r_[starts[1:], len(table)] - 1
+    rows = table.take(lasts)
+    weight = table[_SAMPLES].to_numpy().astype("float64")
+    columns = {_SAMPLES: pa.array(np.add.reduceat(weight, starts).astype("int64"))}
+    for name in MEANS + SUMS:
+        values = table[name].to_numpy(zero_copy_only=False).astype("float64")
+        known = ~np.isnan(values)
+        if name in MEANS:  # weighted by the samples each row stands for
+            total = np.add.reduceat(np.where(known, values * weight, 0.0), starts)
+            counted = np.add.reduceat(np.where(known, weight, 0.0), starts)
+            result = np.divide(total, counted, out=np.full(len(starts), np.nan), where=counted > 0)
+        else:
+            result = np.add.reduceat(np.where(known, values, 0.0), starts)
+            result[np.add.reduceat(known, starts) == 0] = np.nan
+        kind = table.schema.field(name).type
+        columns[name] = pa.array(result if pa.types.is_floating(kind) else np.nan_to_num(result).astype("int64"),
+                                 kind, mask=np.isnan(result))
+    for name, column in columns.items():
+        rows = rows.set_column(rows.schema.get_field_index(name), name, column)
+    return rows
