@@ -3,12 +3,10 @@
 The loader is incremental: ``RunLoader.refresh()`` reads only the bytes appended to each
 task file since the previous call, so a live run (and the TensorBoard tab) never
 re-reads what it already has. Step records are folded into ``step_stats`` as each frame
-is read (exact counters, histograms and a bounded set of rows) and system samples into
-``system_fold``'s time buckets, so what the loader holds of them does not grow with the
-run's length; a refresh folds only the new ones and rebuilds only the frames of kinds
-that got records. A first read of a large run folds its task files in parallel
-(``parallel_fold``), each file on its own, then adopts each file's fold as it would
-have folded it itself. A file that shrank or was replaced
+is read (exact counters, histograms and a bounded set of rows), system samples and
+heartbeats per file (``FOLDS``), so what the loader holds does not grow with the run's
+length; a refresh folds only the new ones and rebuilds only the frames of kinds that got
+records. A large first read folds the files in parallel (``parallel_fold``). A file that shrank or was replaced
 is read again from byte 0. Frames whose payload is byte-for-byte one already loaded (a
 copied task file, a frame written twice) are counted once. ``WindowLoader`` reads the
 same way but keeps only the records of a run's last seconds (live findings:
@@ -33,7 +31,8 @@ import pyarrow.compute as pc
 from tfdiag.analysis.frames import conform, empty_frame, source_column, to_pandas
 from tfdiag.analysis.parallel_fold import parallel_folds
 from tfdiag.analysis.step_stats import StepAccumulator
-from tfdiag.analysis.system_fold import SYSTEM_ROWS, SystemBuckets
+from tfdiag.analysis.heartbeat_fold import HeartbeatTail
+from tfdiag.analysis.system_fold import SystemBuckets
 from tfdiag.errors import RunNotFoundError
 from tfdiag.store import MANIFEST_NAME, ManifestRead, SkippedRecords, load_manifest, log_dir, read_task_file, task_files
 from tfdiag.store.paths import LOG_SUFFIX
@@ -48,6 +47,9 @@ ProgressCallback = Callable[[int, int], None]  # (bytes read so far, bytes to re
 
 # Skips listed one by one per file; the rest of a badly damaged file is summed in one line.
 MAX_LISTED_SKIPS_PER_FILE = 10
+
+# Kinds folded per task file as they are read (``RunLoader``), each by the class that holds them.
+FOLDS = {"system": SystemBuckets, "heartbeat": HeartbeatTail}
 
 # The column that dates a kind's rows for ``WindowLoader`` (default ``time_ns``); None: a
 # fact with no time (``placement``), kept whatever its age.
@@ -104,7 +106,7 @@ class _TaskFile:
     offset: int = 0
     task: str | None = None  # the task that wrote the first good frame
     records: list[_Kept] = field(default_factory=list)
-    system: SystemBuckets | None = None  # its system samples, folded (``RunLoader`` only)
+    folds: dict = field(default_factory=dict)  # kind -> its records folded (``FOLDS``; ``RunLoader`` only)
     sources: set[str] = field(default_factory=set)  # the tasks whose frames the file held
     digests: list[bytes] = field(default_factory=list)
     skipped: list[SkippedRecords] = field(default_factory=list)
@@ -134,10 +136,10 @@ class RunLoader:
     _folds = True  # step records go to step_stats and system samples to buckets rather than being kept as batches
 
     def __init__(self, run_dir: str | os.PathLike, steps: StepAccumulator | None = None,
-                 system_rows: int = SYSTEM_ROWS, processes: int | None = None):
+                 caps: dict[str, int] | None = None, processes: int | None = None):
         self.path = Path(run_dir)
         self._steps = steps or StepAccumulator()
-        self.system_rows = system_rows
+        self.caps = caps or {}  # kind -> rows a file keeps as they are before ``FOLDS`` folds them (else its default)
         self.processes = processes  # folding a large first read; None: a process per core, 1: serial
         self._changed_kinds: set[str] = set()
         if not log_dir(self.path).is_dir():
@@ -200,7 +202,7 @@ class RunLoader:
 
     def fresh(self) -> RunLoader:
         """A loader of the same run and caps that has read nothing."""
-        return RunLoader(self.path, self._steps.empty_like(), self.system_rows, self.processes)
+        return RunLoader(self.path, self._steps.empty_like(), self.caps, self.processes)
 
     def fold_file(self, path: Path, identity: tuple[int, int]) -> FileFold:
         """What this loader would hold of ``path`` read from byte 0 on its own: the map step
@@ -269,10 +271,10 @@ class RunLoader:
             if frame.kind == "step" and self._folds:  # only what step_stats keeps stays in memory
                 for batch in frame.batches:
                     self._steps.add(str(path), source, conform(batch, "step"))
-            elif frame.kind == "system" and self._folds:  # only the buckets past the cap
-                state.system = state.system or SystemBuckets(self.system_rows)
+            elif frame.kind in FOLDS and self._folds:  # only what the fold keeps past its cap
+                fold = state.folds.setdefault(frame.kind, FOLDS[frame.kind](self.caps.get(frame.kind)))
                 for batch in frame.batches:
-                    state.system.add(conform(batch, "system"), source)
+                    fold.add(conform(batch, frame.kind), source)
             else:  # conformed once, here, not at every rebuild of the kind's frame
                 conformed = [conform(batch, frame.kind) for batch in frame.batches]
                 state.records.extend(_Kept(frame.kind, batch, source, frame.digest, self._last_ns(frame.kind, batch))
@@ -288,7 +290,7 @@ class RunLoader:
     def _forget(self, path: Path) -> None:
         state = self._files.pop(path)
         self._steps.forget(str(path))
-        self._changed_kinds |= {kept.kind for kept in state.records} | {"step", "system"}
+        self._changed_kinds |= {kept.kind for kept in state.records} | {"step"} | set(state.folds)
         for digest in state.digests:
             if self._seen.get(digest, (None,))[0] == path:
                 del self._seen[digest]
@@ -305,8 +307,8 @@ class RunLoader:
 
     def _batches(self, kind: str):
         for state in self._files.values():
-            if kind == "system" and state.system is not None:
-                yield from state.system.batches()
+            if kind in state.folds:
+                yield from state.folds[kind].batches()
             yield from ((kept.batch, kept.source) for kept in state.records if kept.kind == kind)
 
     def _build(self, files: list[Path], rejected: list[str]) -> LoadedRun:

@@ -48,8 +48,8 @@ class SystemBuckets:
         [(pyarrow.RecordBatch ..., 'worker:0')]
     """
 
-    def __init__(self, cap: int = SYSTEM_ROWS):
-        self.cap = cap
+    def __init__(self, cap: int | None = None):
+        self.cap = cap or SYSTEM_ROWS
         self.width = 0  # the buckets' width in ns; 0 while the samples are kept as they came
         self._raw: list[tuple[pa.RecordBatch, str]] = []  # samples not yet in a bucket, in file order
         self._raw_rows = 0
