@@ -2,7 +2,8 @@
 
 Each task writes a heartbeat every ``HEARTBEAT_EVERY_S`` (5 s): 17,280 rows a task a day.
 ``HeartbeatTail`` holds one task file's rows as they came while it holds at most
-``HEARTBEAT_ROWS`` (every test's run, a run of hours: analysed exactly as now); past it,
+``HEARTBEAT_ROWS`` (every test's run, a run of hours: analysed exactly as now,
+``row_fold``); past it,
 per (writing task, task, subject), the rows that ``detectors.stalled``, ``restarts`` and
 ``job_status`` read:
 
@@ -25,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tfdiag.analysis.row_fold import RowFold
 from tfdiag.events import HEARTBEAT_EVERY_S
 
 # Rows of a task file kept as they are (5 h 40 min of one writer's beats); past it, compactions.
@@ -39,7 +41,7 @@ _PIN = "__pin"  # 1: kept for good (first, closed, a pause's edge); 2: the lates
 _FOR_GOOD, _PROGRESS = 1, 2
 
 
-class HeartbeatTail:
+class HeartbeatTail(RowFold):
     """The ``heartbeat`` record batches of one task file, folded.
 
     Example:
@@ -48,34 +50,14 @@ class HeartbeatTail:
         >>> tail.batches()  # doctest: +SKIP
     """
 
-    def __init__(self, cap: int | None = None):
-        self.cap = cap or HEARTBEAT_ROWS
-        self._raw: list[tuple[pa.RecordBatch, str]] = []  # rows not yet compacted, in file order
-        self._raw_rows = 0
-        self._kept: dict[str, pa.Table] | None = None  # writing task -> rows kept (with ``_PIN``); None: never compacted
+    ROWS = HEARTBEAT_ROWS
+    OWN_COLUMN = _PIN
 
-    def add(self, batch: pa.RecordBatch, source: str) -> None:
-        """Folds a batch of ``heartbeat`` records (the kind's columns) written by ``source``."""
-        self._raw.append((batch, source))
-        self._raw_rows += batch.num_rows
-        if self._raw_rows > self.cap:
-            self._compact()
+    def _fresh(self, table: pa.Table) -> pa.Table:
+        return table.append_column(_PIN, pa.array(np.zeros(len(table), "int8")))
 
-    def batches(self) -> list[tuple[pa.RecordBatch, str]]:
-        """The rows held, each batch with its writing task."""
-        if self._kept is None:
-            return list(self._raw)
-        kept = [(batch, source) for source, table in self._kept.items()
-                for batch in table.drop_columns([_PIN]).to_batches()]
-        return kept + self._raw
-
-    def _compact(self) -> None:
-        tables = {source: [table] for source, table in (self._kept or {}).items()}
-        for batch, source in self._raw:
-            table = pa.Table.from_batches([batch])
-            tables.setdefault(source, []).append(table.append_column(_PIN, pa.array(np.zeros(len(table), "int8"))))
-        self._kept = {source: _kept(pa.concat_tables(parts)) for source, parts in tables.items()}
-        self._raw, self._raw_rows = [], 0
+    def _compacted(self, table: pa.Table) -> pa.Table:
+        return _kept(table)
 
 
 def _kept(table: pa.Table) -> pa.Table:

@@ -3,17 +3,16 @@
 The loader is incremental: ``RunLoader.refresh()`` reads only the bytes appended to each
 task file since the previous call, so a live run (and the TensorBoard tab) never
 re-reads what it already has. Step records are folded into ``step_stats`` as each frame
-is read (exact counters, histograms and a bounded set of rows), system samples and
-heartbeats per file (``FOLDS``), so what the loader holds does not grow with the run's
-length; a refresh folds only the new ones and rebuilds only the frames of kinds that got
-records. A large first read folds the files in parallel (``parallel_fold``). A file that shrank or was replaced
-is read again from byte 0. Frames whose payload is byte-for-byte one already loaded (a
-copied task file, a frame written twice) are counted once. ``WindowLoader`` reads the
-same way but keeps only the records of a run's last seconds (live findings:
-``tfdiag.analysis.live``). Nothing that is in the run directory makes
-``refresh`` raise: each problem is a counted skip or a warning naming the file (the
-only error is ``RunNotFoundError``, from the constructor, for a directory that is not a
-run). Nothing here imports TensorFlow. Batches become frames in ``frames``.
+is read (exact counters, histograms and a bounded set of rows); system samples,
+heartbeats and probes per file (``FOLDS``): what the loader holds does not grow with the
+run's length. A refresh folds only the new records and rebuilds the frames of kinds that
+got some; a large first read folds the files in parallel (``parallel_fold``). A file
+that shrank or was replaced is read again from byte 0. A frame whose payload is one
+already loaded (a copied task file, a frame written twice) is counted once.
+``WindowLoader`` reads the same way but keeps only the records of a run's last seconds
+(``tfdiag.analysis.live``). Nothing in the run directory makes ``refresh`` raise: each
+problem is a counted skip or a warning naming the file (the only error is
+``RunNotFoundError``, for a directory that is not a run). No TensorFlow here.
 """
 
 from __future__ import annotations
@@ -30,6 +29,7 @@ import pyarrow.compute as pc
 
 from tfdiag.analysis.frames import conform, empty_frame, source_column, to_pandas
 from tfdiag.analysis.parallel_fold import parallel_folds
+from tfdiag.analysis.probe_fold import ProbeSample
 from tfdiag.analysis.step_stats import StepAccumulator
 from tfdiag.analysis.heartbeat_fold import HeartbeatTail
 from tfdiag.analysis.system_fold import SystemBuckets
@@ -49,7 +49,7 @@ ProgressCallback = Callable[[int, int], None]  # (bytes read so far, bytes to re
 MAX_LISTED_SKIPS_PER_FILE = 10
 
 # Kinds folded per task file as they are read (``RunLoader``), each by the class that holds them.
-FOLDS = {"system": SystemBuckets, "heartbeat": HeartbeatTail}
+FOLDS = {"system": SystemBuckets, "heartbeat": HeartbeatTail, "rpc": ProbeSample}
 
 # The column that dates a kind's rows for ``WindowLoader`` (default ``time_ns``); None: a
 # fact with no time (``placement``), kept whatever its age.

@@ -1,26 +1,26 @@
 """System samples folded as they are read: every sample under a cap, time buckets past it.
 
 The system sampler writes one record every 2 s per task, so a day of 1,024 workers is
-tens of millions of them. ``SystemBuckets`` holds one task file's samples: as they came
-while the file holds at most ``SYSTEM_ROWS`` (every test's run, a run of hours: analysed
-exactly as the rows themselves), past that per (writing task, task, host, pid) buckets of
-time, each one row with the kind's columns:
+tens of millions of them. ``SystemBuckets`` holds one task file's samples as they came
+while it holds at most ``SYSTEM_ROWS`` (every test's run, a run of hours: analysed
+exactly as the rows themselves, ``row_fold``); past that it compacts them into buckets of
+time per (writing task, task, host, pid), each one row with the kind's columns:
 
 - ``time_ns`` and the cumulative counters (network, disk bytes), ``cpu_count``, ``pid``,
   ``job_processes`` and the names: the bucket's last sample's, so a rate between two rows
   is the rate between those samples (``rates.mean_rate``);
 - percentages (``cpu_pct``, ``mem_used_frac``, ``proc_cpu_pct``, ``job_cpu_pct``): the mean of
-  the bucket's samples (a peak is then the highest bucket mean);
+  the bucket's samples, weighted by the samples each row stands for (a peak is then the
+  highest bucket mean);
 - the sampler's counts since its previous sample (``wakes``, ``late_wakes``, ``late_ms``,
   ``throttled_ms``): their sum, so a row still counts the time since the previous row
   (``sync_steps.stopped_shares``).
 
 A process's first sample stays a row of its own: it dates the process's start
-(``restarts``) and begins the time its later rows cover. Buckets start at
-``BUCKET_NS`` and double until a file's rows fit half the cap, aligned on multiples of
-their width, so every task's charts share their times. What is held stays under 1.5 times
-the cap whatever the run's length: buckets merge with later samples, weighted by the
-samples each stands for.
+(``restarts``) and begins the time its later rows cover. Buckets start at ``BUCKET_NS``
+and double until a compaction leaves at most half the cap, aligned on multiples of their
+width, so the tasks' charts share their times; the samples since the last compaction
+follow as they came. What is held stays under 1.5 times the cap whatever the run's length.
 """
 
 from __future__ import annotations
@@ -29,16 +29,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tfdiag.analysis.row_fold import RowFold
+
 # Samples of a task file kept as they are (2 h 16 min of the sampler's 2 s); past it, buckets.
 SYSTEM_ROWS = 4096
-# The narrowest bucket: the width doubles from here until a file's buckets fit in half the cap.
+# The narrowest bucket: the width doubles from here until a compaction leaves half the cap.
 BUCKET_NS = 4_000_000_000
 MEANS = ("cpu_pct", "mem_used_frac", "proc_cpu_pct", "job_cpu_pct")
 SUMS = ("wakes", "late_wakes", "late_ms", "throttled_ms")
 _SAMPLES = "__samples"  # how many samples a row stands for: a bucket's weight when buckets merge
 
 
-class SystemBuckets:
+class SystemBuckets(RowFold):
     """The ``system`` record batches of one task file, folded.
 
     Example:
@@ -48,55 +50,21 @@ class SystemBuckets:
         [(pyarrow.RecordBatch ..., 'worker:0')]
     """
 
-    def __init__(self, cap: int | None = None):
-        self.cap = cap or SYSTEM_ROWS
-        self.width = 0  # the buckets' width in ns; 0 while the samples are kept as they came
-        self._raw: list[tuple[pa.RecordBatch, str]] = []  # samples not yet in a bucket, in file order
-        self._raw_rows = 0
-        self._buckets: dict[str, pa.Table] = {}  # writing task -> its buckets (with ``_SAMPLES``)
+    ROWS = SYSTEM_ROWS
+    OWN_COLUMN = _SAMPLES
+    width = BUCKET_NS  # the buckets' width in ns: doubles until a compaction leaves half the cap
 
-    def add(self, batch: pa.RecordBatch, source: str) -> None:
-        """Folds a batch of ``system`` records (the kind's columns) written by ``source``."""
-        self._raw.append((batch, source))
-        self._raw_rows += batch.num_rows
-        if self._raw_rows > self.cap:
-            self._compact()
+    def _fresh(self, table: pa.Table) -> pa.Table:
+        return table.append_column(_SAMPLES, pa.array(np.ones(len(table), "int64")))
 
-    def batches(self) -> list[tuple[pa.RecordBatch, str]]:
-        """The rows held, each batch with its writing task: the samples themselves under the
-        cap, else every bucket (the samples since the last compaction bucketed too)."""
-        if not self.width:
-            return list(self._raw)
-        return [(batch, source) for source, table in self._merged().items()
-                for batch in table.drop_columns([_SAMPLES]).to_batches()]
-
-    def _compact(self) -> None:
-        """Moves the raw samples into buckets, doubling the width until they fit half the cap."""
-        merged = self._merged()
-        rows = sum(len(table) for table in merged.values())
-        if not self.width:
-            times = [pc.min_max(table["time_ns"]) for table in merged.values()]
-            span = max(int(t["max"].as_py() or 0) for t in times) - min(int(t["min"].as_py() or 0) for t in times)
-            self.width = BUCKET_NS
-            while span // self.width > self.cap // 2:  # what the first bucketing would leave, at most
-                self.width *= 2
-            merged = {source: _bucketed(table, self.width) for source, table in merged.items()}
-            rows = sum(len(table) for table in merged.values())
-        while rows > self.cap // 2:
+    def _compacted(self, table: pa.Table) -> pa.Table:
+        bucketed = _bucketed(table, self.width)
+        span = pc.min_max(table["time_ns"])
+        span_ns = (span["max"].as_py() or 0) - (span["min"].as_py() or 0)
+        while len(bucketed) > self.cap // 2 and self.width <= span_ns:  # past the span: a bucket per process
             self.width *= 2
-            merged = {source: _bucketed(table, self.width) for source, table in merged.items()}
-            rows = sum(len(table) for table in merged.values())
-        self._buckets, self._raw, self._raw_rows = merged, [], 0
-
-    def _merged(self) -> dict[str, pa.Table]:
-        """Per writing task, its buckets and its raw samples: bucketed at the current width,
-        or (before the first compaction) the samples with a weight of one each."""
-        tables: dict[str, list[pa.Table]] = {source: [table] for source, table in self._buckets.items()}
-        for batch, source in self._raw:
-            table = pa.Table.from_batches([batch])
-            tables.setdefault(source, []).append(table.append_column(_SAMPLES, pa.array(np.ones(len(table), "int64"))))
-        merged = {source: pa.concat_tables(parts) for source, parts in tables.items()}
-        return {source: _bucketed(table, self.width) for source, table in merged.items()} if self.width else merged
+            bucketed = _bucketed(bucketed, self.width)
+        return bucketed
 
 
 def _bucketed(table: pa.Table, width: int) -> pa.Table:
