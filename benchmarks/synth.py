@@ -86,10 +86,19 @@ def write_probes(run: str, workers: int, ps: int, probe: dict, until_ns: int, se
         file.write(encode_frame(batch))
 
 
-def _first_of_each(begins: np.ndarray, begin_ns: int, period_ns: int) -> np.ndarray:
-    """The steps that begin a new period of ``period_ns`` since the run's start."""
+def _first_of_each(begins: np.ndarray, begin_ns: int, period_ns: int) -> tuple[np.ndarray, np.ndarray]:
+    """(times, steps): the begin of each step that begins a new period of ``period_ns``."""
     periods = (begins - START_NS) // period_ns
-    return np.flatnonzero(np.diff(periods, prepend=(begin_ns - START_NS) // period_ns - 1))
+    steps = np.flatnonzero(np.diff(periods, prepend=(begin_ns - START_NS) // period_ns - 1))
+    return begins[steps], steps
+
+
+def _every(begins: np.ndarray, end_ns: int, period_ns: int) -> tuple[np.ndarray, np.ndarray]:
+    """(times, steps): every multiple of ``period_ns`` since the run's start from the first
+    step's begin to ``end_ns``, as a collector's thread samples, and the step running then."""
+    first = START_NS + -(-(int(begins[0]) - START_NS) // period_ns) * period_ns
+    times = np.arange(first, end_ns, period_ns, dtype=np.int64)
+    return times, np.searchsorted(begins, times, "right") - 1
 
 
 def write_worker(run: str, index: int, first_step: int, begin_ns: int, steps: int, step_ms: float,
@@ -105,9 +114,13 @@ def write_worker(run: str, index: int, first_step: int, begin_ns: int, steps: in
     waits = (durations * rng.uniform(0.0, 0.1, steps)).astype(np.int64)
     begins = begin_ns + np.concatenate(([0], np.cumsum(durations[:-1] + GAP_NS)))
     numbers = np.arange(first_step, first_step + steps, dtype=np.int64)
-    # A system sample at the first step of each sampling period, a heartbeat at each beat's.
-    probed = _first_of_each(begins, begin_ns, SECOND * (SAMPLE_EVERY_S if real_cadence else 1))
-    beats = _first_of_each(begins, begin_ns, int(HEARTBEAT_EVERY_S * SECOND)) if real_cadence else probed[:0]
+    end_ns = int(begins[-1] + durations[-1])
+    if real_cadence:  # at the collectors' periods, whatever the steps
+        sampled = _every(begins, end_ns, SAMPLE_EVERY_S * SECOND)
+        beats = _every(begins, end_ns, int(HEARTBEAT_EVERY_S * SECOND))
+    else:  # a system sample at the first step of each simulated second
+        sampled = _first_of_each(begins, begin_ns, SECOND)
+        beats = (sampled[0][:0], sampled[1][:0])
     path = log_dir(run) / (task_file_stem(task) + LOG_SUFFIX)
     with open(path, "ab") as file:
         for start in range(0, steps, frame_rows):
@@ -118,20 +131,20 @@ def write_worker(run: str, index: int, first_step: int, begin_ns: int, steps: in
                 "task": [task] * size, "step": numbers[chunk], "begin_ns": begins[chunk],
                 "end_ns": begins[chunk] + durations[chunk], "input_wait_ns": waits[chunk],
                 "examples": np.full(size, 64, np.int64), "clock_task": [task] * size}))]
-            at = probed[(probed >= start) & (probed < stop)]
+            times, at = (values[(sampled[1] >= start) & (sampled[1] < stop)] for values in sampled)
             if len(at):
                 frames.append(encode_frame(_batch("system", task, {
-                    "host": [task.replace(":", "-")] * len(at), "task": [task] * len(at), "time_ns": begins[at],
+                    "host": [task.replace(":", "-")] * len(at), "task": [task] * len(at), "time_ns": times,
                     "cpu_pct": rng.uniform(40, 90, len(at)), "mem_used_frac": np.full(len(at), 0.4),
                     "net_sent_bytes": numbers[at] * 1000, "net_recv_bytes": numbers[at] * 1000,
                     "disk_read_bytes": np.zeros(len(at), np.int64), "disk_write_bytes": np.zeros(len(at), np.int64)})))
-            at = beats[(beats >= start) & (beats < stop)]
+            times, at = (values[(beats[1] >= start) & (beats[1] < stop)] for values in beats)
             if len(at):
                 frames.append(encode_frame(_batch("heartbeat", task, {
-                    "task": [task] * len(at), "time_ns": begins[at], "subject": [task] * len(at),
+                    "task": [task] * len(at), "time_ns": times, "subject": [task] * len(at),
                     "progress": numbers[at], "closed": np.zeros(len(at), bool)})))
             file.write(b"".join(frames))
-    return first_step + steps, int(begins[-1] + durations[-1] + GAP_NS)
+    return first_step + steps, end_ns + GAP_NS
 
 
 def main(argv=None) -> int:

@@ -29,8 +29,8 @@ import pyarrow.compute as pc
 from tfdiag.analysis.row_fold import RowFold
 from tfdiag.events import HEARTBEAT_EVERY_S
 
-# Rows of a task file kept as they are (5 h 40 min of one writer's beats); past it, compactions.
-HEARTBEAT_ROWS = 4096
+# Rows of a task file kept as they are (2 h 50 min of one writer's beats); past it, compactions.
+HEARTBEAT_ROWS = 2048
 # The latest rows kept per (task, subject): 21 min of beats, past any stall threshold's look-back.
 RECENT_BEATS = 256
 # A pause between two beats of one subject longer than two beats: the writer stopped or restarted.

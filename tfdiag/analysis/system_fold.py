@@ -31,8 +31,8 @@ import pyarrow.compute as pc
 
 from tfdiag.analysis.row_fold import RowFold
 
-# Samples of a task file kept as they are (2 h 16 min of the sampler's 2 s); past it, buckets.
-SYSTEM_ROWS = 4096
+# Samples of a task file kept as they are (68 min of the sampler's 2 s); past it, buckets.
+SYSTEM_ROWS = 2048
 # The narrowest bucket: the width doubles from here until a compaction leaves half the cap.
 BUCKET_NS = 4_000_000_000
 MEANS = ("cpu_pct", "mem_used_frac", "proc_cpu_pct", "job_cpu_pct")
