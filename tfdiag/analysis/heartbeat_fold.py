@@ -24,9 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from tfdiag.analysis.row_fold import RowFold
+from tfdiag.analysis.row_fold import RowFold, group_codes
 from tfdiag.events import HEARTBEAT_EVERY_S
 
 # Rows of a task file kept as they are (2 h 50 min of one writer's beats); past it, compactions.
@@ -62,7 +61,7 @@ class HeartbeatTail(RowFold):
 
 def _kept(table: pa.Table) -> pa.Table:
     """The rows of ``table`` (one writer's, ``_PIN`` marking those kept before) to keep, pinned anew."""
-    group = _group_codes(table)
+    group = group_codes(table, ("task", "subject"))
     order = np.lexsort((table["time_ns"].fill_null(0).to_numpy(), group))
     table, group = table.take(order), group[order]
     time, pin = table["time_ns"].fill_null(0).to_numpy(), table[_PIN].to_numpy()
@@ -84,12 +83,6 @@ def _kept(table: pa.Table) -> pa.Table:
     pins = np.where(for_good, _FOR_GOOD, np.where(progress & ~recent, _PROGRESS, 0)).astype("int8")
     table = table.set_column(table.schema.get_field_index(_PIN), _PIN, pa.array(pins))
     return table.filter(pa.array(keep))
-
-
-def _group_codes(table: pa.Table) -> np.ndarray:
-    codes = [pc.dictionary_encode(table[name]).combine_chunks().indices.fill_null(-1).to_numpy(zero_copy_only=False)
-             for name in ("task", "subject")]
-    return codes[0].astype("int64") * (int(codes[1].max(initial=0)) + 2) + codes[1]
 
 
 def _latest_change(table: pa.Table, group: np.ndarray, pin: np.ndarray) -> np.ndarray:

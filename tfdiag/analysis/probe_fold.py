@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from tfdiag.analysis.row_fold import RowFold
+from tfdiag.analysis.row_fold import RowFold, group_codes
 
 # Probes of a task file kept as they are (over an hour of the probe's 1 s); past it, a sample.
 RPC_ROWS = 8192
@@ -47,10 +46,8 @@ class ProbeSample(RowFold):
     slot = SLOT_NS  # doubles until every link's even sample fits ``LINK_PROBES``
 
     def _compacted(self, table: pa.Table) -> pa.Table:
-        codes = [pc.dictionary_encode(table[name]).combine_chunks().indices.fill_null(-1).to_numpy(zero_copy_only=False)
-                 for name in ("src", "dst")]
         payload = table["payload_bytes"].fill_null(0).to_numpy() > 0
-        link = (codes[0].astype("int64") * (int(codes[1].max(initial=0)) + 2) + codes[1]) * 2 + payload
+        link = group_codes(table, ("src", "dst")) * 2 + payload
         send = table["send_ns"].fill_null(0).to_numpy()
         rtt = (table["recv_ns"].fill_null(0).to_numpy() - send).astype("float64")
         by_rtt, by_time = np.lexsort((rtt, link)), np.lexsort((send, link))

@@ -10,7 +10,9 @@ Rows that came after the last compaction are shown as they came, after the compa
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 
 class RowFold:
@@ -54,3 +56,13 @@ class RowFold:
     def _compacted(self, table: pa.Table) -> pa.Table:
         """The rows to keep of one writer's kept and new rows."""
         raise NotImplementedError
+
+
+def group_codes(table: pa.Table, names: tuple[str, ...]) -> np.ndarray:
+    """One int64 per row naming its combination of the string columns ``names`` (a null is
+    a value of its own): rows of one group share it, and sorting by it sorts by group."""
+    code = np.zeros(len(table), "int64")
+    for name in names:
+        own = pc.dictionary_encode(table[name]).combine_chunks()
+        code = code * (len(own.dictionary) + 1) + own.indices.fill_null(-1).to_numpy(zero_copy_only=False) + 1
+    return code

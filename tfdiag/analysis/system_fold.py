@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tfdiag.analysis.row_fold import RowFold
+from tfdiag.analysis.row_fold import RowFold, group_codes
 
 # Samples of a task file kept as they are (68 min of the sampler's 2 s); past it, buckets.
 SYSTEM_ROWS = 2048
@@ -71,14 +71,13 @@ def _bucketed(table: pa.Table, width: int) -> pa.Table:
     """One row per (task, host, pid, bucket of ``width`` ns); a process's first row alone."""
     if not len(table):
         return table
-    keys = [pc.dictionary_encode(table[name]).combine_chunks().indices.fill_null(-1).to_numpy(zero_copy_only=False)
-            for name in ("task", "host")]
+    names = group_codes(table, ("task", "host"))
     pid = table["pid"].fill_null(-1).to_numpy()
     time = table["time_ns"].fill_null(0).to_numpy()
-    order = np.lexsort((time, pid, keys[1], keys[0]))
+    order = np.lexsort((time, pid, names))
     table = table.take(order)
-    process = np.column_stack([keys[0][order], keys[1][order], pid[order]])
-    new_process = np.r_[True, (process[1:] != process[:-1]).any(axis=1)]
+    names, pid = names[order], pid[order]
+    new_process = np.r_[True, (names[1:] != names[:-1]) | (pid[1:] != pid[:-1])]
     bucket = time[order] // width
     bucket[new_process] = -1  # a process's first sample: a row of its own
     starts = np.flatnonzero(new_process | np.r_[True, bucket[1:] != bucket[:-1]])
