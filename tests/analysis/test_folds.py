@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import numpy as np
 import pyarrow as pa
@@ -114,8 +115,12 @@ def _run(tmp_path, workers: int = 3):
     return run
 
 
-def test_the_parallel_fold_reports_what_the_serial_one_does(tmp_path, monkeypatch):
+@pytest.mark.parametrize("threads", [False, True], ids=["fork", "forkserver"])
+def test_the_parallel_fold_reports_what_the_serial_one_does(tmp_path, monkeypatch, threads):
     run = _run(tmp_path)
+    if threads:  # another thread runs (the TensorBoard tab's): children come from the forkserver
+        done = threading.Event()
+        threading.Thread(target=done.wait, daemon=True).start()
     monkeypatch.setattr(parallel_fold, "PARALLEL_BYTES", 0)
     caps = {"system": 64, "rpc": 64, "heartbeat": 64}
     serial = analyze(RunLoader(run, caps=caps, processes=1).refresh()).to_dict()
@@ -123,3 +128,5 @@ def test_the_parallel_fold_reports_what_the_serial_one_does(tmp_path, monkeypatc
     parallel = analyze(parallel_run.refresh()).to_dict()
     assert json.dumps(parallel, sort_keys=True, default=str) == json.dumps(serial, sort_keys=True, default=str)
     assert parallel_run.refresh() is parallel_run.refresh()  # the incremental refresh still works
+    if threads:
+        done.set()

@@ -9,15 +9,18 @@ on a distributed engine (docs/architecture.md, "Scale").
 
 A child process costs about 0.3 s to start, paid back only by a large read: under
 ``PARALLEL_BYTES`` of new bytes, with one core, or when a file is read from where a
-previous refresh stopped, the loader reads in its own process. Children fork from a
-server that imported the loader once (``forkserver``): a loader's threads (the
-TensorBoard tab's) are never forked, and no child imports pandas again.
+previous refresh stopped, the loader reads in its own process. Children are forked from
+the loader's process when it runs no other Python thread (the CLI, a script: nothing to
+import again, and a script without a ``__main__`` guard is not run again); otherwise (the
+TensorBoard tab's threads) from a server that imported the loader once (``forkserver``),
+since a thread holding a lock at the fork would leave the child waiting on it forever.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
@@ -47,8 +50,11 @@ def parallel_folds(loader: RunLoader, unread: list[tuple[Path, tuple[int, int], 
 
 def _folds(template: RunLoader, unread: list[tuple[Path, tuple[int, int], int]],
            processes: int) -> Iterator[FileFold]:
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["tfdiag.analysis.load"])
+    if threading.active_count() == 1:
+        context = multiprocessing.get_context("fork")
+    else:
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["tfdiag.analysis.load"])
     with ProcessPoolExecutor(processes, mp_context=context) as pool:
         futures = [pool.submit(template.fold_file, path, identity) for path, identity, _ in unread]
         for future in futures:
