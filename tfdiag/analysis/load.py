@@ -205,12 +205,11 @@ class RunLoader:
         return RunLoader(self.path, self._steps.empty_like(), self.caps, self.processes)
 
     def fold_file(self, path: Path, identity: tuple[int, int]) -> FileFold:
-        """What this loader would hold of ``path`` read from byte 0 on its own: the map step
-        of a parallel (or distributed) read, whose folds ``refresh`` adopts in file order."""
-        loader = self.fresh()
-        state = loader._files[path] = _TaskFile(identity)
-        changed = loader._take(path, state, read_task_file(path, 0))
-        return FileFold(path, state, loader._steps, loader._seen, loader._changed_kinds, changed)
+        """What this loader, ``fresh`` (it has read nothing), holds of ``path`` read from byte 0:
+        the map step of a parallel (or distributed) read, adopted by ``refresh`` in file order."""
+        state = self._files[path] = _TaskFile(identity)
+        changed = self._take(path, state, read_task_file(path, 0))
+        return FileFold(path, state, self._steps, self._seen, self._changed_kinds, changed)
 
     def _adopt(self, fold: FileFold) -> bool:
         """Takes ``fold`` (``fold_file``'s) as its file's state; False, taking nothing, when
