@@ -50,6 +50,7 @@ class HeartbeatTail(RowFold):
     """
 
     ROWS = HEARTBEAT_ROWS
+    RUN_ROWS = 64 * HEARTBEAT_ROWS
     OWN_COLUMN = _PIN
 
     def _fresh(self, table: pa.Table) -> pa.Table:

@@ -9,10 +9,9 @@ run's length. A refresh folds only the new records and rebuilds the frames of ki
 got some; a large first read folds the files in parallel (``parallel_fold``). A file
 that shrank or was replaced is read again from byte 0. A frame whose payload is one
 already loaded (a copied task file, a frame written twice) is counted once.
-``WindowLoader`` reads the same way but keeps only the records of a run's last seconds
-(``tfdiag.analysis.live``). Nothing in the run directory makes ``refresh`` raise: each
-problem is a counted skip or a warning naming the file (the only error is
-``RunNotFoundError``, for a directory that is not a run). No TensorFlow here.
+``WindowLoader`` keeps only a run's last seconds (``tfdiag.analysis.live``). Nothing in
+the run directory makes ``refresh`` raise: each problem is a counted skip or a warning
+naming the file (the only error: ``RunNotFoundError``, not a run). No TensorFlow here.
 """
 
 from __future__ import annotations
@@ -133,13 +132,14 @@ class RunLoader:
         >>> run.frame("step").groupby("task").size()  # doctest: +SKIP
     """
 
-    _folds = True  # step records go to step_stats and system samples to buckets rather than being kept as batches
+    _folds = True  # step records go to step_stats and ``FOLDS`` kinds to their folds rather than being kept as batches
 
     def __init__(self, run_dir: str | os.PathLike, steps: StepAccumulator | None = None,
                  caps: dict[str, int] | None = None, processes: int | None = None):
         self.path = Path(run_dir)
         self._steps = steps or StepAccumulator()
-        self.caps = caps or {}  # kind -> rows a file keeps as they are before ``FOLDS`` folds them (else its default)
+        self.caps = caps or {}  # kind -> rows a file keeps as they are before ``FOLDS`` folds them
+        self._caps = dict(self.caps)  # ... with the defaults for the run's width (``RowFold.cap_for``)
         self.processes = processes  # folding a large first read; None: a process per core, 1: serial
         self._changed_kinds: set[str] = set()
         if not log_dir(self.path).is_dir():
@@ -172,6 +172,7 @@ class RunLoader:
         """Reads what every task file gained: (the files, the rejected paths' sentences, whether anything changed)."""
         files, rejected = task_files(self.path)
         stats = {path: stat for path in files if (stat := _stat(path)) is not None}
+        self._caps = {kind: self.caps.get(kind) or fold.cap_for(len(stats)) for kind, fold in FOLDS.items()}
         total = sum(max(min(stat.st_size, MAX_TASK_FILE_BYTES) - self._offset(path), 0) for path, stat in stats.items())
         done = 0
         changed = False
@@ -202,7 +203,7 @@ class RunLoader:
 
     def fresh(self) -> RunLoader:
         """A loader of the same run and caps that has read nothing."""
-        return RunLoader(self.path, self._steps.empty_like(), self.caps, self.processes)
+        return RunLoader(self.path, self._steps.empty_like(), self._caps, self.processes)
 
     def fold_file(self, path: Path, identity: tuple[int, int]) -> FileFold:
         """What this loader, ``fresh`` (it has read nothing), holds of ``path`` read from byte 0:
@@ -271,7 +272,7 @@ class RunLoader:
                 for batch in frame.batches:
                     self._steps.add(str(path), source, conform(batch, "step"))
             elif frame.kind in FOLDS and self._folds:  # only what the fold keeps past its cap
-                fold = state.folds.setdefault(frame.kind, FOLDS[frame.kind](self.caps.get(frame.kind)))
+                fold = state.folds.setdefault(frame.kind, FOLDS[frame.kind](self._caps.get(frame.kind)))
                 for batch in frame.batches:
                     fold.add(conform(batch, frame.kind), source)
             else:  # conformed once, here, not at every rebuild of the kind's frame

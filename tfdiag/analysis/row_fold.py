@@ -19,6 +19,15 @@ class RowFold:
     """Record batches of one kind from one task file, compacted past ``cap`` rows."""
 
     ROWS = 4096  # the default cap
+    RUN_ROWS: int | None = None  # rows a whole run's files keep uncompacted, shared among them; None: ROWS each
+
+    @classmethod
+    def cap_for(cls, files: int) -> int:
+        """A file's cap in a run of ``files`` task files: ``ROWS``, less in a run so wide that
+        its files together would keep more than ``RUN_ROWS``, never under an eighth of it."""
+        if cls.RUN_ROWS is None:
+            return cls.ROWS
+        return max(min(cls.ROWS, cls.RUN_ROWS // max(files, 1)), cls.ROWS // 8)
     OWN_COLUMN: str | None = None  # a column of the fold's own, kept per row past the cap
 
     def __init__(self, cap: int | None = None):

@@ -51,6 +51,7 @@ class SystemBuckets(RowFold):
     """
 
     ROWS = SYSTEM_ROWS
+    RUN_ROWS = 64 * SYSTEM_ROWS
     OWN_COLUMN = _SAMPLES
     width = BUCKET_NS  # the buckets' width in ns: doubles until a compaction leaves half the cap
 
