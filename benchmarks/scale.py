@@ -1,10 +1,15 @@
 """Scale benchmark: analysing large synthetic runs, whole and as they grow.
 
-Three modes, each printing one Markdown table row (with the load average before and after):
+Four modes, each printing Markdown table rows (with the load average before and after):
 
-- default: writes the run with ``benchmarks/synth.py`` unless it exists, then runs
-  ``tfdiag analyze --format json`` in a fresh process, measuring wall time and peak RSS
-  (the child's own ``ru_maxrss``), and checks that the analysis never imported TensorFlow;
+- default: writes the run with ``benchmarks/synth.py`` unless it exists (``--step-ms``,
+  ``--real-cadence`` passed on), then runs ``tfdiag analyze --format json`` in a fresh
+  process, measuring wall time, CPU time and peak RSS (the analysing process's own
+  ``ru_maxrss``, and the largest of its fold processes'), and checks that the analysis
+  never imported TensorFlow; ``--serial`` folds the task files in that one process;
+- ``--duration SHORT LONG``: the default's measurement of two runs of the same steps, the
+  second spread over ten times the duration (``--step-ms``): its peak RSS must stay
+  within ``DURATION_MEMORY_RATIO`` of the first's, with the same findings;
 - ``--grow STEPS``: in one process, the tab's way: a ``RunLoader`` and an analysis of the
   run, then ``synth.py --append`` adds STEPS steps to every worker, then the loader's
   refresh and a new analysis (the re-analysis reads and folds only the appended bytes);
@@ -14,6 +19,8 @@ Three modes, each printing one Markdown table row (with the load average before 
 
     python benchmarks/scale.py /tmp/synth-10m --workers 64 --steps 156250
     python benchmarks/scale.py /tmp/synth-100m --workers 1024 --steps 97657
+    python benchmarks/scale.py /tmp/synth-10m --workers 64 --steps 156250 --serial
+    python benchmarks/scale.py --duration /tmp/synth-10m /tmp/synth-10m-long  # the long one: --step-ms 200
     python benchmarks/scale.py /tmp/synth-10m --grow 1000
     python benchmarks/scale.py --check logs/ps_ctl-slow logs/mwms-clean
 """
@@ -32,14 +39,19 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
-# Runs the CLI in-process, then reports its own peak RSS and whether TensorFlow got imported.
+# Runs the CLI in-process (serially when asked), then reports its own peak RSS, its fold
+# processes' largest, their CPU time together, and whether TensorFlow got imported.
 PROBE = (
-    "import json, resource, sys, tfdiag.cli;"
+    "import json, math, resource, sys, tfdiag.cli, tfdiag.analysis.parallel_fold as fold;"
+    "fold.PARALLEL_BYTES = math.inf if sys.argv[3] == 'serial' else fold.PARALLEL_BYTES;"
     "code = tfdiag.cli.main(['analyze', sys.argv[1], '--format', 'json', '-q', '-o', sys.argv[2]]);"
-    "usage = resource.getrusage(resource.RUSAGE_SELF);"
-    "print(json.dumps({'tensorflow': 'tensorflow' in sys.modules, 'peak_mb': usage.ru_maxrss / 1024,"
-    " 'cpu_s': usage.ru_utime + usage.ru_stime}), file=sys.stderr); sys.exit(code)"
+    "own, folds = (resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN));"
+    "print(json.dumps({'tensorflow': 'tensorflow' in sys.modules, 'peak_mb': own.ru_maxrss / 1024,"
+    " 'fold_peak_mb': folds.ru_maxrss / 1024,"
+    " 'cpu_s': sum(u.ru_utime + u.ru_stime for u in (own, folds))}), file=sys.stderr); sys.exit(code)"
 )
+# The peak RSS of a run spread over ten times the duration, to the same steps' in the usual one.
+DURATION_MEMORY_RATIO = 1.2
 CHECK_CAP = dict(sampled_rows=8, recent_rows=4)
 
 
@@ -47,24 +59,44 @@ def _load() -> str:
     return "/".join(f"{value:.1f}" for value in os.getloadavg())
 
 
-def whole(run: Path, workers: int, steps: int) -> int:
-    if not run.exists():
-        subprocess.run([sys.executable, str(HERE / "synth.py"), str(run), "--workers", str(workers),
-                        "--steps", str(steps)], check=True)
+def measure(run: Path, serial: bool = False) -> dict | None:
+    """Analyses ``run`` in a fresh process: the probe's figures, the wall time and the report."""
     output = run / "scale-report.json"
     load_before = _load()
     started = time.perf_counter()
-    child = subprocess.run([sys.executable, "-c", PROBE, str(run), str(output)], capture_output=True, text=True)
+    child = subprocess.run([sys.executable, "-c", PROBE, str(run), str(output), "serial" if serial else "parallel"],
+                           capture_output=True, text=True)
     wall_s = time.perf_counter() - started
     if child.returncode not in (0, 1):
         print(child.stderr, file=sys.stderr)
-        return child.returncode
+        return None
     probe = json.loads(child.stderr.strip().splitlines()[-1])
     report = json.loads(output.read_text())
-    print(f"| {report['summary']['steps']:,} step records, {len(report['workers'])} workers | {wall_s:.1f} s | "
-          f"{probe['cpu_s']:.1f} s | {probe['peak_mb']:,.0f} MB | {'yes' if probe['tensorflow'] else 'no'} | "
-          f"{load_before} → {_load()} |")
-    return 0
+    print(f"| {run.name}: {report['summary']['steps']:,} step records, {len(report['workers'])} workers | "
+          f"{'serial' if serial else 'parallel'} | "
+          f"{wall_s:.1f} s | {probe['cpu_s']:.1f} s | {probe['peak_mb']:,.0f} MB | {probe['fold_peak_mb']:,.0f} MB | "
+          f"{'yes' if probe['tensorflow'] else 'no'} | {load_before} → {_load()} |")
+    return {**probe, "wall_s": wall_s, "report": report}
+
+
+def whole(run: Path, workers: int, steps: int, synth_options: list[str], serial: bool) -> int:
+    if not run.exists():
+        subprocess.run([sys.executable, str(HERE / "synth.py"), str(run), "--workers", str(workers),
+                        "--steps", str(steps), *synth_options], check=True)
+    return 0 if measure(run, serial) is not None else 1
+
+
+def duration(short: Path, long: Path) -> int:
+    """Whether ``long`` (the same steps over ten times the duration) stays within
+    ``DURATION_MEMORY_RATIO`` of ``short``'s peak RSS, with the same findings."""
+    first, second = measure(short), measure(long)
+    if first is None or second is None:
+        return 1
+    ratio = second["peak_mb"] / first["peak_mb"]
+    kinds = [[(f["kind"], f["severity"], f["tasks"]) for f in m["report"]["findings"]] for m in (first, second)]
+    print(f"peak RSS ratio {ratio:.2f} (at most {DURATION_MEMORY_RATIO}); findings "
+          f"{'the same' if kinds[0] == kinds[1] else 'differ: ' + repr(kinds)}")
+    return 0 if ratio <= DURATION_MEMORY_RATIO and kinds[0] == kinds[1] else 1
 
 
 def grow(run: Path, steps: int) -> int:
@@ -139,15 +171,25 @@ def main(argv=None) -> int:
     parser.add_argument("--workers", type=int, default=64)
     parser.add_argument("--steps", type=int, default=156_250)
     parser.add_argument("--grow", type=int, metavar="STEPS", help="append STEPS steps per worker and re-analyse")
+    parser.add_argument("--step-ms", type=float, help="synth.py's, for a run it writes")
+    parser.add_argument("--real-cadence", action="store_true", help="synth.py's, for a run it writes")
+    parser.add_argument("--serial", action="store_true", help="fold the task files in the analysing process")
     parser.add_argument("--check", action="store_true", help="compare the streaming and exact paths on RUNs")
+    parser.add_argument("--duration", action="store_true", help="compare the peak RSS of two runs (short, long)")
     args = parser.parse_args(argv)
     if args.check:
         return check(args.run)
+    if args.duration:
+        if len(args.run) != 2:
+            parser.error("--duration: two run directories")
+        return duration(*args.run)
     if len(args.run) != 1:
         parser.error("one run directory")
     if args.grow:
         return grow(args.run[0], args.grow)
-    return whole(args.run[0], args.workers, args.steps)
+    synth_options = (["--step-ms", str(args.step_ms)] if args.step_ms else []) + (
+        ["--real-cadence"] if args.real_cadence else [])
+    return whole(args.run[0], args.workers, args.steps, synth_options, args.serial)
 
 
 if __name__ == "__main__":

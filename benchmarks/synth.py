@@ -1,7 +1,10 @@
 """Writes a large synthetic run in the store's real format, for the scale benchmark.
 
 Every worker gets its own task file (as in a real run), with steps around ``--step-ms``,
-and its system sampler reports once a second of simulated time. The chief's file holds
+and its system sampler reports once a second of simulated time; with ``--real-cadence`` at
+the collectors' own cadence over the run's duration: a system sample every
+``SAMPLE_EVERY_S`` (2 s) and a heartbeat every ``HEARTBEAT_EVERY_S`` (5 s), each at a
+step's begin. The chief's file holds
 the RPC probe as ``collectors/rpc_probe.py`` runs it: each worker → ps link probed once
 plain and once with a 1 MB payload when the probe functions are prepared, two more full
 passes, then one link a second, in turn. Records are built as Arrow batches with numpy and framed
@@ -18,6 +21,7 @@ measured separately in ``benchmarks/scale.py --frame-cost``).
 
     python benchmarks/synth.py /tmp/big --workers 64 --steps 156250     # 10 million step records
     python benchmarks/synth.py /tmp/big --workers 64 --steps 1000 --append
+    python benchmarks/synth.py /tmp/day --workers 1024 --steps 97657 --step-ms 884 --real-cadence  # a day
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from tfdiag.events import KINDS, task_file_stem
+from tfdiag.events import HEARTBEAT_EVERY_S, KINDS, task_file_stem
 from tfdiag.store import write_manifest
 from tfdiag.store.framing import encode_frame
 from tfdiag.store.paths import LOG_SUFFIX, log_dir
@@ -42,6 +46,7 @@ SECOND = 1_000_000_000
 GAP_NS = 1_000_000  # between one step's end and the next one's begin
 PAYLOAD_BYTES = 1 << 20  # what the probe's payload passes move
 STATE_NAME = "synth.json"
+SAMPLE_EVERY_S = 2  # collectors/system.py's cadence (not imported: the analysis side never imports collectors)
 
 
 def _batch(kind: str, task: str, columns: dict) -> pa.RecordBatch:
@@ -81,9 +86,25 @@ def write_probes(run: str, workers: int, ps: int, probe: dict, until_ns: int, se
         file.write(encode_frame(batch))
 
 
+def _first_of_each(begins: np.ndarray, begin_ns: int, period_ns: int) -> tuple[np.ndarray, np.ndarray]:
+    """(times, steps): the begin of each step that begins a new period of ``period_ns``."""
+    periods = (begins - START_NS) // period_ns
+    steps = np.flatnonzero(np.diff(periods, prepend=(begin_ns - START_NS) // period_ns - 1))
+    return begins[steps], steps
+
+
+def _every(begins: np.ndarray, end_ns: int, period_ns: int) -> tuple[np.ndarray, np.ndarray]:
+    """(times, steps): every multiple of ``period_ns`` since the run's start from the first
+    step's begin to ``end_ns``, as a collector's thread samples, and the step running then."""
+    first = START_NS + -(-(int(begins[0]) - START_NS) // period_ns) * period_ns
+    times = np.arange(first, end_ns, period_ns, dtype=np.int64)
+    return times, np.searchsorted(begins, times, "right") - 1
+
+
 def write_worker(run: str, index: int, first_step: int, begin_ns: int, steps: int, step_ms: float,
-                 frame_rows: int, seed: int) -> tuple[int, int]:
-    """Appends ``steps`` steps of ``worker:index`` (and its system samples) to its task file.
+                 frame_rows: int, seed: int, real_cadence: bool = False) -> tuple[int, int]:
+    """Appends ``steps`` steps of ``worker:index`` (its system samples, and with
+    ``real_cadence`` its heartbeats) to its task file.
 
     Returns (the next step number, the next step's begin time).
     """
@@ -93,9 +114,13 @@ def write_worker(run: str, index: int, first_step: int, begin_ns: int, steps: in
     waits = (durations * rng.uniform(0.0, 0.1, steps)).astype(np.int64)
     begins = begin_ns + np.concatenate(([0], np.cumsum(durations[:-1] + GAP_NS)))
     numbers = np.arange(first_step, first_step + steps, dtype=np.int64)
-    # A system sample at the first step of each simulated second.
-    seconds = (begins - START_NS) // SECOND
-    probed = np.flatnonzero(np.diff(seconds, prepend=(begin_ns - START_NS) // SECOND - 1))
+    end_ns = int(begins[-1] + durations[-1])
+    if real_cadence:  # at the collectors' periods, whatever the steps
+        sampled = _every(begins, end_ns, SAMPLE_EVERY_S * SECOND)
+        beats = _every(begins, end_ns, int(HEARTBEAT_EVERY_S * SECOND))
+    else:  # a system sample at the first step of each simulated second
+        sampled = _first_of_each(begins, begin_ns, SECOND)
+        beats = (sampled[0][:0], sampled[1][:0])
     path = log_dir(run) / (task_file_stem(task) + LOG_SUFFIX)
     with open(path, "ab") as file:
         for start in range(0, steps, frame_rows):
@@ -106,15 +131,20 @@ def write_worker(run: str, index: int, first_step: int, begin_ns: int, steps: in
                 "task": [task] * size, "step": numbers[chunk], "begin_ns": begins[chunk],
                 "end_ns": begins[chunk] + durations[chunk], "input_wait_ns": waits[chunk],
                 "examples": np.full(size, 64, np.int64), "clock_task": [task] * size}))]
-            at = probed[(probed >= start) & (probed < stop)]
+            times, at = (values[(sampled[1] >= start) & (sampled[1] < stop)] for values in sampled)
             if len(at):
                 frames.append(encode_frame(_batch("system", task, {
-                    "host": [task.replace(":", "-")] * len(at), "task": [task] * len(at), "time_ns": begins[at],
+                    "host": [task.replace(":", "-")] * len(at), "task": [task] * len(at), "time_ns": times,
                     "cpu_pct": rng.uniform(40, 90, len(at)), "mem_used_frac": np.full(len(at), 0.4),
                     "net_sent_bytes": numbers[at] * 1000, "net_recv_bytes": numbers[at] * 1000,
                     "disk_read_bytes": np.zeros(len(at), np.int64), "disk_write_bytes": np.zeros(len(at), np.int64)})))
+            times, at = (values[(beats[1] >= start) & (beats[1] < stop)] for values in beats)
+            if len(at):
+                frames.append(encode_frame(_batch("heartbeat", task, {
+                    "task": [task] * len(at), "time_ns": times, "subject": [task] * len(at),
+                    "progress": numbers[at], "closed": np.zeros(len(at), bool)})))
             file.write(b"".join(frames))
-    return first_step + steps, int(begins[-1] + durations[-1] + GAP_NS)
+    return first_step + steps, end_ns + GAP_NS
 
 
 def main(argv=None) -> int:
@@ -128,6 +158,8 @@ def main(argv=None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="processes writing workers")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--append", action="store_true", help="grow an existing synthetic run")
+    parser.add_argument("--real-cadence", action="store_true",
+                        help="system samples every 2 s and heartbeats every 5 s, as the collectors write them")
     args = parser.parse_args(argv)
     state_path = Path(args.run) / STATE_NAME
     if args.append:
@@ -137,11 +169,13 @@ def main(argv=None) -> int:
                        cluster={"chief": ["host-c:2222"], "worker": [f"host-{i}:2222" for i in range(args.workers)],
                                 "ps": [f"host-ps{i}:2222" for i in range(args.ps)]}, start_time_ns=START_NS)
         log_dir(args.run).mkdir(parents=True, exist_ok=True)
-        state = {"next": [[0, START_NS]] * args.workers, "ps": args.ps, "probe": {"count": 0, "time_ns": START_NS}}
+        state = {"next": [[0, START_NS]] * args.workers, "ps": args.ps, "probe": {"count": 0, "time_ns": START_NS},
+                 "real_cadence": args.real_cadence}
     started = time.perf_counter()
     with ProcessPoolExecutor(args.jobs) as pool:
         futures = [pool.submit(write_worker, args.run, index, first, begin, args.steps, args.step_ms,
-                               args.frame_rows, args.seed) for index, (first, begin) in enumerate(state["next"])]
+                               args.frame_rows, args.seed, state.get("real_cadence", False))
+                   for index, (first, begin) in enumerate(state["next"])]
         state["next"] = [list(future.result()) for future in futures]
     write_probes(args.run, len(state["next"]), state["ps"], state["probe"], max(end for _, end in state["next"]),
                  args.seed)

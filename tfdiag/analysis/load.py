@@ -3,16 +3,15 @@
 The loader is incremental: ``RunLoader.refresh()`` reads only the bytes appended to each
 task file since the previous call, so a live run (and the TensorBoard tab) never
 re-reads what it already has. Step records are folded into ``step_stats`` as each frame
-is read (exact counters, histograms and a bounded set of rows), so what the loader holds
-of them does not grow with the run's length; a refresh folds only the new ones and
-rebuilds only the frames of kinds that got records. A file that shrank or was replaced
-is read again from byte 0. Frames whose payload is byte-for-byte one already loaded (a
-copied task file, a frame written twice) are counted once. ``WindowLoader`` reads the
-same way but keeps only the records of a run's last seconds (live findings:
-``tfdiag.analysis.live``). Nothing that is in the run directory makes
-``refresh`` raise: each problem is a counted skip or a warning naming the file (the
-only error is ``RunNotFoundError``, from the constructor, for a directory that is not a
-run). Nothing here imports TensorFlow. Batches become frames in ``frames``.
+is read (exact counters, histograms and a bounded set of rows); system samples,
+heartbeats and probes per file (``FOLDS``): what the loader holds does not grow with the
+run's length. A refresh folds only the new records and rebuilds the frames of kinds that
+got some; a large first read folds the files in parallel (``parallel_fold``). A file
+that shrank or was replaced is read again from byte 0. A frame whose payload is one
+already loaded (a copied task file, a frame written twice) is counted once.
+``WindowLoader`` keeps only a run's last seconds (``tfdiag.analysis.live``). Nothing in
+the run directory makes ``refresh`` raise: each problem is a counted skip or a warning
+naming the file (the only error: ``RunNotFoundError``, not a run). No TensorFlow here.
 """
 
 from __future__ import annotations
@@ -28,7 +27,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tfdiag.analysis.frames import conform, empty_frame, source_column, to_pandas
+from tfdiag.analysis.parallel_fold import parallel_folds
+from tfdiag.analysis.probe_fold import ProbeSample
 from tfdiag.analysis.step_stats import StepAccumulator
+from tfdiag.analysis.heartbeat_fold import HeartbeatTail
+from tfdiag.analysis.system_fold import SystemBuckets
 from tfdiag.errors import RunNotFoundError
 from tfdiag.store import MANIFEST_NAME, ManifestRead, SkippedRecords, load_manifest, log_dir, read_task_file, task_files
 from tfdiag.store.paths import LOG_SUFFIX
@@ -43,6 +46,9 @@ ProgressCallback = Callable[[int, int], None]  # (bytes read so far, bytes to re
 
 # Skips listed one by one per file; the rest of a badly damaged file is summed in one line.
 MAX_LISTED_SKIPS_PER_FILE = 10
+
+# Kinds folded per task file as they are read (``RunLoader``), each by the class that holds them.
+FOLDS = {"system": SystemBuckets, "heartbeat": HeartbeatTail, "rpc": ProbeSample}
 
 # The column that dates a kind's rows for ``WindowLoader`` (default ``time_ns``); None: a
 # fact with no time (``placement``), kept whatever its age.
@@ -99,10 +105,22 @@ class _TaskFile:
     offset: int = 0
     task: str | None = None  # the task that wrote the first good frame
     records: list[_Kept] = field(default_factory=list)
+    folds: dict = field(default_factory=dict)  # kind -> its records folded (``FOLDS``; ``RunLoader`` only)
     sources: set[str] = field(default_factory=set)  # the tasks whose frames the file held
     digests: list[bytes] = field(default_factory=list)
     skipped: list[SkippedRecords] = field(default_factory=list)
     pending: list[SkippedRecords] = field(default_factory=list)  # tail / unread: retried at each refresh
+
+
+class FileFold(NamedTuple):
+    """What ``RunLoader.fold_file`` read of one task file, for ``refresh`` to adopt."""
+
+    path: Path
+    state: _TaskFile
+    steps: StepAccumulator  # the file's step records, folded
+    seen: dict[bytes, tuple[Path, int]]  # its frames' digests, and where each was read
+    kinds: set[str]  # the kinds it held
+    changed: bool  # whether the read found anything (``_take``)
 
 
 class RunLoader:
@@ -114,11 +132,15 @@ class RunLoader:
         >>> run.frame("step").groupby("task").size()  # doctest: +SKIP
     """
 
-    _folds_steps = True  # step records go to step_stats rather than being kept as batches
+    _folds = True  # step records go to step_stats and ``FOLDS`` kinds to their folds rather than being kept as batches
 
-    def __init__(self, run_dir: str | os.PathLike, steps: StepAccumulator | None = None):
+    def __init__(self, run_dir: str | os.PathLike, steps: StepAccumulator | None = None,
+                 caps: dict[str, int] | None = None, processes: int | None = None):
         self.path = Path(run_dir)
         self._steps = steps or StepAccumulator()
+        self.caps = caps or {}  # kind -> rows a file keeps as they are before ``FOLDS`` folds them
+        self._caps = dict(self.caps)  # ... with the defaults for the run's width (``RowFold.cap_for``)
+        self.processes = processes  # folding a large first read; None: a process per core, 1: serial
         self._changed_kinds: set[str] = set()
         if not log_dir(self.path).is_dir():
             raise RunNotFoundError(f"{self.path}: not a tfdiag run (no {log_dir(self.path)} directory)")
@@ -150,9 +172,11 @@ class RunLoader:
         """Reads what every task file gained: (the files, the rejected paths' sentences, whether anything changed)."""
         files, rejected = task_files(self.path)
         stats = {path: stat for path in files if (stat := _stat(path)) is not None}
+        self._caps = {kind: self.caps.get(kind) or fold.cap_for(len(stats)) for kind, fold in FOLDS.items()}
         total = sum(max(min(stat.st_size, MAX_TASK_FILE_BYTES) - self._offset(path), 0) for path, stat in stats.items())
         done = 0
         changed = False
+        unread = []
         for path, stat in stats.items():
             state = self._files.get(path)
             if state is not None and ((stat.st_dev, stat.st_ino) != state.identity or stat.st_size < state.offset):
@@ -160,16 +184,45 @@ class RunLoader:
                                      "read again from byte 0")
                 self._forget(path)
                 state = None
-            if state is None:
-                state = self._files[path] = _TaskFile((stat.st_dev, stat.st_ino))
-            elif stat.st_size == state.offset:
-                continue
-            offset = state.offset
-            changed |= self._take(path, state, read_task_file(path, offset))
-            done += max(min(stat.st_size, MAX_TASK_FILE_BYTES) - offset, 0)
+            if state is None or stat.st_size != state.offset:
+                unread.append((path, (stat.st_dev, stat.st_ino), min(stat.st_size, MAX_TASK_FILE_BYTES)))
+        fresh = self._folds and not any(path in self._files for path, _, _ in unread)
+        folds = parallel_folds(self, unread, total) if fresh else None
+        for path, identity, size in unread:
+            offset = self._offset(path)
+            fold = next(folds) if folds is not None else None
+            if fold is not None and self._adopt(fold):
+                changed |= fold.changed
+            else:  # read here: a small read, or a frame of it was also in another file
+                state = self._files.setdefault(path, _TaskFile(identity))
+                changed |= self._take(path, state, read_task_file(path, offset))
+            done += max(size - offset, 0)
             if progress is not None:
                 progress(done, total)
         return list(stats), [item.sentence() for item in rejected], changed
+
+    def fresh(self) -> RunLoader:
+        """A loader of the same run and caps that has read nothing."""
+        return RunLoader(self.path, self._steps.empty_like(), self._caps, self.processes)
+
+    def fold_file(self, path: Path, identity: tuple[int, int]) -> FileFold:
+        """What this loader, ``fresh`` (it has read nothing), holds of ``path`` read from byte 0:
+        the map step of a parallel (or distributed) read, adopted by ``refresh`` in file order."""
+        state = self._files[path] = _TaskFile(identity)
+        changed = self._take(path, state, read_task_file(path, 0))
+        return FileFold(path, state, self._steps, self._seen, self._changed_kinds, changed)
+
+    def _adopt(self, fold: FileFold) -> bool:
+        """Takes ``fold`` (``fold_file``'s) as its file's state; False, taking nothing, when
+        one of its frames was already read from another file (the serial read then counts
+        the duplicate where it always does)."""
+        if any(digest in self._seen for digest in fold.seen):
+            return False
+        self._files[fold.path] = fold.state
+        self._seen.update(fold.seen)
+        self._steps.adopt(fold.steps)
+        self._changed_kinds |= fold.kinds
+        return True
 
     def _result(self, files: list[Path], rejected: list[str], changed: bool) -> LoadedRun:
         """The run after a read: frames rebuilt where they changed; the previous object if nothing did."""
@@ -184,7 +237,7 @@ class RunLoader:
 
     def _rebuild_frames(self) -> None:
         """Rebuilds the frames of the kinds that got records (or lost a file's) since the last refresh."""
-        folded = {"step"} if self._folds_steps else set()
+        folded = {"step"} if self._folds else set()
         for kind in self._changed_kinds - folded:
             self._frames.pop(kind, None)
             if any(self._batches(kind)):
@@ -215,9 +268,13 @@ class RunLoader:
             source = frame.task or _task_from_file_name(path)
             state.task = state.task or source
             state.sources.add(source)
-            if frame.kind == "step" and self._folds_steps:  # only what step_stats keeps stays in memory
+            if frame.kind == "step" and self._folds:  # only what step_stats keeps stays in memory
                 for batch in frame.batches:
                     self._steps.add(str(path), source, conform(batch, "step"))
+            elif frame.kind in FOLDS and self._folds:  # only what the fold keeps past its cap
+                fold = state.folds.setdefault(frame.kind, FOLDS[frame.kind](self._caps.get(frame.kind)))
+                for batch in frame.batches:
+                    fold.add(conform(batch, frame.kind), source)
             else:  # conformed once, here, not at every rebuild of the kind's frame
                 conformed = [conform(batch, frame.kind) for batch in frame.batches]
                 state.records.extend(_Kept(frame.kind, batch, source, frame.digest, self._last_ns(frame.kind, batch))
@@ -233,7 +290,7 @@ class RunLoader:
     def _forget(self, path: Path) -> None:
         state = self._files.pop(path)
         self._steps.forget(str(path))
-        self._changed_kinds |= {kept.kind for kept in state.records} | {"step"}
+        self._changed_kinds |= {kept.kind for kept in state.records} | {"step"} | set(state.folds)
         for digest in state.digests:
             if self._seen.get(digest, (None,))[0] == path:
                 del self._seen[digest]
@@ -250,6 +307,8 @@ class RunLoader:
 
     def _batches(self, kind: str):
         for state in self._files.values():
+            if kind in state.folds:
+                yield from state.folds[kind].batches()
             yield from ((kept.batch, kept.source) for kept in state.records if kept.kind == kind)
 
     def _build(self, files: list[Path], rejected: list[str]) -> LoadedRun:
@@ -301,7 +360,7 @@ class WindowLoader(RunLoader):
         >>> loader.refresh(time.time_ns()).frame("step")["end_ns"].min()  # doctest: +SKIP
     """
 
-    _folds_steps = False
+    _folds = False
 
     def __init__(self, run_dir: str | os.PathLike, window_s: float):
         super().__init__(run_dir)

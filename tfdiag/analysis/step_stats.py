@@ -155,6 +155,19 @@ class StepAccumulator:
             task, clock = key.split("\x00")
             self._add((file, source, task, clock), table.filter(pc.equal(keys, key)))
 
+    def empty_like(self) -> StepAccumulator:
+        """A new accumulator with the same caps (one file's, in ``RunLoader.fold_file``)."""
+        return StepAccumulator(self.sampled_rows, self.recent_rows, self.segments)
+
+    @property
+    def groups(self) -> dict[tuple[str, str, str, str], _Group]:
+        """What was folded, per (file, source, task, clock)."""
+        return self._groups
+
+    def adopt(self, other: StepAccumulator) -> None:
+        """Takes the groups ``other`` folded of files this one has not read."""
+        self._groups.update(other.groups)
+
     def forget(self, file: str) -> None:
         """Drops what was folded from ``file`` (read again from byte 0)."""
         for key in [key for key in self._groups if key[0] == file]:

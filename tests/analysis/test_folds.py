@@ -1,0 +1,132 @@
+"""The loader's per-file folds (system samples, heartbeats, probes) and the parallel fold."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from tfdiag.analysis import analyze
+from tfdiag.analysis import parallel_fold
+from tfdiag.analysis.frames import conform
+from tfdiag.analysis.heartbeat_fold import RECENT_BEATS, HeartbeatTail
+from tfdiag.analysis.load import RunLoader
+from tfdiag.analysis.probe_fold import FASTEST_PROBES, ProbeSample
+from tfdiag.analysis.system_fold import SystemBuckets
+from tfdiag.events import KINDS
+
+SECOND = 1_000_000_000
+
+
+def _batch(kind: str, **columns) -> pa.RecordBatch:
+    rows = len(next(iter(columns.values())))
+    schema = KINDS[kind].arrow_schema()
+    arrays = [pa.array(columns[name], field.type) if name in columns else pa.nulls(rows, field.type)
+              for name, field in zip(schema.names, schema)]
+    return conform(pa.RecordBatch.from_arrays(arrays, schema=schema), kind)
+
+
+def _samples(times: np.ndarray, pid: int = 7) -> pa.RecordBatch:
+    return _batch("system", host=["h"] * len(times), task=["worker:0"] * len(times), time_ns=times,
+                  cpu_pct=np.full(len(times), 50.0), mem_used_frac=np.full(len(times), 0.5),
+                  net_sent_bytes=times // SECOND * 1000, pid=[pid] * len(times), wakes=[10] * len(times),
+                  late_wakes=[1] * len(times), late_ms=np.full(len(times), 2.0))
+
+
+def _rows(fold) -> pa.Table:
+    return pa.Table.from_batches([batch for batch, _ in fold.batches()])
+
+
+def test_system_samples_under_the_cap_are_kept_as_they_came():
+    fold = SystemBuckets(cap=100)
+    batch = _samples(np.arange(50) * 2 * SECOND)
+    fold.add(batch, "worker:0")
+    assert fold.batches() == [(batch, "worker:0")]
+
+
+def test_system_buckets_keep_sums_last_counters_and_the_first_sample():
+    fold = SystemBuckets(cap=100)
+    times = np.arange(10_000) * 2 * SECOND
+    for start in range(0, len(times), 500):
+        fold.add(_samples(times[start:start + 500]), "worker:0")
+    rows = _rows(fold)
+    assert len(rows) <= 150
+    assert rows["time_ns"][0].as_py() == 0  # the process's first sample alone
+    assert sum(rows["wakes"].to_pylist()) == 10 * len(times)
+    assert sum(rows["late_ms"].to_pylist()) == pytest.approx(2.0 * len(times))
+    assert max(rows["time_ns"].to_pylist()) == times[-1]
+    assert max(rows["net_sent_bytes"].to_pylist()) == times[-1] // SECOND * 1000
+    assert set(rows["cpu_pct"].to_pylist()) == {50.0}
+
+
+def test_a_restarted_process_keeps_its_first_sample():
+    fold = SystemBuckets(cap=100)
+    fold.add(_samples(np.arange(300) * 2 * SECOND, pid=7), "worker:0")
+    fold.add(_samples(700 * SECOND + np.arange(300) * 2 * SECOND, pid=8), "worker:0")
+    rows = _rows(fold).to_pandas()
+    assert rows.groupby("pid")["time_ns"].min().to_dict() == {7: 0, 8: 700 * SECOND}
+
+
+def _beats(times: np.ndarray, progress: np.ndarray, closed: bool = False) -> pa.RecordBatch:
+    return _batch("heartbeat", task=["worker:0"] * len(times), time_ns=times, subject=["worker:0"] * len(times),
+                  progress=progress, closed=[closed] * len(times))
+
+
+def test_heartbeats_keep_the_recent_rows_pauses_closes_and_the_last_progress():
+    fold = HeartbeatTail(cap=300)
+    times = np.r_[np.arange(2000), 3000 + np.arange(2000)] * 5 * SECOND  # a pause: the process restarted
+    progress = np.minimum(np.arange(4000), 3000)  # stalled from row 3000 on
+    for start in range(0, 4000, 100):
+        fold.add(_beats(times[start:start + 100], progress[start:start + 100]), "worker:0")
+    fold.add(_beats(times[-1:] + 5 * SECOND, progress[-1:], closed=True), "worker:0")
+    rows = _rows(fold).to_pandas()
+    assert len(rows) < 2 * RECENT_BEATS + 20
+    kept = set(rows["time_ns"])
+    assert {times[0], times[1998], times[1999], times[2000], times[2001], times[3000]} <= kept
+    assert rows["closed"].any()
+    assert rows["time_ns"].max() == times[-1] + 5 * SECOND
+
+
+def test_probes_keep_the_fastest_round_trips_and_an_even_sample():
+    fold = ProbeSample(cap=500)
+    send = np.arange(20_000, dtype="int64") * SECOND
+    rtt = np.random.default_rng(0).integers(100_000, 1_000_000, len(send))
+    for start in range(0, len(send), 1000):
+        part = slice(start, start + 1000)
+        fold.add(_batch("rpc", src=["chief:0"] * 1000, dst=["ps:0"] * 1000, send_ns=send[part],
+                        remote_ns=send[part] + rtt[part] // 2, recv_ns=send[part] + rtt[part],
+                        payload_bytes=[0] * 1000), "chief:0")
+    rows = _rows(fold).to_pandas()
+    assert len(rows) < 2000
+    kept_rtt = np.sort((rows["recv_ns"] - rows["send_ns"]).to_numpy())
+    assert (kept_rtt[:FASTEST_PROBES] == np.sort(rtt)[:FASTEST_PROBES]).all()
+    assert rows["send_ns"].max() == send[-1]
+
+
+def _run(tmp_path, workers: int = 3):
+    from benchmarks import synth
+
+    run = tmp_path / "run"
+    synth.main([str(run), "--workers", str(workers), "--steps", "3000", "--step-ms", "200", "--jobs", "1",
+                "--frame-rows", "512"])
+    return run
+
+
+@pytest.mark.parametrize("threads", [False, True], ids=["fork", "forkserver"])
+def test_the_parallel_fold_reports_what_the_serial_one_does(tmp_path, monkeypatch, threads):
+    run = _run(tmp_path)
+    if threads:  # another thread runs (the TensorBoard tab's): children come from the forkserver
+        done = threading.Event()
+        threading.Thread(target=done.wait, daemon=True).start()
+    monkeypatch.setattr(parallel_fold, "PARALLEL_BYTES", 0)
+    caps = {"system": 64, "rpc": 64, "heartbeat": 64}
+    serial = analyze(RunLoader(run, caps=caps, processes=1).refresh()).to_dict()
+    parallel_run = RunLoader(run, caps=caps, processes=2)
+    parallel = analyze(parallel_run.refresh()).to_dict()
+    assert json.dumps(parallel, sort_keys=True, default=str) == json.dumps(serial, sort_keys=True, default=str)
+    assert parallel_run.refresh() is parallel_run.refresh()  # the incremental refresh still works
+    if threads:
+        done.set()

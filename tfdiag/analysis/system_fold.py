@@ -1,0 +1,104 @@
+"""System samples folded as they are read: every sample under a cap, time buckets past it.
+
+The system sampler writes one record every 2 s per task, so a day of 1,024 workers is
+tens of millions of them. ``SystemBuckets`` holds one task file's samples as they came
+while it holds at most ``SYSTEM_ROWS`` (every test's run, a run of hours: analysed
+exactly as the rows themselves, ``row_fold``); past that it compacts them into buckets of
+time per (writing task, task, host, pid), each one row with the kind's columns:
+
+- ``time_ns`` and the cumulative counters (network, disk bytes), ``cpu_count``, ``pid``,
+  ``job_processes`` and the names: the bucket's last sample's, so a rate between two rows
+  is the rate between those samples (``rates.mean_rate``);
+- percentages (``cpu_pct``, ``mem_used_frac``, ``proc_cpu_pct``, ``job_cpu_pct``): the mean of
+  the bucket's samples, weighted by the samples each row stands for (a peak is then the
+  highest bucket mean);
+- the sampler's counts since its previous sample (``wakes``, ``late_wakes``, ``late_ms``,
+  ``throttled_ms``): their sum, so a row still counts the time since the previous row
+  (``sync_steps.stopped_shares``).
+
+A process's first sample stays a row of its own: it dates the process's start
+(``restarts``) and begins the time its later rows cover. Buckets start at ``BUCKET_NS``
+and double until a compaction leaves at most half the cap, aligned on multiples of their
+width, so the tasks' charts share their times; the samples since the last compaction
+follow as they came. What is held stays under 1.5 times the cap whatever the run's length.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tfdiag.analysis.row_fold import RowFold, group_codes
+
+# Samples of a task file kept as they are (68 min of the sampler's 2 s); past it, buckets.
+SYSTEM_ROWS = 2048
+# The narrowest bucket: the width doubles from here until a compaction leaves half the cap.
+BUCKET_NS = 4_000_000_000
+MEANS = ("cpu_pct", "mem_used_frac", "proc_cpu_pct", "job_cpu_pct")
+SUMS = ("wakes", "late_wakes", "late_ms", "throttled_ms")
+_SAMPLES = "__samples"  # how many samples a row stands for: a bucket's weight when buckets merge
+
+
+class SystemBuckets(RowFold):
+    """The ``system`` record batches of one task file, folded.
+
+    Example:
+        >>> buckets = SystemBuckets()
+        >>> buckets.add(batch, "worker:0")  # doctest: +SKIP
+        >>> buckets.batches()  # doctest: +SKIP
+        [(pyarrow.RecordBatch ..., 'worker:0')]
+    """
+
+    ROWS = SYSTEM_ROWS
+    RUN_ROWS = 64 * SYSTEM_ROWS
+    OWN_COLUMN = _SAMPLES
+    width = BUCKET_NS  # the buckets' width in ns: doubles until a compaction leaves half the cap
+
+    def _fresh(self, table: pa.Table) -> pa.Table:
+        return table.append_column(_SAMPLES, pa.array(np.ones(len(table), "int64")))
+
+    def _compacted(self, table: pa.Table) -> pa.Table:
+        bucketed = _bucketed(table, self.width)
+        span = pc.min_max(table["time_ns"])
+        span_ns = (span["max"].as_py() or 0) - (span["min"].as_py() or 0)
+        while len(bucketed) > self.cap // 2 and self.width <= span_ns:  # past the span: a bucket per process
+            self.width *= 2
+            bucketed = _bucketed(bucketed, self.width)
+        return bucketed
+
+
+def _bucketed(table: pa.Table, width: int) -> pa.Table:
+    """One row per (task, host, pid, bucket of ``width`` ns); a process's first row alone."""
+    if not len(table):
+        return table
+    names = group_codes(table, ("task", "host"))
+    pid = table["pid"].fill_null(-1).to_numpy()
+    time = table["time_ns"].fill_null(0).to_numpy()
+    order = np.lexsort((time, pid, names))
+    table = table.take(order)
+    names, pid = names[order], pid[order]
+    new_process = np.r_[True, (names[1:] != names[:-1]) | (pid[1:] != pid[:-1])]
+    bucket = time[order] // width
+    bucket[new_process] = -1  # a process's first sample: a row of its own
+    starts = np.flatnonzero(new_process | np.r_[True, bucket[1:] != bucket[:-1]])
+    lasts = np.r_[starts[1:], len(table)] - 1
+    rows = table.take(lasts)
+    weight = table[_SAMPLES].to_numpy().astype("float64")
+    columns = {_SAMPLES: pa.array(np.add.reduceat(weight, starts).astype("int64"))}
+    for name in MEANS + SUMS:
+        values = table[name].to_numpy(zero_copy_only=False).astype("float64")
+        known = ~np.isnan(values)
+        if name in MEANS:  # weighted by the samples each row stands for
+            total = np.add.reduceat(np.where(known, values * weight, 0.0), starts)
+            counted = np.add.reduceat(np.where(known, weight, 0.0), starts)
+            result = np.divide(total, counted, out=np.full(len(starts), np.nan), where=counted > 0)
+        else:
+            result = np.add.reduceat(np.where(known, values, 0.0), starts)
+            result[np.add.reduceat(known, starts) == 0] = np.nan
+        kind = table.schema.field(name).type
+        columns[name] = pa.array(result if pa.types.is_floating(kind) else np.nan_to_num(result).astype("int64"),
+                                 kind, mask=np.isnan(result))
+    for name, column in columns.items():
+        rows = rows.set_column(rows.schema.get_field_index(name), name, column)
+    return rows
