@@ -101,7 +101,11 @@ def test_evaluations_are_spaced_to_stay_within_the_live_share_of_a_core(tmp_path
     cost = thread.cost()
     assert cost["evaluations"] >= 2
     assert cost["seconds_apart"] > 3 * 0.05  # stretched...
-    assert cost["cpu_share"] <= 0.05 * 1.2  # ...to the share (the last pause may be cut short by stop)
+    # ...to the share: every evaluation but the last is followed by its whole pause, so their CPU fits
+    # the share of the thread's life (the last one's pause is cut short by stop: with few evaluations
+    # the whole can read above the share, 6.1 % once in a full make test).
+    alive_ns = thread.cpu_ns / cost["cpu_share"]
+    assert (thread.cpu_ns - thread._last_cpu_ns) / alive_ns <= 0.05 * 1.05  # noqa: SLF001
     assert thread.pause_s() == pytest.approx(max(0.05, thread._last_cpu_ns / 1e9 / 0.05))  # noqa: SLF001
 
 
