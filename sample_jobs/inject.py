@@ -6,7 +6,9 @@ and the value received, and travel to every task of the job as their spec string
 
 Example:
     >>> parse_injection("slow-worker=1:40")
-    SlowWorker(worker=1, ms=40.0)
+    SlowWorker(worker=1, ms=40.0, from_step=0)
+    >>> parse_injection("slow-worker=1:40@2000").spec
+    'slow-worker=1:40@2000'
     >>> parse_tuning("prefetch=on")
     Tuning(key='prefetch', value='on')
 """
@@ -34,15 +36,16 @@ class InputDelay:
 
 @dataclass(frozen=True)
 class SlowWorker:
-    """``slow-worker=I:MS``: worker I spends MS more per step."""
+    """``slow-worker=I:MS[@STEP]``: worker I spends MS more per step (from STEP on)."""
 
     worker: int
     ms: float
+    from_step: int = 0
     kind = "slow-worker"
 
     @property
     def spec(self) -> str:
-        return f"{self.kind}={self.worker}:{_num(self.ms)}"
+        return f"{self.kind}={self.worker}:{_num(self.ms)}" + (f"@{self.from_step}" if self.from_step else "")
 
 
 @dataclass(frozen=True)
@@ -109,7 +112,11 @@ MAX_MS = 3_600_000.0
 MAX_FACTOR = 1000.0
 _FORMS = {
     "input-delay": (re.compile(rf"{_NUM}"), "MS", lambda m: InputDelay(float(m[1]))),
-    "slow-worker": (re.compile(rf"{_INT}:{_NUM}"), "I:MS", lambda m: SlowWorker(int(m[1]), float(m[2]))),
+    "slow-worker": (
+        re.compile(rf"{_INT}:{_NUM}(?:@{_INT})?"),
+        "I:MS[@STEP]",
+        lambda m: SlowWorker(int(m[1]), float(m[2]), int(m[3] or 0)),
+    ),
     "shard-skew": (re.compile(rf"{_INT}:{_NUM}"), "I:F", lambda m: ShardSkew(int(m[1]), float(m[2]))),
     "hot-ps": (re.compile(_INT), "I", lambda m: HotPs(int(m[1]))),
     "slow-ps": (re.compile(rf"{_INT}:{_NUM}"), "I:MS", lambda m: SlowPs(int(m[1]), float(m[2]))),

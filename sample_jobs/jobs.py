@@ -12,7 +12,7 @@ import re
 from dataclasses import asdict, dataclass, field
 
 from tfdiag.errors import InvalidOptionError
-from tfdiag.sample_jobs.inject import KillWorker, Plan, parse_injection, parse_tuning
+from tfdiag.sample_jobs.inject import KillWorker, Plan, SlowWorker, parse_injection, parse_tuning
 
 # Upper bounds of the numeric options: a local cluster of more than MAX_TASKS tasks of a
 # job does not fit one host, and counts beyond MAX_COUNT overflow TensorFlow's int32 shapes.
@@ -47,6 +47,7 @@ class JobSpec:
     synchronous: bool = False
     chief_worker: bool = False  # worker 0 is the chief: the job cannot lose it
     injections: tuple[str, ...] = ()  # the --inject kinds that apply
+    slow_worker_onset: bool = False  # slow-worker=I:MS@STEP: the slow-down can begin mid-run
     tunings: tuple[str, ...] = ()  # the --tune keys that apply
     batch: int = 256  # default examples per step (global batch)
     model_size: int = 256  # default hidden width
@@ -63,6 +64,7 @@ JOBS: dict[str, JobSpec] = {
             "tfdiag.sample_jobs.ps_ctl",
             "ParameterServerStrategy + ClusterCoordinator custom training loop (tf.Module MLP)",
             injections=_PS_INJECT,
+            slow_worker_onset=True,
             tunings=_PIPELINE_TUNE + ("partitioner", "steps_per_closure"),
             batch=1024,
             model_size=256,
@@ -129,6 +131,8 @@ def _injection_help(spec: JobSpec, kind: str) -> str:
         return "kill-worker (+restart only)"
     if kind == "kill-worker" and spec.chief_worker:
         return "kill-worker (worker 1 or above)"
+    if kind == "slow-worker" and spec.slow_worker_onset:
+        return "slow-worker (@STEP: from a step on)"
     return kind
 
 
@@ -215,6 +219,12 @@ class JobConfig:
                 )
             if isinstance(injection, KillWorker):
                 _check_kill(spec, injection, text)
+            if isinstance(injection, SlowWorker) and injection.from_step and not spec.slow_worker_onset:
+                onset_jobs = ", ".join(name for name, job in JOBS.items() if job.slow_worker_onset)
+                raise InvalidOptionError(
+                    f"Invalid value for option `--inject`. {spec.name} slows a worker from the start; a slow-down "
+                    f"beginning at a step (@STEP) applies to {onset_jobs}. Received: {text!r}"
+                )
             index = getattr(injection, "ps", None)
             if index is not None and index >= self.ps:
                 raise InvalidOptionError(

@@ -24,6 +24,9 @@ MultiWorkerMirroredStrategy) cannot go on without the killed worker — the othe
 fail — so after a ``+restart`` kill every job task that fails is restarted as well, as an
 orchestrator restarts a failed job, and the job resumes from its ``BackupAndRestore`` backup.
 
+While the job runs, the lines tfdiag announces in its summary task's log (live findings:
+``tfdiag: ...``) are relayed to the launcher's stderr as they come.
+
 One module past 400 lines: starting, watching, killing, restarting and stopping the
 tasks all change the same record of the cluster's processes.
 
@@ -53,8 +56,11 @@ from tfdiag.events import parse_task, task_name
 from tfdiag.sample_jobs.common import PROGRESS_ENV, read_progress
 from tfdiag.sample_jobs.inject import KillWorker, SlowPs
 from tfdiag.sample_jobs.jobs import JobConfig, JobSpec, parse_summary
+from tfdiag.sample_jobs.log_follower import LogFollower
 
 HOST = "127.0.0.1"
+# The lines of the summary task's log relayed while the job runs: tfdiag's live announcements.
+ANNOUNCEMENT_PREFIX = "tfdiag: "
 STOP_GRACE_S = 5.0
 POLL_S = 0.2
 # How often ``stop()`` looks whether the tasks have exited.
@@ -170,6 +176,10 @@ class LocalCluster:
         self.interrupted: int | None = None  # the first SIGINT/SIGTERM received
         self._hurry = False  # a second signal: SIGKILL without a grace period
         self._stopping = False
+        # What tfdiag announces in the job (live findings, on the summary task's stderr),
+        # relayed to ``stderr`` while the job runs.
+        self._announcements = LogFollower(self.logdir / "tasks" / f"{self.spec.summary_task.replace(':', '-')}.log",
+                                          ANNOUNCEMENT_PREFIX)
 
     # -- lifecycle -------------------------------------------------------------------
     def start(self, *, job_tasks: bool = True) -> None:
@@ -263,6 +273,7 @@ class LocalCluster:
             if self.interrupted:
                 return 130
             self._inject_kills()
+            self._relay_announcements()
             job_tasks = [t for t in self.tasks.values() if t.job in self.spec.job_roles and not t.killed]
             pending = {task_name(job, index) for _, job, index in self._restarts}
             failed = False
@@ -360,6 +371,10 @@ class LocalCluster:
             if parse_summary(line):
                 return line.strip()
         return None
+
+    def _relay_announcements(self) -> None:
+        for line in self._announcements.new_lines():
+            print(line, file=self.stderr, flush=True)
 
     def _report_failure(self, task: TaskProcess, code: int) -> None:
         self._say(f"task {task.task} failed with exit code {code}; last lines of {task.log}:\n{log_tail(task.log)}")

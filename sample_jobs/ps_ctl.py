@@ -19,7 +19,8 @@ each closure runs ``STEPS_PER_CLOSURE`` steps (``--tune steps_per_closure=N``);
 ``--tune map_parallel=on`` runs that map with ``num_parallel_calls=AUTOTUNE`` and
 ``--tune prefetch=on`` adds ``prefetch(AUTOTUNE)``.
 
-Injections: ``slow-worker=I:MS`` sleeps MS in-graph before worker I's step;
+Injections: ``slow-worker=I:MS`` sleeps MS in-graph before worker I's step (with
+``@STEP``, in the closures scheduled from STEP on: a slow-down that begins mid-run);
 ``shard-skew=I:F`` makes worker I's batches F times larger (the per-worker dataset
 function reads the worker index), so it consumes F times the examples per step;
 ``hot-ps=I`` adds a 4 MB dense layer whose kernel is created colocated with a variable
@@ -153,9 +154,14 @@ def steps_per_closure(config: JobConfig) -> int:
     return int(config.plan.tuned("steps_per_closure") or STEPS_PER_CLOSURE)
 
 
-def make_train_steps(tf, strategy, model: MLP, config: JobConfig, steps: int):
-    """A tf.function that runs ``steps`` training steps on one worker (one closure)."""
-    slow = {i.worker: int(i.ms * 1000) for i in config.plan.of(SlowWorker)}
+def slow_workers(config: JobConfig, step: int) -> dict[int, int]:
+    """The ``slow-worker`` delays (worker -> µs) in effect for a closure that begins at ``step``."""
+    return {i.worker: int(i.ms * 1000) for i in config.plan.of(SlowWorker) if i.from_step <= step}
+
+
+def make_train_steps(tf, strategy, model: MLP, slow: dict[int, int], steps: int):
+    """A tf.function that runs ``steps`` training steps on one worker (one closure), each
+    delayed by ``slow[worker]`` µs on the workers ``slow`` names."""
 
     def replica_fn(x, y):
         # Reading the variables waits for the batch, so a delay cannot overlap them.
@@ -217,10 +223,12 @@ def run(config: JobConfig) -> JobSummary:
     per_closure = steps_per_closure(config)
     closure_fns = {}
 
-    def closure_fn(steps: int):
-        if steps not in closure_fns:
-            closure_fns[steps] = make_train_steps(tf, strategy, model, config, steps)
-        return closure_fns[steps]
+    def closure_fn(steps: int, done: int):
+        slow = slow_workers(config, done)
+        key = (steps, tuple(sorted(slow.items())))
+        if key not in closure_fns:
+            closure_fns[key] = make_train_steps(tf, strategy, model, slow, steps)
+        return closure_fns[key]
 
     dataset_fn = make_dataset_fn(tf, config)
 
@@ -238,7 +246,7 @@ def run(config: JobConfig) -> JobSummary:
     per_worker_iterator = iter(per_worker_dataset)
 
     # Warm-up: trace and ship the function to every worker before the clock starts.
-    coordinator.schedule(closure_fn(per_closure), args=(per_worker_iterator,))
+    coordinator.schedule(closure_fn(per_closure, 0), args=(per_worker_iterator,))
     coordinator.join()
 
     progress = Progress()
@@ -249,7 +257,7 @@ def run(config: JobConfig) -> JobSummary:
     done = 0
     while done < config.steps:
         steps = min(per_closure, config.steps - done)
-        loss = coordinator.schedule(closure_fn(steps), args=(per_worker_iterator,))
+        loss = coordinator.schedule(closure_fn(steps, done), args=(per_worker_iterator,))
         done += steps
         if kill_steps and done >= kill_steps[0]:
             coordinator.join()  # every step up to here is done: "reached STEP" is exact

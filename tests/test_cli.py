@@ -226,7 +226,7 @@ def test_demo_runs_analyses_and_writes_html(capsys, fake_sample_cli, tmp_path):
     assert main(["demo", "--logdir", str(logdir), "--steps", "30"]) == 0
     (call,) = fake_sample_cli.calls
     assert call[:5] == ("run_sample", "ps_ctl", 2, 2, 30)
-    assert call[6] == ["slow-worker=1:40"]
+    assert call[6] == ["slow-worker=1:40@12"]  # from 40 % of the steps on
     run_dir = call[5]
     captured = capsys.readouterr()
     assert "straggler" in captured.out

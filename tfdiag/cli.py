@@ -49,7 +49,11 @@ PROGRESS_LARGE_BYTES = 256 * 1024 * 1024
 PROGRESS_TTY_BYTES = 8 * 1024 * 1024
 
 DEMO_JOB = "ps_ctl"
-DEMO_INJECT = "slow-worker=1:40"
+# The demo's fault: worker 1 becomes 40 ms a step slower part-way through the run, so the
+# live findings announce it while the job trains and the charts show its onset.
+DEMO_SLOW_MS = 40
+DEMO_ONSET_FRACTION = 0.4  # of the steps
+DEMO_STEPS = 4000  # about 40 s of training on a 2-core machine
 DEMO_LOGDIR = "demo-logs"
 
 
@@ -226,14 +230,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
     while run_dir.exists():  # two demos in the same second
         suffix += 1
         run_dir = logdir / f"{name}-{suffix}"
+    onset = int(args.steps * DEMO_ONSET_FRACTION)
+    inject = f"slow-worker=1:{DEMO_SLOW_MS}@{onset}"
     _say(
-        f"tfdiag demo: running sample job {DEMO_JOB!r} on a local cluster (2 ps, 2 workers, {args.steps} steps) "
-        f"with worker 1 slowed down ({DEMO_INJECT}); logs go to {run_dir}"
+        f"tfdiag demo: running sample job {DEMO_JOB!r} on a local cluster (2 ps, 2 workers, {args.steps} steps); "
+        f"worker 1 slows down by {DEMO_SLOW_MS} ms a step from step {onset} ({inject}), and tfdiag's live findings "
+        f"announce it while the job trains; logs go to {run_dir}"
     )
     started = time.monotonic()
-    result = sample_cli.run_sample(
-        DEMO_JOB, ps=2, workers=2, steps=args.steps, logdir=str(run_dir), inject=[DEMO_INJECT]
-    )
+    result = sample_cli.run_sample(DEMO_JOB, ps=2, workers=2, steps=args.steps, logdir=str(run_dir), inject=[inject])
     returncode = result if isinstance(result, int) else getattr(result, "returncode", 0)
     if returncode:
         raise CommandError(f"the sample job failed (exit status {returncode}); its task logs are under {run_dir}")
@@ -344,11 +349,12 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
 
     demo = subparsers.add_parser(
         "demo",
-        help="run a sample job with a slow worker, analyse it and write the HTML report",
-        description="Run the ps_ctl sample job with an injected straggler, analyse it, and write report.html.",
+        help="run a sample job whose worker slows down mid-run, announced live; analyse it and write the HTML report",
+        description="Run the ps_ctl sample job, whose worker 1 slows down part-way through, announced while it trains; analyse it and write report.html.",
     )
     demo.add_argument("--logdir", default=DEMO_LOGDIR, metavar="DIR", help=f"where the run goes (default: ./{DEMO_LOGDIR})")
-    demo.add_argument("--steps", type=_positive_int, default=200, metavar="N", help="training steps (default: 200)")
+    demo.add_argument("--steps", type=_positive_int, default=DEMO_STEPS, metavar="N",
+                      help=f"training steps (default: {DEMO_STEPS})")
     demo.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     demo.set_defaults(func=cmd_demo)
     return parser

@@ -183,7 +183,7 @@ def timing_ops(args) -> int:
     config = JobConfig("ps_ctl", "", ps=1, workers=1, model_size=args.model_size, batch=args.batch)
     strategy = tf.distribute.get_strategy()
     model = ps_ctl.MLP(tf, strategy, config.hidden)
-    plain = ps_ctl.make_train_steps(tf, strategy, model, config, args.steps)
+    plain = ps_ctl.make_train_steps(tf, strategy, model, ps_ctl.slow_workers(config, 0), args.steps)
     functions = {"plain": plain, "instrumented": closure_timing.instrument(plain)}
     if args.baseline:
         functions["baseline"] = baseline_module(args.baseline, "collectors/closure_timing.py").instrument(plain)

@@ -52,7 +52,7 @@ def ps_ctl_training(tf, config, strategy, coordinator, steps: int):
 
     with strategy.scope():
         model = ps_ctl.MLP(tf, strategy, config.hidden)
-    train = ps_ctl.make_train_steps(tf, strategy, model, config, steps)
+    train = ps_ctl.make_train_steps(tf, strategy, model, ps_ctl.slow_workers(config, 0), steps)
     dataset_fn = ps_ctl.make_dataset_fn(tf, config)
     iterator = iter(coordinator.create_per_worker_dataset(tf.function(lambda: dataset_fn())))
     return model, train, iterator

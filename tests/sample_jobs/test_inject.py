@@ -29,6 +29,7 @@ from tfdiag.sample_jobs.jobs import JobConfig, JobSummary, parse_summary
         ("input-delay=20", InputDelay(20.0)),
         ("input-delay=2.5", InputDelay(2.5)),
         (" slow-worker=1:40 ", SlowWorker(1, 40.0)),
+        ("slow-worker=1:40@2000", SlowWorker(1, 40.0, 2000)),
         ("shard-skew=0:3", ShardSkew(0, 3.0)),
         ("hot-ps=1", HotPs(1)),
         ("slow-ps=0:15", SlowPs(0, 15.0)),
@@ -47,7 +48,7 @@ def test_parse_injection(spec, expected):
 @pytest.mark.parametrize(
     "spec",
     ["", "input-delay", "input-delay=", "input-delay=-3", "input-delay=abc", "slow-worker=1", "slow-worker=a:40",
-     "slow-worker=1:40:2", "shard-skew=1:0", "kill-worker=1", "kill-worker=1@x", "warp-drive=9",
+     "slow-worker=1:40:2", "slow-worker=1:40@", "shard-skew=1:0", "kill-worker=1", "kill-worker=1@x", "warp-drive=9",
      "input-delay=²", "hot-ps=١", "input-delay=1e3", "input-delay=inf", "input-delay=nan", "input-delay=3600001",
      "shard-skew=0:1001", "slow-worker=0:" + "9" * 400],
 )
@@ -82,6 +83,16 @@ def test_job_config_errors_quote_the_value_as_given():
     with pytest.raises(InvalidOptionError) as info:
         JobConfig("mirrored", "/tmp/x", inject=(given.replace("INPUT-DELAY", "slow-worker"),))
     assert repr(given.replace("INPUT-DELAY", "slow-worker")) in str(info.value)
+
+
+def test_a_slow_down_from_a_step_on_applies_where_the_job_can_begin_it_mid_run():
+    from tfdiag.sample_jobs.ps_ctl import slow_workers
+
+    config = JobConfig("ps_ctl", "/tmp/x", inject=("slow-worker=1:40@100", "slow-worker=0:5"))
+    assert slow_workers(config, 99) == {0: 5000} and slow_workers(config, 100) == {0: 5000, 1: 40000}
+    with pytest.raises(InvalidOptionError, match="applies to ps_ctl") as info:
+        JobConfig("mwms_fit", "/tmp/x", inject=("slow-worker=1:40@100",))
+    assert "'slow-worker=1:40@100'" in str(info.value)
 
 
 @pytest.mark.parametrize("option, value", [("workers", 65), ("ps", 65), ("steps", 2**31), ("batch", -1),
