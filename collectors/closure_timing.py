@@ -177,9 +177,10 @@ class InstrumentedFunction:
 
     def __init__(self, fn):
         self.fn = fn
-        # The variables each trace read, until the coordinator records their placement.
-        self._captured: list = []
-        self.function = instrument(fn, on_trace=self._captured.extend)
+        # The variables each trace read, until the coordinator takes them to record their
+        # placement (a list, not a property: schedule checks it on every call).
+        self.captured: list = []
+        self.function = instrument(fn, on_trace=self.captured.extend)
         self.traced = False  # scheduled once: a later failure to schedule is the coordinator's, not tracing's
         self._arguments = None  # (args, kwargs) of the last schedule, where _same_arguments can compare them
         self._concrete = None  # the concrete function traced for ``_arguments``, once looked up
@@ -187,13 +188,8 @@ class InstrumentedFunction:
 
     def take_captured(self) -> list:
         """The variables traces read since the last call (a trace runs in ``schedule``)."""
-        captured, self._captured[:] = list(self._captured), []
+        captured, self.captured[:] = list(self.captured), []
         return captured
-
-    @property
-    def captured(self) -> bool:
-        """Whether a trace read variables not yet taken."""
-        return bool(self._captured)
 
     def function_for(self, args, kwargs):
         """The concrete function for ``args``/``kwargs`` where known, else the ``tf.function``."""

@@ -174,7 +174,9 @@ def instrument_coordinator(coordinator, logdir, examples_per_step: int | None = 
         capture_faults: turn the coordinator's log lines about failures, retries and
             recoveries into ``fault`` records.
         variables: a model, ``tf.Module`` or list of variables whose placement to record
-            now (or call ``record_placement`` on the result later).
+            now (or call ``record_placement`` on the result later). Not needed for the
+            variables the scheduled functions read: their placement is recorded as
+            ``schedule`` traces each function; each variable is recorded once.
         live_interval_s: seconds between live evaluations of the detectors on the run's
             recent records (``collectors/live_thread.py``; findings logged and written as
             ``live_finding`` records); 0: off; None: the ``TFDIAG_LIVE_FINDINGS``

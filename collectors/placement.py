@@ -83,13 +83,14 @@ def _identity(shard):
     return handle if handle is not None else shard
 
 
-def _shard_rows(holder, default_task: str):
-    """``(identity, row)`` per variable shard of ``holder``, each shard once."""
+def _shard_rows(holder, default_task: str, known=frozenset()):
+    """``(identity, row)`` per variable shard of ``holder``, each shard once, none whose
+    identity's ``id`` is in ``known``."""
     seen = set()
     for variable in _flatten(holder):
         for shard in _shards(variable):
             identity = _identity(shard)
-            if id(identity) in seen:
+            if id(identity) in seen or id(identity) in known:
                 continue
             seen.add(id(identity))
             shape = [int(d) if d is not None else -1 for d in list(getattr(shard, "shape", []) or [])]
@@ -130,11 +131,10 @@ class PlacementLog:
         error, which is logged, never raised)."""
         try:
             rows = []
-            for identity, row in _shard_rows(variables, self.writer.task):
-                if id(identity) not in self._recorded:
-                    self._recorded[id(identity)] = identity
-                    self.writer.append("placement", **row)
-                    rows.append(row)
+            for identity, row in _shard_rows(variables, self.writer.task, known=self._recorded):
+                self._recorded[id(identity)] = identity
+                self.writer.append("placement", **row)
+                rows.append(row)
             return rows
         except Exception as error:  # noqa: BLE001 - a collector never breaks training
             logger.warning("tfdiag: cannot record variable placement (%r).", error)
