@@ -111,8 +111,9 @@ def _is_iterator(value) -> bool:
     return isinstance(value, (tf.data.Iterator, tf.distribute.DistributedIterator))
 
 
-def instrument(fn):
-    """A ``tf.function`` returning ``(fn's outputs, stats vector)``.
+def instrument(fn, on_trace=None):
+    """A ``tf.function`` returning ``(fn's outputs, stats vector)``; each time it is traced,
+    ``on_trace(variables)`` gets the variables ``fn``'s graph read (``tf_internals.traced_variables``).
 
     Example:
         >>> timed = instrument(train_step)  # doctest: +SKIP
@@ -132,6 +133,8 @@ def instrument(fn):
         kwargs = {k: wrap(v, timing) for k, v in kwargs.items()}
         with tf.control_dependencies([begin]):
             outputs = python_fn(*args, **kwargs)
+        if on_trace is not None:
+            on_trace(tf_internals.traced_variables())
         done = [t for t in tf.nest.flatten(outputs, expand_composites=True) if isinstance(t, tf.Tensor)]
         with tf.control_dependencies(done + timing.stops):
             end = tf.timestamp()
@@ -174,11 +177,19 @@ class InstrumentedFunction:
 
     def __init__(self, fn):
         self.fn = fn
-        self.function = instrument(fn)
+        # The variables each trace read, until the coordinator takes them to record their
+        # placement (a list, not a property: schedule checks it on every call).
+        self.captured: list = []
+        self.function = instrument(fn, on_trace=self.captured.extend)
         self.traced = False  # scheduled once: a later failure to schedule is the coordinator's, not tracing's
         self._arguments = None  # (args, kwargs) of the last schedule, where _same_arguments can compare them
         self._concrete = None  # the concrete function traced for ``_arguments``, once looked up
         self._lookup_failed = False
+
+    def take_captured(self) -> list:
+        """The variables traces read since the last call (a trace runs in ``schedule``)."""
+        captured, self.captured[:] = list(self.captured), []
+        return captured
 
     def function_for(self, args, kwargs):
         """The concrete function for ``args``/``kwargs`` where known, else the ``tf.function``."""

@@ -22,7 +22,10 @@ own daemon thread and off the training thread:
 * fault capture (``fault_log``): the coordinator's own log lines about failed workers,
   re-scheduled closures and recoveries become ``fault`` records;
 * live findings (``live_thread``), when asked for;
-* and, when ``variables`` is given (or ``record_placement`` is called), ``placement``.
+* and ``placement``: the variables each scheduled function reads, recorded when
+  ``schedule`` traces it (``closure_timing.InstrumentedFunction``: the variables of its
+  graph, read as it is traced; once per function and signature), each variable once
+  (``placement.PlacementLog``), with those of ``variables`` or ``record_placement``.
 """
 
 from __future__ import annotations
@@ -33,7 +36,6 @@ import time
 
 from tfdiag.collectors import closure_timing, tf_internals
 from tfdiag.collectors.closure_recorder import CLOSE_TIMEOUT_S, FETCH_TIMEOUT_S
-from tfdiag.collectors.placement import record_placement
 from tfdiag.collectors.rpc_probe import DEFAULT_INTERVAL_S
 from tfdiag.collectors.system import SAMPLE_EVERY_S
 from tfdiag.collectors.task_session import TaskSession, Wants
@@ -94,6 +96,8 @@ class InstrumentedCoordinator:
                 raise  # fn traced before: this is the coordinator reporting a failure
             return self._disable(error, fn, args, kwargs)
         instrumented.scheduled(args, kwargs, self._coordinator.strategy)
+        if instrumented.captured:  # traced in this schedule: once per function and signature
+            self.task_session.placement.record(instrumented.take_captured())
         if not tf_internals.has_remote_value_state(remote):
             logger.warning("tfdiag: this TensorFlow's RemoteValue hides its state; scheduling without step records.")
             self._disabled = True
@@ -104,7 +108,7 @@ class InstrumentedCoordinator:
 
     def record_placement(self, variables) -> list[dict]:
         """Records where ``variables`` (a model, module or list) live: one ``placement`` record each."""
-        return record_placement(variables, writer=self.task_session.writer)
+        return self.task_session.placement.record(variables)
 
     def flush_records(self, timeout_s: float = FETCH_TIMEOUT_S + 5) -> None:
         """Has the result thread record every closure finished so far, timings included
@@ -170,7 +174,9 @@ def instrument_coordinator(coordinator, logdir, examples_per_step: int | None = 
         capture_faults: turn the coordinator's log lines about failures, retries and
             recoveries into ``fault`` records.
         variables: a model, ``tf.Module`` or list of variables whose placement to record
-            now (or call ``record_placement`` on the result later).
+            now (or call ``record_placement`` on the result later). Not needed for the
+            variables the scheduled functions read: their placement is recorded as
+            ``schedule`` traces each function; each variable is recorded once.
         live_interval_s: seconds between live evaluations of the detectors on the run's
             recent records (``collectors/live_thread.py``; findings logged and written as
             ``live_finding`` records); 0: off; None: the ``TFDIAG_LIVE_FINDINGS``

@@ -72,28 +72,73 @@ def _dtype_size(dtype) -> int:
         return 0
 
 
-def variable_rows(holder, default_task: str = "") -> list[dict]:
-    """One ``placement`` row per variable (per shard): ``variable``, ``task``, ``bytes``, ``shape``."""
-    rows = []
+def _identity(shard):
+    """What tells the TensorFlow variable behind ``shard`` apart: its resource handle where it
+    has one (a Keras 3 variable, an aggregating wrapper and the ``tf.Variable`` a traced
+    function captured share it), else the object itself."""
+    try:
+        handle = getattr(shard, "handle", None)
+    except Exception:  # noqa: BLE001 - an uninitialised Keras variable, a graph without handles
+        handle = None
+    return handle if handle is not None else shard
+
+
+def _shard_rows(holder, default_task: str, known=frozenset()):
+    """``(identity, row)`` per variable shard of ``holder``, each shard once, none whose
+    identity's ``id`` is in ``known``."""
     seen = set()
     for variable in _flatten(holder):
         for shard in _shards(variable):
-            if id(shard) in seen:
+            identity = _identity(shard)
+            if id(identity) in seen or id(identity) in known:
                 continue
-            seen.add(id(shard))
+            seen.add(id(identity))
             shape = [int(d) if d is not None else -1 for d in list(getattr(shard, "shape", []) or [])]
             elements = 1
             for d in shape:
                 elements *= max(d, 0)
             device = _device(shard)
             name = str(getattr(shard, "path", None) or getattr(shard, "name", "") or "")
-            rows.append({
+            yield identity, {
                 "variable": name,
                 "task": task_of_device(device) or default_task,
                 "bytes": elements * _dtype_size(getattr(shard, "dtype", None)),
                 "shape": "[" + ",".join(str(d) for d in shape) + "]",
-            })
-    return rows
+            }
+
+
+def variable_rows(holder, default_task: str = "") -> list[dict]:
+    """One ``placement`` row per variable (per shard): ``variable``, ``task``, ``bytes``, ``shape``."""
+    return [row for _, row in _shard_rows(holder, default_task)]
+
+
+class PlacementLog:
+    """A task's ``placement`` records: each variable (shard) written once, however often seen.
+
+    The same variable reaches a task by several paths (the user's ``variables=``, the
+    variables each scheduled function captured, a later ``record_placement``), under
+    different names (a Keras 3 path, the ``tf.Variable``'s name); one record each keeps
+    the file free of repeats. Variables are told apart by their resource handle, held here
+    (not the variable, whose memory its handle does not keep) so that its ``id`` is never reused.
+    """
+
+    def __init__(self, writer):
+        self.writer = writer
+        self._recorded: dict[int, object] = {}
+
+    def record(self, variables) -> list[dict]:
+        """Writes the rows of ``variables`` not recorded before; returns them (empty after an
+        error, which is logged, never raised)."""
+        try:
+            rows = []
+            for identity, row in _shard_rows(variables, self.writer.task, known=self._recorded):
+                self._recorded[id(identity)] = identity
+                self.writer.append("placement", **row)
+                rows.append(row)
+            return rows
+        except Exception as error:  # noqa: BLE001 - a collector never breaks training
+            logger.warning("tfdiag: cannot record variable placement (%r).", error)
+            return []
 
 
 def record_placement(variables, logdir=None, *, task: str | None = None, writer=None) -> list[dict]:

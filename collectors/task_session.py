@@ -11,7 +11,8 @@ starts them, in this order:
    and the stack dumps (``stacks``): every thread's stack when the task's own progress
    stops, or on ``SIGUSR1``;
 4. fault capture (``fault_log``): before the RPC probe, which pauses while a task recovers;
-5. the placement of ``variables``: one record each;
+5. the placement of ``variables``: one record each (``placement.PlacementLog``, which
+   later records of the same variables skip);
 6. the closure recorder (``closure_recorder``, the coordinator's result thread), whose
    closures in flight the heartbeat reads;
 7. the system sampler (``system``);
@@ -52,7 +53,7 @@ from tfdiag.collectors.closure_recorder import CLOSE_TIMEOUT_S, ClosureRecorder
 from tfdiag.collectors.fault_log import FaultCapture
 from tfdiag.collectors.last_words import LastWords
 from tfdiag.collectors.liveness import LivenessProbe, unwatched_tasks
-from tfdiag.collectors.placement import record_placement
+from tfdiag.collectors.placement import PlacementLog
 from tfdiag.collectors.rpc_probe import RpcProber
 from tfdiag.collectors.stacks import StackDumps
 from tfdiag.collectors.system import SystemSampler
@@ -124,6 +125,7 @@ class TaskSession:
         self.writer = writers.acquire(logdir, self.task)
         self.collectors: dict[str, object] = {}  # the side collectors running, by name
         self.closures: ClosureRecorder | None = None
+        self.placement = PlacementLog(self.writer)  # every variable once, whoever shows it
         self._stops: list[tuple[str, Callable[[], None]]] = []  # in start order
         self._deferred: list[tuple[str, object]] = []  # started by start_deferred
         self._deferred_started = False
@@ -141,7 +143,7 @@ class TaskSession:
         faults = self._run("faults", wants.capture_faults, lambda: FaultCapture(self.writer).install(),
                            FaultCapture.uninstall)
         if wants.variables is not None:
-            record_placement(wants.variables, writer=self.writer)
+            self.placement.record(wants.variables)
         if wants.closures:
             self.closures = ClosureRecorder(self.writer, self.task, wants.examples_per_step,
                                             on_first_result=self.start_deferred).start()

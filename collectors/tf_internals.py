@@ -168,6 +168,19 @@ def traced_concrete_function(function, args, kwargs, strategy):
     return concrete if function.experimental_get_tracing_count() == traces else None
 
 
+def traced_variables() -> list:
+    """The variables the ``tf.function`` being traced has read so far, nested functions'
+    included: its ``FuncGraph``'s watched variables, which become its
+    ``ConcreteFunction.variables`` only once the trace ends; [] outside a trace or on any error."""
+    try:
+        import tensorflow as tf
+
+        watched = getattr(tf.compat.v1.get_default_graph(), "_watched_variables", None)  # noqa: SLF001
+        return list(watched) if watched is not None else []
+    except Exception:  # noqa: BLE001 - no placement, never a failed trace
+        return []
+
+
 # -- tf.function calls from collector threads ------------------------------------------------
 def call_uncancelled(function) -> list:
     """Runs ``function``, a ``ConcreteFunction`` of no arguments, eagerly; returns its flat outputs.

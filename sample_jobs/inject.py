@@ -35,6 +35,19 @@ class InputDelay:
 
 
 @dataclass(frozen=True)
+class SlowInput:
+    """``slow-input=I:MS``: worker I's input elements cost MS more to produce (the others' do not)."""
+
+    worker: int
+    ms: float
+    kind = "slow-input"
+
+    @property
+    def spec(self) -> str:
+        return f"{self.kind}={self.worker}:{_num(self.ms)}"
+
+
+@dataclass(frozen=True)
 class SlowWorker:
     """``slow-worker=I:MS[@STEP]``: worker I spends MS more per step (from STEP on)."""
 
@@ -100,7 +113,7 @@ class KillWorker:
         return f"{self.kind}={self.worker}@{self.step}" + ("+restart" if self.restart else "")
 
 
-Injection = InputDelay | SlowWorker | ShardSkew | HotPs | SlowPs | KillWorker
+Injection = InputDelay | SlowInput | SlowWorker | ShardSkew | HotPs | SlowPs | KillWorker
 
 # ASCII digits only: ``\d`` would take any Unicode digit, which ``int``/``float`` then
 # read differently (or reject, as the superscript "²").
@@ -112,6 +125,7 @@ MAX_MS = 3_600_000.0
 MAX_FACTOR = 1000.0
 _FORMS = {
     "input-delay": (re.compile(rf"{_NUM}"), "MS", lambda m: InputDelay(float(m[1]))),
+    "slow-input": (re.compile(rf"{_INT}:{_NUM}"), "I:MS", lambda m: SlowInput(int(m[1]), float(m[2]))),
     "slow-worker": (
         re.compile(rf"{_INT}:{_NUM}(?:@{_INT})?"),
         "I:MS[@STEP]",

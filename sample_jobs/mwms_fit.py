@@ -47,7 +47,7 @@ from tfdiag.sample_jobs.fit_common import (
     step_counter,
     worker_delay_layer,
 )
-from tfdiag.sample_jobs.inject import InputDelay, ShardSkew, SlowWorker
+from tfdiag.sample_jobs.inject import InputDelay, ShardSkew, SlowInput, SlowWorker
 from tfdiag.sample_jobs.jobs import JobConfig, JobSummary
 
 logger = logging.getLogger("tfdiag.sample_jobs")
@@ -70,7 +70,9 @@ def worker_batches(config: JobConfig, workers: int) -> list[int]:
 def make_input(tf, keras, config: JobConfig, files, worker: int, workers: int):
     """``(dataset or DatasetCreator, examples this worker consumes per step)``."""
     plan = config.plan
-    delay_us = int(sum(i.ms for i in plan.of(InputDelay)) * 1000)
+    # input-delay on every worker's pipeline; slow-input on worker I's alone.
+    delay_ms = sum(i.ms for i in plan.of(InputDelay)) + sum(i.ms for i in plan.of(SlowInput) if i.worker == worker)
+    delay_us = int(delay_ms * 1000)
     batches = worker_batches(config, workers)
     if len(set(batches)) == 1:
         if plan.of(ShardSkew):

@@ -217,9 +217,7 @@ def run(config: JobConfig) -> JobSummary:
     with strategy.scope():
         model = MLP(tf, strategy, config.hidden, hot_ps=hot[-1].ps if hot else None,
                     partitioned=bool(config.plan.tuned("partitioner")))
-    log_placement(model)
-    if config.collect:
-        coordinator.record_placement(model.variables)
+    log_placement(model)  # tfdiag records the placement itself, of the variables the train function reads
     per_closure = steps_per_closure(config)
     closure_fns = {}
 

@@ -1,7 +1,7 @@
 """Run by test_coordinator.py in its own process: the chief of a cluster of servers.
 
 Usage: python coordinator_job.py LOGDIR  (TF_CONFIG names this process chief:0)
-Schedules a good closure, a failing one and a good one again, counts the records in its
+Records the placement of one variable; schedules a good closure, a failing one and a good one again, counts the records in its
 task file before ``close()`` (timings are copied only at close here); then the same
 arguments three times and other ones once, noting what the instrumented coordinator hands
 to ``ClusterCoordinator.schedule``; then prints JSON.
@@ -27,6 +27,8 @@ strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
 coordinator = instrument_coordinator(tf.distribute.coordinator.ClusterCoordinator(strategy), logdir)
 with strategy.scope():
     total = tf.Variable(0.0)
+    scale = tf.Variable(tf.ones([4, 2]), name="scale")  # its placement recorded as the step traces
+coordinator.record_placement([total])  # total also read by the step: recorded once
 
 
 def dataset_fn():
@@ -39,6 +41,7 @@ iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
 @tf.function
 def step(iterator, fail):
     x, _ = next(iterator)
+    x = x * tf.reduce_mean(scale)
     tf.debugging.Assert(tf.logical_not(fail), ["closure asked to fail"])
     total.assign_add(tf.reduce_sum(x))
     return tf.reduce_sum(x)

@@ -109,3 +109,21 @@ def test_the_copy_override_makes_no_reference_cycle():
     dead = weakref.ref(remote)
     del remote  # freed by reference counting, not left for the cycle collector
     assert dead() is None
+
+
+def test_each_trace_hands_over_the_variables_the_function_read():
+    tf = pytest.importorskip("tensorflow")
+    kernel, bias, unused = tf.Variable(tf.ones([2, 2])), tf.Variable(tf.zeros([2])), tf.Variable(1.0)
+    inner = tf.function(lambda x: x + bias)  # a nested function's variables are the outer graph's too
+
+    @tf.function
+    def step(x):
+        return inner(tf.linalg.matvec(kernel, x))
+
+    timed = closure_timing.InstrumentedFunction(step)
+    assert not timed.captured
+    timed.function(tf.ones([2]))
+    assert timed.captured
+    assert {id(v) for v in timed.take_captured()} == {id(kernel), id(bias)} and not timed.captured
+    timed.function(tf.zeros([2]))  # no new trace: nothing new
+    assert not timed.captured and unused is not None

@@ -31,6 +31,10 @@ def test_failing_closure_is_recorded_and_results_pass_through(tmp_path):
     result = read_task_file(log_dir(tmp_path) / "chief-0.tfdiag")
     closures = pa.Table.from_batches(result.batches["closure"]).to_pandas().sort_values("closure_id")
     steps = pa.Table.from_batches(result.batches["step"]).to_pandas().sort_values("step")
+    # total's placement, asked for, and scale's, read by the step; each once (total is read too).
+    placement = pa.Table.from_batches(result.batches["placement"]).to_pandas()
+    assert sorted(map(tuple, placement[["variable", "task", "bytes", "shape"]].values.tolist())) == [
+        ("Variable:0", "ps:0", 4, "[]"), ("scale:0", "ps:0", 32, "[4,2]")]
     assert closures["ok"].tolist() == [True, False] + [True] * 5
     assert "closure asked to fail" in closures["error"].iloc[1]
     assert closures["worker"].tolist() == ["worker:0", ""] + ["worker:0"] * 5

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from tfdiag.collectors.placement import record_placement, variable_rows
+from tfdiag.collectors.placement import PlacementLog, record_placement, variable_rows
 from tfdiag.store import log_dir, read_task_file
 
 
@@ -58,3 +58,34 @@ def test_record_placement_never_raises(tmp_path):
     assert record_placement(object(), None) == []
     rows = record_placement([FakeVariable("v:0", [2], "")], blocker, task="worker:0")  # unwritable logdir
     assert rows == [{"variable": "v:0", "task": "worker:0", "bytes": 8, "shape": "[2]"}]
+
+
+class ListWriter:
+    task = "chief:0"
+
+    def __init__(self):
+        self.rows = []
+
+    def append(self, kind, **row):
+        self.rows.append((kind, row))
+
+
+def test_placement_log_records_each_variable_once_whatever_the_path_and_name():
+    import keras
+    import tensorflow as tf
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, name="dense")], name="net")
+    log = PlacementLog(ListWriter())
+    first = log.record(model)
+    assert sorted(row["variable"] for row in first) == ["net/dense/bias", "net/dense/kernel"]
+    # The tf.Variables behind the Keras 3 variables (what a traced function captures), other names.
+    underlying = [variable.value for variable in model.variables]
+    assert {v.name for v in underlying} == {"net/dense/kernel:0", "net/dense/bias:0"}
+    extra = tf.Variable(tf.zeros([3]), name="extra")
+    assert log.record([*underlying, model]) == [] and log.record([extra, *underlying]) == [
+        {"variable": "extra:0", "task": "localhost:0", "bytes": 12, "shape": "[3]"}]
+    assert len(log.writer.rows) == 3
+
+
+def test_placement_log_never_raises():
+    assert PlacementLog(None).record([FakeVariable("v:0", [2], "")]) == []

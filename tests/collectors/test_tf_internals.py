@@ -108,3 +108,19 @@ def test_own_executor_runs_the_threads_eager_ops_apart_from_the_executor_it_was_
             assert not context.context().executor.is_async()
             assert tf.add(1, 2).numpy() == 3
         assert context.context().executor.is_async()  # the thread's executor is back on leaving
+
+
+def test_traced_variables_are_the_variables_the_graph_read_so_far():
+    tf = pytest.importorskip("tensorflow")
+    read, later = tf.Variable(1.0), tf.Variable(2.0)
+    seen = []
+
+    @tf.function
+    def f():
+        value = read + 1.0
+        seen.append(tf_internals.traced_variables())
+        return value + later
+
+    f()
+    assert [[id(v) for v in s] for s in seen] == [[id(read)]]
+    assert tf_internals.traced_variables() == []  # eager: no trace

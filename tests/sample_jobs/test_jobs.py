@@ -93,6 +93,14 @@ def test_hot_ps_places_the_big_kernel_on_that_ps(ps_ctl_injected):
     assert devices and "/job:ps/replica:0/task:1/" in devices[0]
 
 
+def test_a_hot_ps_is_found_without_the_job_naming_its_variables(ps_ctl_injected):
+    # ps_ctl attaches tfdiag as the README does (no variables=): the coordinator records
+    # the placement of the variables its scheduled function reads.
+    findings = {f.kind: f for f in analyze(str(ps_ctl_injected.logdir)).findings}
+    hot = findings["ps_hotspot"]
+    assert hot.tasks == ("ps:1",) and hot.evidence["bytes_source"] == "placement", hot
+
+
 def test_partitioner_splits_the_hot_kernel(tmp_path):
     result = sample(tmp_path / "run", "ps_ctl", steps=8, batch=64, inject=["hot-ps=0"], tune=["partitioner=2"])
     devices = log_lines(result, "chief:0", r"variable hot/kernel/part_\d+:0 \[\d+, 4096\] on (\S+)")
@@ -120,7 +128,7 @@ EVERY_INJECTION = {
                     "kill-worker=1@10+restart"]),
     "ps_fit": (30, ["input-delay=2", "slow-worker=1:20", "shard-skew=0:2", "hot-ps=1", "slow-ps=0:5",
                     "kill-worker=1@10+restart"]),
-    "mwms_fit": (20, ["input-delay=2", "slow-worker=0:20", "shard-skew=1:2", "kill-worker=1@6+restart"]),
+    "mwms_fit": (20, ["input-delay=2", "slow-input=1:5", "slow-worker=0:20", "shard-skew=1:2", "kill-worker=1@6+restart"]),
     "mirrored": (10, ["input-delay=2"]),
     # A restarted tf1 worker polls for the chief's variables every 0.2 s and rejoins at once.
     "tf1_session": (120, ["input-delay=2", "slow-worker=1:20", "shard-skew=0:2", "hot-ps=1", "slow-ps=0:5",

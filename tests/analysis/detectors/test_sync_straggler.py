@@ -118,3 +118,19 @@ def test_a_host_loaded_for_every_worker_alike_names_none(builder):
     run = _sampled(_sync_run(builder, 60.0, {"worker:0": (0.5, 5.0), "worker:1": (0.5, 5.0)}),
                    {"worker:0": 3, "worker:1": 4})
     assert "straggler" not in [f.kind for f in analyze(run.write()).findings]
+
+
+def test_one_slow_input_is_named_and_the_others_are_shown_waiting_for_it(builder):
+    # Worker 1 waits 40 ms for its element; worker 0 has its element at once and waits for
+    # worker 1 in the all-reduce: 44 - 4.5 = 39.5 ms a step, shown, not named.
+    report = analyze(_sync_run(builder, 64.0, {"worker:0": (0.5, 4.0), "worker:1": (40.0, 4.0)}).write())
+    finding = next(f for f in report.findings if f.kind == "input_bound")
+    assert finding.tasks == ("worker:1",)
+    assert finding.evidence["waiting_for_peers_ms_per_step"] == {"worker:0": pytest.approx(39.5)}
+    assert "worker:0 39.5 ms a step" in finding.summary
+
+
+def test_every_slow_input_is_named_and_none_shown_waiting(builder):
+    report = analyze(_sync_run(builder, 64.0, {"worker:0": (40.0, 4.0), "worker:1": (39.0, 4.0)}).write())
+    finding = next(f for f in report.findings if f.kind == "input_bound")
+    assert finding.tasks == WORKERS and "waiting_for_peers_ms_per_step" not in finding.evidence

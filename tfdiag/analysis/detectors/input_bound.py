@@ -56,8 +56,10 @@ def detect(measured: Measurements) -> list[Finding]:
     input_ns = workers["mean_ns"] * workers["input_wait_frac"]
     cores = host_cores(measured)
     own = measured.own_times if measured.synchronous else None
+    waiting: dict[str, float] = {}
     if own is not None and len(own) == len(workers):  # every worker's own compute, stamped before the all-reduce
         speedup = _synchronous_speedup(own, dict(zip(workers["task"].astype(str), cores)))
+        waiting = waiting_for_peers_ms(own, set(bound["task"].astype(str)))
     else:
         speedup = predicted_speedup(workers, _new_step_ns(workers, input_ns, cores, measured.synchronous),
                                     measured.synchronous)
@@ -69,8 +71,9 @@ def detect(measured: Measurements) -> list[Finding]:
     share = f"{bound['input_wait_frac'].median():.0%}"
     if measured.synchronous and len(tasks) < len(workers):
         title = f"Input pipeline of {', '.join(tasks)} gates every synchronous step"
+        waits = "".join(f", {task} {ms:.1f} ms a step" for task, ms in waiting.items())
         summary = (f"Workers {', '.join(tasks)} spend a median {share} of each step waiting for the next batch; "
-                   "the other workers wait for them in the all-reduce.")
+                   f"the other workers wait for them in the all-reduce{waits}.")
     else:
         title = f"Input pipeline stalls {len(tasks)} of {len(workers)} workers"
         summary = (f"Workers {', '.join(tasks)} spend a median {share} of each step waiting for the next batch; "
@@ -90,6 +93,7 @@ def detect(measured: Measurements) -> list[Finding]:
                 "step_time_ms_mean": {row.task: round(float(row.mean_ns) / 1e6, 2) for row in bound.itertuples()},
                 "map_parallelism": {str(task): int(cores[index]) for index, task in bound["task"].items()},
                 "threshold": WARNING_INPUT_FRACTION,
+                **({"waiting_for_peers_ms_per_step": waiting} if waiting else {}),
             },
             recommendation=Recommendation(
                 action="Overlap input with compute: parallelise the map and prefetch batches in the tf.data pipeline.",
@@ -114,6 +118,27 @@ def host_cores(measured: Measurements) -> pd.Series:
     shared = measured.shared_host.host if measured.shared_host is not None else None
     fallback = float(by_host.get(shared, 1.0)) if shared is not None else 1.0
     return workers.map(by_task).astype("float64").fillna(fallback).clip(lower=1.0)
+
+
+def waiting_for_peers_ms(own: pd.DataFrame, named: set[str]) -> dict[str, float]:
+    """Per worker not named, its mean wait in the all-reduce for the slowest own time (ms a step).
+
+    The rule that tells the worker whose input is slow from those that wait for it: each
+    worker's input wait ends at its element stamp and its compute at its gradients stamp,
+    both before the cross-worker reduction, so a wait for a slower peer falls after its own
+    gradients, in neither stamp. A worker whose own input wait is small is then waiting for
+    a peer, whatever its step time; the step is the largest own time plus the shared part
+    (``sync_steps``), so each worker waits the largest own time less its own. This holds
+    for any synchronous job whose element arrives without a collective: under
+    MultiWorkerMirroredStrategy a dataset of infinite cardinality (one that ends in
+    ``repeat()``). One of finite or unknown cardinality is handed out only after an
+    all-reduce of every worker's "has data" (TensorFlow 2.21's
+    ``input_lib._enable_get_next_as_optional``, partial-batch handling), so every worker's
+    element waits for the slowest one and every worker reads as input bound.
+    """
+    largest = float(own["own_ns"].max())
+    return {str(row.task): round((largest - float(row.own_ns)) / 1e6, 2)
+            for row in own.itertuples() if str(row.task) not in named}
 
 
 def _new_step_ns(workers, input_ns, cores, synchronous: bool):
