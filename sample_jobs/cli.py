@@ -69,8 +69,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--inject", metavar="SPEC", action="append", default=[],
-        help="plant a bottleneck or fault (repeatable): input-delay=MS, slow-input=I:MS, slow-worker=I:MS[@STEP], shard-skew=I:F, hot-ps=I, "
-             "slow-ps=I:MS, kill-worker=I@STEP[+restart]",
+        help="plant a bottleneck or fault (repeatable): input-delay=MS, slow-input=I:MS, slow-worker=I:MS[@STEP], "
+             "shard-skew=I:F, hot-ps=I, slow-ps=I:MS, kill-worker=I@STEP[+restart]",
     )
     parser.add_argument(
         "--tune", metavar="KEY=VALUE", action="append", default=[],
