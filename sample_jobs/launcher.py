@@ -1,7 +1,8 @@
 """A local cluster of processes on 127.0.0.1 for the sample jobs.
 
-Every task is its own process (``python -m tfdiag.sample_jobs.task``) with its own
-``TF_CONFIG``; its stdout and stderr go to ``LOGDIR/tasks/<job>-<index>.log``. The
+Every task is its own process running ``tfdiag.sample_jobs.task`` with its own
+``TF_CONFIG``, forked from one process that imported TensorFlow once (``zygote``); its
+stdout and stderr go to ``LOGDIR/tasks/<job>-<index>.log``. The
 launcher waits for the tasks that run the job, then terminates the servers. Children
 run in their own process groups (a terminal's Ctrl-C reaches only the launcher, which
 then stops them) and get ``SIGTERM`` from the kernel if the launcher dies
@@ -40,7 +41,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import json
 import os
 import signal
@@ -57,6 +57,7 @@ from tfdiag.sample_jobs.common import PROGRESS_ENV, read_progress
 from tfdiag.sample_jobs.inject import KillWorker, SlowPs
 from tfdiag.sample_jobs.jobs import JobConfig, JobSpec, parse_summary
 from tfdiag.sample_jobs.log_follower import LogFollower
+from tfdiag.sample_jobs.zygote import ForkedProcess, Zygote, die_with
 
 HOST = "127.0.0.1"
 # The lines of the summary task's log relayed while the job runs: tfdiag's live announcements.
@@ -71,7 +72,6 @@ KILL_POLL_S = 0.02
 # for the coordinator to notice (its RPCs fail at once on a refused connection).
 RESTART_PAUSE_S = 1.0
 TAIL_LINES = 25
-_PR_SET_PDEATHSIG = 1
 
 
 def pick_free_ports(count: int, host: str = HOST) -> list[int]:
@@ -112,26 +112,11 @@ def log_tail(path: Path, lines: int = TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def _die_with(parent_pid: int):
-    """A ``preexec_fn``: the child gets ``SIGTERM`` when the launcher dies, even if that
-    happened before the request was made (then the child exits at once)."""
-
-    def preexec() -> None:  # runs in the child between fork and exec
-        try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-        except OSError:
-            pass
-        if os.getppid() != parent_pid:
-            os._exit(1)
-
-    return preexec
-
-
 @dataclass
 class TaskProcess:
     task: str
     log: Path
-    process: subprocess.Popen
+    process: subprocess.Popen | ForkedProcess
     reported: bool = False
     killed: bool = False  # by a kill-worker injection: its death is not a failure
 
@@ -163,6 +148,10 @@ class LocalCluster:
         # What each task runs, followed by ``--config JSON``: the sample job's task, or a
         # program of the caller's that plays the tasks' part (benchmarks/overhead_ab.py).
         self.task_command = task_command or [python, "-u", "-m", "tfdiag.sample_jobs.task"]
+        # The sample job's tasks are forked from one process that imported TensorFlow once
+        # (``zygote``), started with the first task; a caller's own program is started as is.
+        self._forks = task_command is None
+        self._zygote: Zygote | None = None
         self.stderr = stderr or sys.stderr
         self.logdir = Path(config.logdir)
         self.tasks: dict[str, TaskProcess] = {}
@@ -247,8 +236,25 @@ class LocalCluster:
         env.pop(PROGRESS_ENV, None)
         if self._kills and task == self.spec.summary_task:
             env[PROGRESS_ENV] = str(self.progress_file)
-        command = [*self.task_command, "--config", self.config.to_json()]
-        self._spawn_process(task, log, command, env)
+        arguments = ["--config", self.config.to_json()]
+        if self._forks and not (self._stopping or self.interrupted):
+            process = self._fork(log, env, arguments)
+            if process is not None:
+                self.tasks[task] = TaskProcess(task, log, process)
+                return
+        self._spawn_process(task, log, [*self.task_command, *arguments], env)
+
+    def _fork(self, log: Path, env: dict, arguments: list[str]) -> ForkedProcess | None:
+        """A task process forked from the zygote (started on first use); None when it
+        cannot start or fork, and the task is then started as a process of its own."""
+        if self._zygote is None:
+            zygote_env = dict(os.environ, PYTHONUNBUFFERED="1")
+            zygote_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+            with open(self.logdir / "tasks" / "zygote.log", "ab") as out:
+                self._zygote = Zygote.start([self.python, "-u", "-m", "tfdiag.sample_jobs.zygote", self.spec.module],
+                                            stderr=out, env=zygote_env, start_new_session=True,
+                                            preexec_fn=die_with(os.getpid()))
+        return self._zygote.spawn(log, env, arguments, cancelled=lambda: bool(self.interrupted or self._stopping))
 
     def _spawn_process(self, task: str, log: Path, command: list[str], env: dict) -> None:
         if self._stopping or self.interrupted:  # stopping, or about to: start nothing more
@@ -261,7 +267,7 @@ class LocalCluster:
                 stderr=subprocess.STDOUT,
                 env=env,
                 start_new_session=True,
-                preexec_fn=_die_with(os.getpid()),
+                preexec_fn=die_with(os.getpid()),
             )
         self.tasks[task] = TaskProcess(task, log, process)
 
@@ -352,6 +358,8 @@ class LocalCluster:
         for task in running:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 task.process.wait(STOP_GRACE_S)  # SIGKILL cannot be ignored: this is brief
+        if self._zygote is not None:
+            self._zygote.close()
         atexit.unregister(self.stop)
 
     def __enter__(self) -> "LocalCluster":

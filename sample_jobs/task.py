@@ -93,13 +93,19 @@ def end_without_teardown(exit_code: list[int]) -> None:
     os._exit(exit_code[0])
 
 
+def configure_logging() -> None:
+    """A task's log lines: time, logger, level, message, on stderr. Done before TensorFlow is
+    imported (which otherwise gives its logger a handler of its own, and every line twice)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tfdiag.sample_jobs.task")
     parser.add_argument("--config", required=True, help="the JobConfig as JSON")
     args = parser.parse_args(argv)
     exit_code = [1]  # what the process ends with unless run_task returns
     atexit.register(end_without_teardown, exit_code)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    configure_logging()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     exit_code[0] = run_task(JobConfig.from_json(args.config))
     return exit_code[0]

@@ -1,0 +1,42 @@
+"""The local cluster's tasks, forked from one process that imported TensorFlow once."""
+
+import os
+import signal
+import time
+
+import psutil
+import pytest
+
+from tfdiag.sample_jobs.jobs import JobConfig
+from tfdiag.sample_jobs.launcher import LocalCluster
+
+
+def _wait_for(condition, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {timeout_s} s"
+        time.sleep(0.1)
+
+
+@pytest.mark.cluster
+def test_tasks_are_forked_processes_that_serve_report_their_end_and_stop_with_the_cluster(tmp_path):
+    cluster = LocalCluster(JobConfig("ps_ctl", str(tmp_path / "run"), ps=1, workers=1))
+    try:
+        cluster.start(job_tasks=False)
+        ps, worker = cluster.tasks["ps:0"], cluster.tasks["worker:0"]
+        zygote = psutil.Process(ps.process.pid).parent()
+        assert "tfdiag.sample_jobs.zygote" in zygote.cmdline()
+        assert psutil.Process(worker.process.pid).parent().pid == zygote.pid
+        assert os.getpgid(ps.process.pid) == ps.process.pid  # a group of its own: the launcher signals groups
+        # Each serves its own address, from its own TF_CONFIG, and writes its own log.
+        _wait_for(lambda: b"serving at" in ps.log.read_bytes() and b"serving at" in worker.log.read_bytes())
+        assert cluster.cluster["ps"][0].encode() in ps.log.read_bytes()
+        assert cluster.cluster["worker"][0].encode() in worker.log.read_bytes()
+        assert ps.process.poll() is None
+        psutil.Process(ps.process.pid).send_signal(signal.SIGKILL)
+        _wait_for(lambda: ps.process.poll() is not None, 10)
+        assert ps.process.returncode == -signal.SIGKILL  # as subprocess reports a signal
+    finally:
+        cluster.stop()
+    assert worker.process.returncode == -signal.SIGTERM
+    assert not zygote.is_running() or zygote.status() == psutil.STATUS_ZOMBIE
