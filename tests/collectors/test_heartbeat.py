@@ -110,9 +110,12 @@ def test_a_frozen_worker_is_named_stalled_while_the_job_hangs(tmp_path):
         frozen = cluster.tasks["worker:1"].process.pid
         os.kill(frozen, signal.SIGSTOP)
         (logdir / "copy_timings").write_text("worker:1")
-        time.sleep(STALL_FLOOR_S + 2 * heartbeat.HEARTBEAT_EVERY_S + 5)
-
-        [finding] = [f for f in analyze(logdir).findings if f.kind == "stalled"]
+        time.sleep(STALL_FLOOR_S)  # no finding can name a stall shorter than this
+        deadline = time.monotonic() + 2 * heartbeat.HEARTBEAT_EVERY_S + 10  # the beats that show it
+        while not (stalled := [f for f in analyze(logdir).findings if f.kind == "stalled"]):
+            assert time.monotonic() < deadline, "no stalled finding"
+            time.sleep(1.0)
+        [finding] = stalled
         assert finding.tasks == ("worker:1",), finding.summary
         assert finding.evidence["state"] == "partial" and finding.evidence["progressing"] == ["worker:0"]
         assert finding.evidence["in_flight"]["closures"] >= 1
