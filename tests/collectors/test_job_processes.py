@@ -92,6 +92,11 @@ def test_the_jobs_cpu_counts_its_tasks_on_this_host_and_nothing_else():
     finally:
         task.close(), foreign.close()
     assert record["pid"] == os.getpid() and record["job_processes"] == 2
+    # Its threads' run-queue figures (schedstat), the task's in a job_process record of its own.
+    assert record["run_ms"] >= 0.0 and record["runq_wait_ms"] >= 0.0
+    [other] = sampler.writer.records["job_process"]
+    assert other["task"] == "worker:0" and other["pid"] == task.process.pid
+    assert BURN_S * 1e3 * 0.9 <= other["run_ms"] <= BURN_S * 1e3 * 1.2 and other["runq_wait_ms"] >= 0.0
     # The task's burn, plus this process's own share; not the foreign process's.
     assert job_low - own_high <= BURN_S * 1.2 and job_high - own_low >= BURN_S * 0.9
     assert job_high <= BURN_S * 1.2 + own_high < 2 * BURN_S
