@@ -19,6 +19,9 @@ import time
 
 from tfdiag.events import LOOPBACK_HOSTS, split_address, task_name
 
+# psutil's names of /proc/<pid>/stat's states "T" (stopped by a signal) and "t" (by a tracer).
+_STOPPED_STATES = ("stopped", "tracing-stop")
+
 # Seconds between two searches for the cluster's processes while one is missing or has
 # ended: a restarted task is counted again within this, at ~10 ms of CPU a search.
 RESCAN_S = 30.0
@@ -72,6 +75,7 @@ class JobProcesses:
         self._own_pid = os.getpid()
         self._others: dict[int, object] = {}  # pid -> psutil.Process
         self._last: dict[int, float] = {}  # pid -> CPU seconds at the previous call
+        self._stopped: dict[int, bool] = {}  # pid -> stopped (``T``/``t``) at the previous call
         self._last_wall: float | None = None
         self._next_scan = 0.0
 
@@ -109,14 +113,22 @@ class JobProcesses:
         seconds = {self._own_pid: time.process_time()}
         for pid, process in list(self._others.items()):
             try:
-                times = process.cpu_times()
+                with process.oneshot():  # the state from the same read of /proc/<pid>/stat as the times
+                    times, state = process.cpu_times(), process.status()
             except Exception:  # noqa: BLE001 - NoSuchProcess: a task ended (restarted: search again)
                 self._others.pop(pid, None)
                 self._task_of.pop(pid, None)
+                self._stopped.pop(pid, None)
                 self._next_scan = min(self._next_scan, time.monotonic())
                 continue
             seconds[pid] = times.user + times.system
+            self._stopped[pid] = state in _STOPPED_STATES
         return seconds
+
+    def stopped(self) -> dict[int, bool]:
+        """Per other job process read at the last ``cpu_pct``: whether it was stopped then
+        (``SIGSTOP``, a tracer): a probe of its state, free with its CPU times."""
+        return {pid: self._stopped[pid] for pid in self._others if pid in self._stopped}
 
     def cpu_pct(self) -> tuple[float, float, int]:
         now = time.monotonic()

@@ -14,7 +14,12 @@ counts from zero.
 
 The busiest other process is found only while the host's CPU outside the job is at least
 ``SCAN_OTHERS_CORES`` of a core (a scan reads one ``/proc/<pid>/stat`` per process on the
-host), and is known from the second such sample on (its CPU is a difference of two scans).
+host), and is known from the second such scan on (its CPU is a difference of two scans).
+
+``JobProcessReads`` puts them on the sampler's cadence: the schedstat readings and a
+watched process's cgroup throttled time every ``READ_EVERY_SAMPLES`` samples, a scan
+every ``SCAN_EVERY_SAMPLES``, and each sample's probe of whether a watched process was
+stopped (``job_processes.JobProcesses.stopped``) counted up to the next reading.
 """
 
 from __future__ import annotations
@@ -22,10 +27,22 @@ from __future__ import annotations
 import math
 import os
 
+from tfdiag.collectors.cgroup_throttling import ThrottledTime
+
 # Scan the host's processes for the busiest one outside the job while its other programs
 # use at least this share of one core between two samples: a neighbour that takes less
 # cannot starve a worker for long, and a quiet host then costs no scan at all.
 SCAN_OTHERS_CORES = 0.25
+# The counts read are cumulative, so a wait share over a run is the same from fewer reads,
+# each the difference since the previous one; a reading costs one file per thread (40-80
+# in a TensorFlow process), a scan one per process on the host: 3-4 ms a sample on a ps_ctl
+# coordinator, 0.36 % of a core at a sample every 2 s, where the whole sampler may take
+# 0.2 % (collectors/budget.py, benchmarks/system_sample_cost.py). So the job processes are
+# read every READ_EVERY_SAMPLES-th sample (every 10 s at the default 2 s: a 60 s run still
+# gets 5 readings while it steps) and the host scanned every SCAN_EVERY_SAMPLES-th, on
+# different samples (no sample pays for both).
+READ_EVERY_SAMPLES = 5
+SCAN_EVERY_SAMPLES = 5
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -143,3 +160,59 @@ class BusiestOther:
         busiest = max(used, key=used.__getitem__)
         share = 100.0 * used[busiest] / _CLOCK_TICKS / (wall_s - last_wall) / self._cores
         return int(busiest), names[busiest], share
+
+
+def _watched(task: str) -> bool:
+    """Whether a job process's figures are kept: a worker's. Only workers are judged
+    (``straggler``, ``host_contention``); a ps's wait or stops are read by nothing."""
+    return task.startswith("worker:")
+
+
+class JobProcessReads:
+    """What a sampler reads of its job's processes, on its cadence (module docstring).
+
+    ``take`` once per sample, with the pids of the job's other processes (each with its
+    task) and whether each was stopped at this sample; it returns this process's
+    ``(run_ms, runq_wait_ms)`` (NaN between readings), the busiest other process
+    ``(pid, name, cpu_pct)`` and, at a reading, a ``job_process`` row per watched process
+    (``_watched``) read at the previous reading too: its run and wait, its cgroup's
+    throttled time and its stopped probes since then.
+    """
+
+    def __init__(self, cores: int):
+        self._waits = RunQueueWaits()
+        self._hog = BusiestOther(cores)
+        self._throttled: dict[int, ThrottledTime] = {}
+        self._probes: dict[int, list[int]] = {}  # pid -> [probes, stopped probes] since the last reading
+        self._turn = -1
+
+    def take(self, own_pid: int, others: dict[int, str], stopped: dict[int, bool], others_pct: float,
+             wall_s: float) -> tuple[tuple[float, float], tuple, list[dict]]:
+        self._turn += 1
+        watched = {pid: task for pid, task in others.items() if _watched(task)}
+        for pid in watched:
+            if pid in stopped:
+                counts = self._probes.setdefault(pid, [0, 0])
+                counts[0] += 1
+                counts[1] += int(stopped[pid])
+        hog = (None, None, math.nan)
+        if self._turn % SCAN_EVERY_SAMPLES == SCAN_EVERY_SAMPLES // 2:
+            hog = self._hog.take(others_pct, [own_pid, *others], wall_s)
+        if self._turn % READ_EVERY_SAMPLES:
+            return (math.nan, math.nan), hog, []
+        waits = self._waits.take([own_pid, *watched])
+        rows = []
+        for pid, task in watched.items():
+            if pid not in self._throttled:
+                self._throttled[pid] = ThrottledTime(pid)  # its first reading primes the counts
+                self._probes.pop(pid, None)
+                continue
+            throttled_ms = self._throttled[pid].take()
+            probes, stopped_probes = self._probes.pop(pid, (0, 0))
+            if pid in waits:
+                rows.append({"task": task, "pid": pid, "run_ms": waits[pid][0], "runq_wait_ms": waits[pid][1],
+                             "throttled_ms": throttled_ms, "probes": probes, "stopped_probes": stopped_probes})
+        for pid in set(self._throttled) - set(watched):  # ended
+            self._throttled.pop(pid)
+            self._probes.pop(pid, None)
+        return waits.get(own_pid, (math.nan, math.nan)), hog, rows

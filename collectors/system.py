@@ -28,9 +28,11 @@ synchronous multi-worker job): between samples the thread takes timed wake-ups
 (``stopped_processes``), and ``stop`` waits for the one in progress (at most
 ``1.5 * wake_s``); each sample also carries the time the process's cgroup was throttled
 (``cgroup_throttling``). And whether the job's processes got the CPU they asked for
-(``run_queue``): each sample carries this process's run-queue wait (``run_ms``,
-``runq_wait_ms``) and the busiest process outside the job (``hog_*``), and writes a
-``job_process`` record with the same figures for each other job process it counts.
+(``run_queue``): every few samples (``run_queue.JobProcessReads``) a sample carries this
+process's run-queue wait since the previous such sample (``run_ms``, ``runq_wait_ms``), or
+the busiest process outside the job (``hog_*``), and writes a ``job_process`` record per
+worker process it counts with the same figures, its cgroup's throttled time and how often
+it was found stopped.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from tfdiag.collectors import identity
 from tfdiag.collectors.budget import LEDGER, charged
 from tfdiag.collectors.cgroup_throttling import ThrottledTime
 from tfdiag.collectors.job_processes import JobProcesses
-from tfdiag.collectors.run_queue import BusiestOther, RunQueueWaits
+from tfdiag.collectors.run_queue import JobProcessReads
 from tfdiag.collectors.stopped_processes import WAKE_S, WakeTimer  # WAKE_S: for the callers of SystemSampler
 from tfdiag.errors import InvalidOptionError
 
@@ -209,8 +211,7 @@ class SystemSampler:
         self._failed = False
         self._wakes = WakeTimer(wake_s) if wake_s else None
         self._throttled = ThrottledTime()
-        self._waits = RunQueueWaits()
-        self._hog: BusiestOther | None = None
+        self._reads: JobProcessReads | None = None
 
     def start(self) -> "SystemSampler":
         if self._thread is None:
@@ -288,11 +289,10 @@ class SystemSampler:
             self._job = JobProcesses(identity.resolve_cluster() if self._cluster is None else self._cluster, psutil)
         own, job, processes = self._job.cpu_pct()
         now_ns, own_pid, others = time.time_ns(), os.getpid(), self._job.others()
-        waits = self._waits.take([own_pid, *others])
-        own_run_ms, own_wait_ms = waits.get(own_pid, (math.nan, math.nan))
-        if self._hog is None:
-            self._hog = BusiestOther(self._job.cores)
-        hog_pid, hog_name, hog_pct = self._hog.take(cpu - job, [own_pid, *others], time.monotonic())
+        if self._reads is None:
+            self._reads = JobProcessReads(self._job.cores)
+        (own_run_ms, own_wait_ms), (hog_pid, hog_name, hog_pct), job_rows = self._reads.take(
+            own_pid, others, self._job.stopped(), cpu - job, time.monotonic())
         wakes, late_wakes, late_ms = self._wakes.take() if self._wakes else (None, None, None)
         throttled_ms = self._throttled.take()
         net = psutil.net_io_counters()
@@ -312,10 +312,8 @@ class SystemSampler:
             run_ms=own_run_ms, runq_wait_ms=own_wait_ms,
             hog_pid=hog_pid, hog_name=hog_name, hog_cpu_pct=hog_pct,
         )
-        for pid, task in others.items():
-            if pid in waits:
-                self.writer.append("job_process", host=self.host, task=task, time_ns=now_ns, pid=pid,
-                                   run_ms=waits[pid][0], runq_wait_ms=waits[pid][1])
+        for row in job_rows:
+            self.writer.append("job_process", host=self.host, time_ns=now_ns, **row)
 
     def _sample_gpus(self) -> None:
         if not self._nvml_tried:

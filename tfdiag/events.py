@@ -156,10 +156,13 @@ JOB_PROCESS = RecordKind(
     (
         ("host", "string"),
         ("task", "string"),  # the cluster task listening in that process (a ParameterServerStrategy worker or ps)
-        ("time_ns", "int64"),  # when the sampling process read it
+        ("time_ns", "int64"),  # when the sampling process read it (every few samples: the figures cover the time since)
         ("pid", "int64"),
         ("run_ms", "float64"),  # its threads' time on a CPU since the previous sample (schedstat), ms
         ("runq_wait_ms", "float64"),  # their time waiting on a run queue, ms
+        ("throttled_ms", "float64"),  # its cgroup's throttled time (cpu.stat) since the previous record, ms; NaN: none
+        ("probes", "int64"),  # samples that read its state since the previous record
+        ("stopped_probes", "int64"),  # of those, the ones that found it stopped (state T or t)
     ),
 )
 

@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from tfdiag.collectors.run_queue import BusiestOther, RunQueueWaits, thread_schedstats
+from tfdiag.collectors.run_queue import (READ_EVERY_SAMPLES, SCAN_EVERY_SAMPLES, BusiestOther, JobProcessReads,
+                                         RunQueueWaits, thread_schedstats)
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="needs Linux /proc")
 
@@ -66,3 +67,26 @@ def test_the_busiest_other_process_is_named_from_the_second_scan_and_only_on_a_b
         hog.kill()
         hog.wait()
     assert math.isnan(BusiestOther(cores=2).take(math.nan, [], 0.0)[2])
+
+
+def test_job_processes_are_read_every_few_samples_and_their_stops_counted_in_between():
+    """Workers only (a ps's figures are used by nothing); a reading covers the samples since the
+    previous one; a worker's first reading primes its counts; the host scanned on other samples."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        reads = JobProcessReads(cores=2)
+        others = {child.pid: "worker:1", os.getppid(): "ps:0"}
+        n = READ_EVERY_SAMPLES
+        taken = [reads.take(os.getpid(), others, {child.pid: turn in (n + 1, n + 2), os.getppid(): False}, 0.0,
+                            float(turn)) for turn in range(2 * n + 1)]
+    finally:
+        child.kill()
+        child.wait()
+    rows = {turn: rows for turn, (_, _, rows) in enumerate(taken) if rows}
+    assert list(rows) == [n, 2 * n]  # turn 0 primes
+    assert [(row["task"], row["pid"], row["probes"], row["stopped_probes"]) for turn in rows for row in rows[turn]] \
+        == [("worker:1", child.pid, n, 0), ("worker:1", child.pid, n, 2)]
+    assert all(row["run_ms"] >= 0.0 and row["runq_wait_ms"] >= 0.0 for row in rows[2 * n])
+    own = [turn for turn, ((ran, _), _, _) in enumerate(taken) if not math.isnan(ran)]
+    assert own == [n, 2 * n]
+    assert SCAN_EVERY_SAMPLES // 2 % READ_EVERY_SAMPLES != 0  # a scan and a reading never share a sample

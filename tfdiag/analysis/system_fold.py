@@ -76,7 +76,7 @@ class SystemBuckets(RowFold):
 class JobProcessBuckets(SystemBuckets):
     """The ``job_process`` record batches of one task file, folded as ``system``'s: sums per bucket."""
 
-    MEANS, SUMS = (), ("run_ms", "runq_wait_ms")
+    MEANS, SUMS = (), ("run_ms", "runq_wait_ms", "throttled_ms", "probes", "stopped_probes")
 
 
 def _bucketed(table: pa.Table, width: int, means: tuple = MEANS, sums: tuple = SUMS) -> pa.Table:
