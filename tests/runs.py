@@ -118,12 +118,17 @@ class RunBuilder:
                         net_recv_bytes=moved, disk_read_bytes=0, disk_write_bytes=0, **columns)
         return self
 
-    def job_process(self, host, task, pid, wait_share, count=20, every_ms=100.0, run_ms=80.0):
-        """``count`` samples of another process of the job (``job_process``) every ``every_ms``,
-        its threads running ``run_ms`` a sample and waiting ``wait_share`` of their demand."""
+    def job_process(self, host, task, pid, wait_share, count=20, every_ms=100.0, run_ms=80.0, throttled_share=0.0,
+                    stopped_share=0.0, probes=5):
+        """``count`` readings of another process of the job (``job_process``) every ``every_ms``,
+        its threads running ``run_ms`` a reading and waiting ``wait_share`` of their demand, its
+        cgroup throttled ``throttled_share`` of the time, ``probes`` probes a reading finding it
+        stopped ``stopped_share`` of the time."""
         for i in range(count):
             self.record("job_process", host=host, task=task, time_ns=START_NS + int(i * every_ms * MS), pid=pid,
-                        run_ms=run_ms, runq_wait_ms=run_ms * wait_share / (1.0 - wait_share))
+                        run_ms=run_ms, runq_wait_ms=run_ms * wait_share / (1.0 - wait_share),
+                        throttled_ms=throttled_share * every_ms, probes=probes,
+                        stopped_probes=round(stopped_share * probes))
         return self
 
     def fault(self, task, kind, at_ms, message="UnavailableError: Socket closed"):

@@ -18,7 +18,7 @@ from tfdiag.analysis.links import link_latency_table, link_table
 from tfdiag.analysis.load import LoadedRun
 from tfdiag.analysis.placement import ps_load_table
 from tfdiag.analysis.restarts import restart_faults
-from tfdiag.analysis.run_queue import Neighbours, neighbours, run_queue_table
+from tfdiag.analysis.run_queue import Neighbours, held_table, neighbours, run_queue_table
 from tfdiag.analysis.shards import shard_table, shards_from_steps
 from tfdiag.analysis.sync_steps import own_times
 from tfdiag.analysis.whatif import is_synchronous
@@ -94,6 +94,11 @@ class Measurements:
     def run_queue(self) -> pd.DataFrame:
         """``run_queue.run_queue_table``: per task, its threads' run-queue wait while it stepped."""
         return run_queue_table(self.run.frame("system"), self.run.frame("job_process"), self.run.frame("step"))
+
+    @cached_property
+    def held(self) -> pd.DataFrame:
+        """``run_queue.held_table``: per task, the share of its stepping its cgroup's quota or a signal held it."""
+        return held_table(self.run.frame("system"), self.run.frame("job_process"), self.run.frame("step"))
 
     @cached_property
     def neighbours(self) -> Neighbours | None:

@@ -8,7 +8,10 @@ sampler's previous one), its *wait share*: the time its threads waited on a run 
 over the time they wanted a CPU (ran + waited). A process starved by its neighbours waits
 for a larger share than its peers; a stopped one (``SIGSTOP``, a CPU quota) does not, as a
 stopped thread is not runnable. And per host, the neighbours: the CPU of the processes
-outside the job (the host's less the job's) and the busiest of them by name.
+outside the job (the host's less the job's) and the busiest of them by name. And per
+task, its *held share* (``held_table``): the share of its stepping something outside it
+held it (its cgroup's quota throttled it, a signal stopped it), which tells a worker
+held from outside (a straggler: the fault is the holder) from one its neighbours starve.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 RUN_QUEUE_COLUMNS = ["task", "run_ms", "runq_wait_ms", "samples", "runq_wait_share"]
+HELD_COLUMNS = ["task", "throttled_share", "stopped_share", "held_share"]
 
 
 def run_queue_table(system: pd.DataFrame, job_process: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
@@ -111,3 +115,55 @@ def neighbours(system: pd.DataFrame, steps: pd.DataFrame, host: str | None) -> N
         name = named.loc[named["hog_pid"] == pid, "hog_name"].iloc[-1]
         busiest, busiest_cores = f"{name} (pid {int(pid)})", round(float(by_pid.mean()[pid]) * cores / 100.0, 2)
     return Neighbours(host, round(others, 2) if not math.isnan(others) else 0.0, busiest, busiest_cores)
+
+
+def held_table(system: pd.DataFrame, job_process: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """Per task, the share of its stepping it was held from outside, over the readings taken
+    inside it (as ``run_queue_table``; a reading covers the time since the same sampler's
+    previous one of that task): ``throttled_share``, its cgroup's throttled time over that
+    span (its own ``system`` rows', else a sampler's ``job_process`` rows'); ``stopped_share``,
+    of a sampler's probes of its state (``job_process``) those that found it stopped;
+    ``held_share``, the larger (NaN: neither known). A sampler's own stops are its late
+    wake-ups (``sync_steps.stopped_shares``), noisier on a loaded host and judged with
+    wider margins (``straggler.STOPPED_EXTRA_SHARE``), so they are not counted here.
+
+    >>> job_process = pd.DataFrame({"task": ["worker:1"] * 3, "source": "chief:0", "time_ns": [0, 10**10, 2 * 10**10],
+    ...     "throttled_ms": [float("nan"), 1000.0, 3000.0], "probes": [5, 5, 5], "stopped_probes": [0, 1, 2]})
+    >>> steps = pd.DataFrame({"task": ["worker:1"] * 2, "begin_ns": [0, 10**10], "end_ns": [10**10, 2 * 10**10]})
+    >>> held_table(pd.DataFrame(), job_process, steps)[HELD_COLUMNS[1:]].values.tolist()
+    [[0.2, 0.3, 0.3]]
+    """
+    parts = []
+    for frame, own in ((system, True), (job_process, False)):
+        if frame.empty or "throttled_ms" not in frame or "source" not in frame:
+            continue
+        frame = frame.assign(task=frame["task"].astype(str), source=frame["source"].astype(str))
+        frame = frame.sort_values(["source", "task", "time_ns"])
+        covered = frame.groupby(["source", "task"])["time_ns"].diff().astype("float64")
+        probes, stopped = (None, None) if own else (frame.get("probes"), frame.get("stopped_probes"))
+        parts.append(pd.DataFrame({
+            "task": frame["task"], "source": frame["source"], "time_ns": frame["time_ns"], "own": own,
+            "covered_ns": covered, "throttled_ms": frame["throttled_ms"].astype("float64"),
+            "probes": (probes if probes is not None else pd.Series(math.nan, index=frame.index)).astype("float64"),
+            "stopped": (stopped if stopped is not None else pd.Series(math.nan, index=frame.index)).astype("float64"),
+        }))
+    if not parts or steps.empty:
+        return pd.DataFrame(columns=HELD_COLUMNS)
+    rows = pd.concat(parts, ignore_index=True).dropna(subset=["covered_ns"])
+    task = steps["task"].astype(str)
+    first, last = steps["begin_ns"].groupby(task).min(), steps["end_ns"].groupby(task).max()
+    rows = rows[(rows["time_ns"] > rows["task"].map(first).astype(float))
+                & (rows["time_ns"] <= rows["task"].map(last).astype(float))]
+    table = []
+    for name, of_task in rows.groupby("task"):
+        own = of_task[of_task["own"]]
+        throttled = own if own["throttled_ms"].notna().any() else of_task[~of_task["own"]]
+        throttled = throttled.dropna(subset=["throttled_ms"])
+        throttled_share = (min(float(throttled["throttled_ms"].sum()) * 1e6 / float(throttled["covered_ns"].sum()), 1.0)
+                           if len(throttled) and throttled["covered_ns"].sum() > 0 else math.nan)
+        probed = of_task.dropna(subset=["probes", "stopped"])
+        stopped_share = (float(probed["stopped"].sum()) / float(probed["probes"].sum())
+                         if probed["probes"].sum() > 0 else math.nan)
+        known = [share for share in (throttled_share, stopped_share) if not math.isnan(share)]
+        table.append((name, throttled_share, stopped_share, max(known) if known else math.nan))
+    return pd.DataFrame(table, columns=HELD_COLUMNS)

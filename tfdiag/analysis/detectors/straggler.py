@@ -58,6 +58,16 @@ MIN_EXTRA_WAIT_SHARE = 0.05
 # steps up to 1.30x less often). A worker stopped from outside (a quota, SIGSTOP) is not
 # runnable while stopped, so its wait share stays at its peers' or below.
 BUSY_NEIGHBOURS_CORES = 0.5
+# Never starved, whatever its wait: a worker held from outside for HELD_EXTRA_SHARE more of
+# its stepping than the typical other worker (``run_queue.held_table``: its cgroup's quota
+# throttled it, a sampler found it stopped). A held thread waits on the run queue each time
+# it is let go (on this kernel a throttled one's time counts as run-queue wait, and every
+# SIGCONT wakes every thread at once onto a busy host's queue), so its wait share looks
+# starved; but the fault is the holder, a straggler's to fix. A worker nobody holds is
+# never found stopped, and a quota on the whole job throttles its peers alike, so any
+# excess is a hold; 0.05 leaves out a stray probe or a brief throttle, and a hold of under
+# 5 % of the time explains no more than 1.05x, under WARNING_SLOWDOWN.
+HELD_EXTRA_SHARE = 0.05
 # Examples per step differing by more than this ratio between workers: compare per example.
 EXAMPLES_PER_STEP_SPREAD = 1.1
 # A synchronous worker whose process could not run (``sync_steps.stopped_shares``) for
@@ -102,7 +112,18 @@ def starved(measured: Measurements, judged: pd.DataFrame, slowdown: pd.Series, i
     by_wait = (share - typical >= MIN_EXTRA_WAIT_SHARE) & (explained - 1.0 >= EXPLAINED_PART * (slowdown - 1.0))
     around = measured.neighbours
     busy = around is not None and around.others_cores >= BUSY_NEIGHBOURS_CORES
-    return is_slow & known & (by_wait | (busy & (share >= typical))) & ~_stopped_more(measured, judged)
+    held = _stopped_more(measured, judged) | _held_more(measured, judged)
+    return is_slow & known & (by_wait | (busy & (share >= typical))) & ~held
+
+
+def _held_more(measured: Measurements, judged: pd.DataFrame) -> pd.Series:
+    """Workers held from outside ``HELD_EXTRA_SHARE`` more than the typical other (``Measurements.held``)."""
+    held = measured.held
+    held = held[held["task"].isin(set(judged["task"].astype(str))) & held["held_share"].notna()]
+    if len(held) < 2:
+        return pd.Series(False, index=judged.index)
+    extra = held["held_share"].astype(float) - typical_of_others(held["held_share"].astype(float))
+    return judged["task"].astype(str).isin(set(held.loc[extra.to_numpy() >= HELD_EXTRA_SHARE, "task"]))
 
 
 def _stopped_more(measured: Measurements, judged: pd.DataFrame) -> pd.Series:
