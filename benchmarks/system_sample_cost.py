@@ -41,8 +41,14 @@ def main() -> None:
     parser.add_argument("--every-s", type=float, default=0.1)
     parser.add_argument("--threads", type=int, default=40)
     parser.add_argument("--hogs", type=int, default=0)
+    parser.add_argument("--read-every", type=int, default=None, help="run_queue.READ_EVERY_SAMPLES instead of its own")
+    parser.add_argument("--scan-every", type=int, default=None, help="run_queue.SCAN_EVERY_SAMPLES instead of its own")
     args = parser.parse_args()
+    from tfdiag.collectors import run_queue
     from tfdiag.collectors.system import SAMPLE_EVERY_S, SystemSampler
+
+    run_queue.READ_EVERY_SAMPLES = args.read_every or run_queue.READ_EVERY_SAMPLES
+    run_queue.SCAN_EVERY_SAMPLES = args.scan_every or run_queue.SCAN_EVERY_SAMPLES
 
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.hogs)]
     tasks = [subprocess.Popen([sys.executable, "-c", CHILD, str(args.threads)], stdin=subprocess.PIPE,

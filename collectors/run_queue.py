@@ -37,12 +37,13 @@ SCAN_OTHERS_CORES = 0.25
 # each the difference since the previous one; a reading costs one file per thread (40-80
 # in a TensorFlow process), a scan one per process on the host: 3-4 ms a sample on a ps_ctl
 # coordinator, 0.36 % of a core at a sample every 2 s, where the whole sampler may take
-# 0.2 % (collectors/budget.py, benchmarks/system_sample_cost.py). So the job processes are
-# read every READ_EVERY_SAMPLES-th sample (every 10 s at the default 2 s: a 60 s run still
-# gets 5 readings while it steps) and the host scanned every SCAN_EVERY_SAMPLES-th, on
-# different samples (no sample pays for both).
-READ_EVERY_SAMPLES = 5
-SCAN_EVERY_SAMPLES = 5
+# 0.2 % (collectors/budget.py, benchmarks/system_sample_cost.py: the sample itself 1.7 ms,
+# a reading of two workers 1.8 ms, a scan 2.8 ms). So the job processes are read every
+# READ_EVERY_SAMPLES-th sample (every 4 s at the default 2 s: ps_ctl's 600 steps, 12-25 s
+# of stepping, still get 3 or more readings) and the host scanned every
+# SCAN_EVERY_SAMPLES-th (12 s), on odd turns, where no reading falls: about 3.1 ms a sample.
+READ_EVERY_SAMPLES = 2
+SCAN_EVERY_SAMPLES = 6
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -175,8 +176,8 @@ class JobProcessReads:
     task) and whether each was stopped at this sample; it returns this process's
     ``(run_ms, runq_wait_ms)`` (NaN between readings), the busiest other process
     ``(pid, name, cpu_pct)`` and, at a reading, a ``job_process`` row per watched process
-    (``_watched``) read at the previous reading too: its run and wait, its cgroup's
-    throttled time and its stopped probes since then.
+    (``_watched``): its run and wait, its cgroup's throttled time and its stopped probes
+    since the previous reading (NaN and 0 at its first, which only dates the next one's span).
     """
 
     def __init__(self, cores: int):
@@ -204,8 +205,10 @@ class JobProcessReads:
         rows = []
         for pid, task in watched.items():
             if pid not in self._throttled:
-                self._throttled[pid] = ThrottledTime(pid)  # its first reading primes the counts
-                self._probes.pop(pid, None)
+                self._throttled[pid] = ThrottledTime(pid)  # its first reading primes the counts,
+                self._probes.pop(pid, None)  # and its row (no figures) dates the start of the next one's span
+                rows.append({"task": task, "pid": pid, "run_ms": math.nan, "runq_wait_ms": math.nan,
+                             "throttled_ms": math.nan, "probes": 0, "stopped_probes": 0})
                 continue
             throttled_ms = self._throttled[pid].take()
             probes, stopped_probes = self._probes.pop(pid, (0, 0))

@@ -57,6 +57,8 @@ def test_the_busiest_other_process_is_named_from_the_second_scan_and_only_on_a_b
         job = [int(pid) for pid in os.listdir("/proc") if pid.isdigit() and int(pid) != hog.pid]
         busiest = BusiestOther(cores=os.cpu_count())
         assert busiest.take(others_pct=0.0, job_pids=job, wall_s=time.monotonic())[0] is None  # quiet: no scan
+        # Listed again just before the base scan: a busy shared host starts processes meanwhile.
+        job = [int(pid) for pid in os.listdir("/proc") if pid.isdigit() and int(pid) != hog.pid]
         assert busiest.take(others_pct=100.0, job_pids=job, wall_s=time.monotonic())[0] is None  # the base
         time.sleep(0.5)
         pid, name, cpu_pct = busiest.take(others_pct=100.0, job_pids=job, wall_s=time.monotonic())
@@ -83,10 +85,13 @@ def test_job_processes_are_read_every_few_samples_and_their_stops_counted_in_bet
         child.kill()
         child.wait()
     rows = {turn: rows for turn, (_, _, rows) in enumerate(taken) if rows}
-    assert list(rows) == [n, 2 * n]  # turn 0 primes
+    assert list(rows) == [0, n, 2 * n]  # turn 0 primes: a row without figures dates the span
     assert [(row["task"], row["pid"], row["probes"], row["stopped_probes"]) for turn in rows for row in rows[turn]] \
-        == [("worker:1", child.pid, n, 0), ("worker:1", child.pid, n, 2)]
-    assert all(row["run_ms"] >= 0.0 and row["runq_wait_ms"] >= 0.0 for row in rows[2 * n])
+        == [("worker:1", child.pid, 0, 0), ("worker:1", child.pid, n, 0), ("worker:1", child.pid, n, 2)]
+    assert math.isnan(rows[0][0]["run_ms"])
+    assert all(row["run_ms"] >= 0.0 and row["runq_wait_ms"] >= 0.0 for row in rows[n] + rows[2 * n])
     own = [turn for turn, ((ran, _), _, _) in enumerate(taken) if not math.isnan(ran)]
     assert own == [n, 2 * n]
-    assert SCAN_EVERY_SAMPLES // 2 % READ_EVERY_SAMPLES != 0  # a scan and a reading never share a sample
+    # A scan and a reading never share a sample.
+    turns = range(2 * READ_EVERY_SAMPLES * SCAN_EVERY_SAMPLES)
+    assert not any(t % READ_EVERY_SAMPLES == 0 and t % SCAN_EVERY_SAMPLES == SCAN_EVERY_SAMPLES // 2 for t in turns)

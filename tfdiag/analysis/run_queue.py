@@ -26,9 +26,9 @@ HELD_COLUMNS = ["task", "throttled_share", "stopped_share", "held_share"]
 
 
 def run_queue_table(system: pd.DataFrame, job_process: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
-    """Per task, its threads' run and run-queue wait summed over the samples taken inside its
-    stepping (after its first step's start, up to its last step's end, on the sampler's
-    clock as logged), and ``runq_wait_share`` = wait / (run + wait). A task's own samples
+    """Per task, its threads' run and run-queue wait summed over the readings whose span
+    overlaps its stepping (ending after its first step's start, beginning before its last
+    step's end, on the sampler's clock as logged), and ``runq_wait_share`` = wait / (run + wait). A task's own samples
     (``system``) are preferred; else one sampler's ``job_process`` rows (the one with the
     most: on a local multi-worker cluster each worker's sampler sees the others).
 
@@ -47,13 +47,19 @@ def run_queue_table(system: pd.DataFrame, job_process: pd.DataFrame, steps: pd.D
     samples = samples.assign(task=samples["task"].astype(str), source=samples["source"].astype(str))
     sampled_itself = set(samples.loc[samples["own"] & samples["runq_wait_ms"].notna(), "task"])
     samples = samples[samples["own"] | ~samples["task"].isin(sampled_itself)]  # its own over another's view of it
+    # A reading covers the time since the same sampler's previous one of that task (a
+    # job_process row without figures dates the first): it counts where that span overlaps
+    # the task's stepping, as readings come every few seconds and a run may step for few.
+    samples = samples[samples["run_ms"].notna() | ~samples["own"]].sort_values(["source", "task", "time_ns"])
+    since = samples.groupby(["source", "task"])["time_ns"].shift().astype("float64")
+    samples = samples.assign(since_ns=since.fillna(samples["time_ns"].astype("float64")))
     samples = samples.dropna(subset=["run_ms", "runq_wait_ms"])
     if samples.empty:  # logs from before the columns
         return pd.DataFrame(columns=RUN_QUEUE_COLUMNS)
     task = steps["task"].astype(str)
     first, last = steps["begin_ns"].groupby(task).min(), steps["end_ns"].groupby(task).max()
     begins, ends = samples["task"].map(first).astype(float), samples["task"].map(last).astype(float)
-    inside = samples[(samples["time_ns"] > begins) & (samples["time_ns"] <= ends)]
+    inside = samples[(samples["time_ns"] > begins) & (samples["since_ns"] < ends)]
     if inside.empty:
         return pd.DataFrame(columns=RUN_QUEUE_COLUMNS)
     counts = inside.groupby(["task", "source"]).size()
@@ -118,9 +124,9 @@ def neighbours(system: pd.DataFrame, steps: pd.DataFrame, host: str | None) -> N
 
 
 def held_table(system: pd.DataFrame, job_process: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
-    """Per task, the share of its stepping it was held from outside, over the readings taken
-    inside it (as ``run_queue_table``; a reading covers the time since the same sampler's
-    previous one of that task): ``throttled_share``, its cgroup's throttled time over that
+    """Per task, the share of its stepping it was held from outside, over the readings whose
+    span overlaps it (as ``run_queue_table``; a reading covers the time since the same
+    sampler's previous one of that task): ``throttled_share``, its cgroup's throttled time over that
     span (its own ``system`` rows', else a sampler's ``job_process`` rows'); ``stopped_share``,
     of a sampler's probes of its state (``job_process``) those that found it stopped;
     ``held_share``, the larger (NaN: neither known). A sampler's own stops are its late
@@ -153,7 +159,7 @@ def held_table(system: pd.DataFrame, job_process: pd.DataFrame, steps: pd.DataFr
     task = steps["task"].astype(str)
     first, last = steps["begin_ns"].groupby(task).min(), steps["end_ns"].groupby(task).max()
     rows = rows[(rows["time_ns"] > rows["task"].map(first).astype(float))
-                & (rows["time_ns"] <= rows["task"].map(last).astype(float))]
+                & (rows["time_ns"] - rows["covered_ns"] < rows["task"].map(last).astype(float))]
     table = []
     for name, of_task in rows.groupby("task"):
         own = of_task[of_task["own"]]

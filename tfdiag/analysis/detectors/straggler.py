@@ -150,7 +150,12 @@ def detect(measured: Measurements) -> list[Finding]:
     if len(measured.workers) < 2:
         return []
     own = _own_compute(measured)
-    return _by_own_compute(measured, own) if own is not None else _by_step_or_period(measured)
+    findings = _by_own_compute(measured, own) if own is not None else _by_step_or_period(measured)
+    held = measured.held.dropna(subset=["held_share"]) if findings else None
+    if held is not None and (held["held_share"] > 0).any():  # what held the workers from outside, if anything
+        for finding in findings:
+            finding.evidence["held_share"] = {str(row.task): round(float(row.held_share), 3) for row in held.itertuples()}
+    return findings
 
 
 def _own_compute(measured: Measurements) -> pd.DataFrame | None:
