@@ -68,6 +68,9 @@ COMPONENTS: dict[str, Budget] = {
     "probe": Budget(core_share=0.002, jobs=("ps",), what="RPC probe rounds (coordinator side; the tasks' side A/B)"),
     # A sample costs a few hundred µs (benchmarks/micro.py collector_cost): one every 2 s is
     # about 0.1 % of a core; a synchronous worker's 10 timed wake-ups a second about as much.
+    # On a ps_ctl coordinator, with the workers' schedstat every 2nd sample and the host scan
+    # every 6th (collectors/run_queue.py), 3.1-3.5 ms a sample on a loaded 2-core host:
+    # 0.16-0.18 % (benchmarks/system_sample_cost.py).
     "system": Budget(core_share=0.002, what="system sampler: a sample every 2 s (and 10 timed wake-ups a second on sync workers)"),
     "heartbeat": Budget(core_share=0.0002, what="heartbeat rows every 5 s"),
     # A status request to each ps every 5 s: a gRPC call of about 1 ms of client CPU.

@@ -46,16 +46,18 @@ def throttled_usec(stat_path: str) -> float:
 
 
 class ThrottledTime:
-    """The cgroup's throttled time since the previous ``take``."""
+    """The cgroup's throttled time since the previous ``take``: this process's, or ``pid``'s
+    (a job process the sampler watches, ``run_queue.JobProcessReads``)."""
 
-    def __init__(self):
-        self._stat = cgroup_cpu_stat()
+    def __init__(self, pid: int | str = "self"):
+        self._pid = pid
+        self._stat = cgroup_cpu_stat(pid)
         self._last = throttled_usec(self._stat) if self._stat else math.nan
 
     def take(self) -> float:
         """Milliseconds throttled since the previous call; NaN without a ``cpu`` cgroup, or
         when the process moved to another cgroup since (the counts are not comparable)."""
-        stat = cgroup_cpu_stat()
+        stat = cgroup_cpu_stat(self._pid)
         throttled = throttled_usec(stat) if stat else math.nan
         throttled_ms = (throttled - self._last) / 1e3 if stat == self._stat else math.nan
         self._stat, self._last = stat, throttled

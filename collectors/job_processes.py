@@ -17,7 +17,10 @@ import os
 import socket
 import time
 
-from tfdiag.events import LOOPBACK_HOSTS, split_address
+from tfdiag.events import LOOPBACK_HOSTS, split_address, task_name
+
+# psutil's names of /proc/<pid>/stat's states "T" (stopped by a signal) and "t" (by a tracer).
+_STOPPED_STATES = ("stopped", "tracing-stop")
 
 # Seconds between two searches for the cluster's processes while one is missing or has
 # ended: a restarted task is counted again within this, at ~10 ms of CPU a search.
@@ -31,13 +34,22 @@ def local_cluster_ports(cluster: dict, local_names: set[str]) -> set[int]:
     >>> sorted(local_cluster_ports({"worker": ["127.0.0.1:2222", "10.0.0.9:2222"], "ps": ["[::1]:2223"]}, set()))
     [2222, 2223]
     """
-    ports = set()
-    for addresses in cluster.values():
-        for address in addresses:
+    return set(local_cluster_tasks(cluster, local_names))
+
+
+def local_cluster_tasks(cluster: dict, local_names: set[str]) -> dict[int, str]:
+    """``local_cluster_ports``' ports, each with the task its address is.
+
+    >>> local_cluster_tasks({"worker": ["127.0.0.1:2222", "127.0.0.1:2224"], "ps": ["10.0.0.9:2223"]}, set())
+    {2222: 'worker:0', 2224: 'worker:1'}
+    """
+    tasks = {}
+    for job, addresses in cluster.items():
+        for index, address in enumerate(addresses):
             host, port = split_address(address)
             if port.isdigit() and (host in LOOPBACK_HOSTS or host in local_names):
-                ports.add(int(port))
-    return ports
+                tasks[int(port)] = task_name(job, index)
+    return tasks
 
 
 class JobProcesses:
@@ -57,16 +69,23 @@ class JobProcesses:
             names |= {a.address.split("%")[0] for addrs in psutil.net_if_addrs().values() for a in addrs}
         except Exception:  # noqa: BLE001 - no interface list: loopback and the host name still count
             pass
-        self._ports = local_cluster_ports(cluster, names)
+        self._task_of_port = local_cluster_tasks(cluster, names)
+        self._ports = set(self._task_of_port)
+        self._task_of: dict[int, str] = {}  # pid -> the cluster task listening there
         self._own_pid = os.getpid()
         self._others: dict[int, object] = {}  # pid -> psutil.Process
         self._last: dict[int, float] = {}  # pid -> CPU seconds at the previous call
+        self._stopped: dict[int, bool] = {}  # pid -> stopped (``T``/``t``) at the previous call
         self._last_wall: float | None = None
         self._next_scan = 0.0
 
     @property
     def cores(self) -> int:
         return self._cores
+
+    def others(self) -> dict[int, str]:
+        """The job's other processes counted now, each with its cluster task."""
+        return {pid: self._task_of.get(pid, "") for pid in self._others}
 
     def _scan(self, now: float) -> None:
         self._next_scan = now + RESCAN_S
@@ -78,6 +97,9 @@ class JobProcesses:
         except Exception:  # noqa: BLE001 - AccessDenied (macOS), no /proc: this process only
             return
         complete = set(listeners) == self._ports and None not in listeners.values()
+        for port, pid in listeners.items():
+            if pid is not None and pid != self._own_pid:
+                self._task_of[pid] = self._task_of_port[port]
         for pid in set(listeners.values()) - {None, self._own_pid} - set(self._others):
             try:
                 self._others[pid] = self._psutil.Process(pid)
@@ -91,13 +113,22 @@ class JobProcesses:
         seconds = {self._own_pid: time.process_time()}
         for pid, process in list(self._others.items()):
             try:
-                times = process.cpu_times()
+                with process.oneshot():  # the state from the same read of /proc/<pid>/stat as the times
+                    times, state = process.cpu_times(), process.status()
             except Exception:  # noqa: BLE001 - NoSuchProcess: a task ended (restarted: search again)
                 self._others.pop(pid, None)
+                self._task_of.pop(pid, None)
+                self._stopped.pop(pid, None)
                 self._next_scan = min(self._next_scan, time.monotonic())
                 continue
             seconds[pid] = times.user + times.system
+            self._stopped[pid] = state in _STOPPED_STATES
         return seconds
+
+    def stopped(self) -> dict[int, bool]:
+        """Per other job process read at the last ``cpu_pct``: whether it was stopped then
+        (``SIGSTOP``, a tracer): a probe of its state, free with its CPU times."""
+        return {pid: self._stopped[pid] for pid in self._others if pid in self._stopped}
 
     def cpu_pct(self) -> tuple[float, float, int]:
         now = time.monotonic()

@@ -27,7 +27,12 @@ Whether this process ran when it wanted to (where asked: ``wake_s``, a worker of
 synchronous multi-worker job): between samples the thread takes timed wake-ups
 (``stopped_processes``), and ``stop`` waits for the one in progress (at most
 ``1.5 * wake_s``); each sample also carries the time the process's cgroup was throttled
-(``cgroup_throttling``).
+(``cgroup_throttling``). And whether the job's processes got the CPU they asked for
+(``run_queue``): every few samples (``run_queue.JobProcessReads``) a sample carries this
+process's run-queue wait since the previous such sample (``run_ms``, ``runq_wait_ms``), or
+the busiest process outside the job (``hog_*``), and writes a ``job_process`` record per
+worker process it counts with the same figures, its cgroup's throttled time and how often
+it was found stopped.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from tfdiag.collectors import identity
 from tfdiag.collectors.budget import LEDGER, charged
 from tfdiag.collectors.cgroup_throttling import ThrottledTime
 from tfdiag.collectors.job_processes import JobProcesses
+from tfdiag.collectors.run_queue import JobProcessReads
 from tfdiag.collectors.stopped_processes import WAKE_S, WakeTimer  # WAKE_S: for the callers of SystemSampler
 from tfdiag.errors import InvalidOptionError
 
@@ -205,6 +211,7 @@ class SystemSampler:
         self._failed = False
         self._wakes = WakeTimer(wake_s) if wake_s else None
         self._throttled = ThrottledTime()
+        self._reads: JobProcessReads | None = None
 
     def start(self) -> "SystemSampler":
         if self._thread is None:
@@ -281,6 +288,11 @@ class SystemSampler:
         if self._job is None:
             self._job = JobProcesses(identity.resolve_cluster() if self._cluster is None else self._cluster, psutil)
         own, job, processes = self._job.cpu_pct()
+        now_ns, own_pid, others = time.time_ns(), os.getpid(), self._job.others()
+        if self._reads is None:
+            self._reads = JobProcessReads(self._job.cores)
+        (own_run_ms, own_wait_ms), (hog_pid, hog_name, hog_pct), job_rows = self._reads.take(
+            own_pid, others, self._job.stopped(), cpu - job, time.monotonic())
         wakes, late_wakes, late_ms = self._wakes.take() if self._wakes else (None, None, None)
         throttled_ms = self._throttled.take()
         net = psutil.net_io_counters()
@@ -291,13 +303,17 @@ class SystemSampler:
         except Exception:  # noqa: BLE001 - containers without /proc/diskstats
             disk = None
         self.writer.append(
-            "system", host=self.host, task=self.task, time_ns=time.time_ns(), cpu_pct=cpu,
+            "system", host=self.host, task=self.task, time_ns=now_ns, cpu_pct=cpu,
             mem_used_frac=psutil.virtual_memory().percent / 100.0,
             net_sent_bytes=int(net.bytes_sent) if net else 0, net_recv_bytes=int(net.bytes_recv) if net else 0,
             disk_read_bytes=disk[0] if disk else 0, disk_write_bytes=disk[1] if disk else 0,
             cpu_count=self._job.cores, pid=os.getpid(), proc_cpu_pct=own, job_cpu_pct=job, job_processes=processes,
             wakes=wakes, late_wakes=late_wakes, late_ms=late_ms, throttled_ms=throttled_ms,
+            run_ms=own_run_ms, runq_wait_ms=own_wait_ms,
+            hog_pid=hog_pid, hog_name=hog_name, hog_cpu_pct=hog_pct,
         )
+        for row in job_rows:
+            self.writer.append("job_process", host=self.host, time_ns=now_ns, **row)
 
     def _sample_gpus(self) -> None:
         if not self._nvml_tried:

@@ -108,14 +108,27 @@ class RunBuilder:
                         sm_clock_mhz=1500.0)
         return self
 
-    def system(self, host, task, cpu_pct, count=20, every_ms=100.0, net_bytes_per_s=0.0):
+    def system(self, host, task, cpu_pct, count=20, every_ms=100.0, net_bytes_per_s=0.0, **columns):
         """``count`` host samples every ``every_ms``; the network counters (sent and received
-        alike) grow at ``net_bytes_per_s``."""
+        alike) grow at ``net_bytes_per_s``; ``columns``, any other of the kind's, alike in each."""
         for i in range(count):
             moved = int(net_bytes_per_s * i * every_ms / 1000)
             self.record("system", host=host, task=task, time_ns=START_NS + int(i * every_ms * MS),
                         cpu_pct=cpu_pct, mem_used_frac=0.5, net_sent_bytes=moved,
-                        net_recv_bytes=moved, disk_read_bytes=0, disk_write_bytes=0)
+                        net_recv_bytes=moved, disk_read_bytes=0, disk_write_bytes=0, **columns)
+        return self
+
+    def job_process(self, host, task, pid, wait_share, count=20, every_ms=100.0, run_ms=80.0, throttled_share=0.0,
+                    stopped_share=0.0, probes=5):
+        """``count`` readings of another process of the job (``job_process``) every ``every_ms``,
+        its threads running ``run_ms`` a reading and waiting ``wait_share`` of their demand, its
+        cgroup throttled ``throttled_share`` of the time, ``probes`` probes a reading finding it
+        stopped ``stopped_share`` of the time."""
+        for i in range(count):
+            self.record("job_process", host=host, task=task, time_ns=START_NS + int(i * every_ms * MS), pid=pid,
+                        run_ms=run_ms, runq_wait_ms=run_ms * wait_share / (1.0 - wait_share),
+                        throttled_ms=throttled_share * every_ms, probes=probes,
+                        stopped_probes=round(stopped_share * probes))
         return self
 
     def fault(self, task, kind, at_ms, message="UnavailableError: Socket closed"):

@@ -140,13 +140,13 @@ def test_the_figures_architecture_md_quotes_are_their_constants(phrase):
 def test_a_quote_that_disagrees_with_its_constant_is_found():
     from tfdiag.analysis.detectors import slow_link, straggler
 
-    assert straggler.SHARED_HOST_SLOWDOWN == 1.5 and slow_link.MIN_EXTRA_NS == 2_000_000
-    right = ("## `straggler`\nbeside them on one host, `SHARED_HOST_SLOWDOWN` (1.5x).\n"
+    assert straggler.STOPPED_RATIO == 2.0 and slow_link.MIN_EXTRA_NS == 2_000_000
+    right = ("## `straggler`\nat least `STOPPED_RATIO` (2x) it.\n"
              "## `slow_link`\nat least `MIN_EXTRA_NS` (2 ms) more; `live.WINDOW_S` (20 s) of records.\n")
     assert len(list(quotes(right))) == 3 and disagreements(right) == []
-    wrong = right.replace("(1.5x)", "(1.4x)").replace("(2 ms)", "(2 s)")
+    wrong = right.replace("(2x)", "(1.4x)").replace("(2 ms)", "(2 s)")
     assert [problem.split(" in section")[0] for problem in disagreements(wrong)] == \
-        ["`SHARED_HOST_SLOWDOWN` (1.4 x)", "`MIN_EXTRA_NS` (2 s)"]
+        ["`STOPPED_RATIO` (1.4 x)", "`MIN_EXTRA_NS` (2 s)"]
     # A bare name outside its detector's section must say where it lives.
-    assert disagreements("## `slow_link`\n`SHARED_HOST_SLOWDOWN` (1.5x).\n") == [
-        "`SHARED_HOST_SLOWDOWN` is defined in 0 of " + str(BARE_MODULES) + ": name its module"]
+    assert disagreements("## `slow_link`\n`STOPPED_RATIO` (2x).\n") == [
+        "`STOPPED_RATIO` is defined in 0 of " + str(BARE_MODULES) + ": name its module"]

@@ -143,6 +143,26 @@ SYSTEM = RecordKind(
         ("late_wakes", "int64"),  # of those, the ones LATE_WAKE_S or more later than asked (the process was stopped)
         ("late_ms", "float64"),  # their summed lateness
         ("throttled_ms", "float64"),  # the cgroup cpu.stat throttled time delta (v1 or v2), ms; NaN without one
+        ("run_ms", "float64"),  # this process's threads' time on a CPU since the previous sample (schedstat), ms
+        ("runq_wait_ms", "float64"),  # their time runnable, waiting on a run queue (schedstat), ms; NaN unknown
+        ("hog_pid", "int64"),  # the busiest process outside the job since the previous sample; null: none scanned
+        ("hog_name", "string"),  # its name (/proc/<pid>/stat's comm)
+        ("hog_cpu_pct", "float64"),  # its CPU, percent of all the host's cores
+    ),
+)
+
+JOB_PROCESS = RecordKind(
+    "job_process",
+    (
+        ("host", "string"),
+        ("task", "string"),  # the cluster task listening in that process (a ParameterServerStrategy worker or ps)
+        ("time_ns", "int64"),  # when the sampling process read it (every few samples: the figures cover the time since)
+        ("pid", "int64"),
+        ("run_ms", "float64"),  # its threads' time on a CPU since the previous sample (schedstat), ms
+        ("runq_wait_ms", "float64"),  # their time waiting on a run queue, ms
+        ("throttled_ms", "float64"),  # its cgroup's throttled time (cpu.stat) since the previous record, ms; NaN: none
+        ("probes", "int64"),  # samples that read its state since the previous record
+        ("stopped_probes", "int64"),  # of those, the ones that found it stopped (state T or t)
     ),
 )
 
@@ -275,7 +295,7 @@ LIVENESS = RecordKind(
 
 KINDS: dict[str, RecordKind] = {
     kind.name: kind
-    for kind in (STEP, CLOSURE, RPC, ALLREDUCE, TRANSFER, SYSTEM, GPU, SHARD, PLACEMENT, FAULT, NOTE, LABEL,
+    for kind in (STEP, CLOSURE, RPC, ALLREDUCE, TRANSFER, SYSTEM, JOB_PROCESS, GPU, SHARD, PLACEMENT, FAULT, NOTE, LABEL,
                  HEARTBEAT, SESSION, LIVE_FINDING, EXIT, LIVENESS)
 }
 

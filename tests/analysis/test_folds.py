@@ -15,7 +15,7 @@ from tfdiag.analysis.frames import conform
 from tfdiag.analysis.heartbeat_fold import RECENT_BEATS, HeartbeatTail
 from tfdiag.analysis.load import RunLoader
 from tfdiag.analysis.probe_fold import FASTEST_PROBES, ProbeSample
-from tfdiag.analysis.system_fold import SystemBuckets
+from tfdiag.analysis.system_fold import JobProcessBuckets, SystemBuckets
 from tfdiag.events import KINDS
 
 SECOND = 1_000_000_000
@@ -60,6 +60,30 @@ def test_system_buckets_keep_sums_last_counters_and_the_first_sample():
     assert max(rows["time_ns"].to_pylist()) == times[-1]
     assert max(rows["net_sent_bytes"].to_pylist()) == times[-1] // SECOND * 1000
     assert set(rows["cpu_pct"].to_pylist()) == {50.0}
+
+
+def test_run_queue_figures_are_summed_per_bucket_and_per_process():
+    times = np.arange(10_000) * 2 * SECOND
+    fold = SystemBuckets(cap=100)
+    for start in range(0, len(times), 500):
+        part = times[start:start + 500]
+        fold.add(_batch("system", host=["h"] * len(part), task=["worker:0"] * len(part), time_ns=part, pid=[7] * len(part),
+                        run_ms=np.full(len(part), 30.0), runq_wait_ms=np.full(len(part), 10.0),
+                        hog_pid=[9] * len(part), hog_name=["python3"] * len(part), hog_cpu_pct=np.full(len(part), 40.0)),
+                 "worker:0")
+    rows = _rows(fold)
+    assert len(rows) <= 150 and sum(rows["runq_wait_ms"].to_pylist()) == pytest.approx(10.0 * len(times))
+    assert set(rows["hog_cpu_pct"].to_pylist()) == {40.0} and set(rows["hog_name"].to_pylist()) == {"python3"}
+    others = JobProcessBuckets(cap=100)
+    for start in range(0, len(times), 500):
+        part = times[start:start + 500]
+        others.add(_batch("job_process", host=["h"] * 2 * len(part), task=["worker:0", "ps:0"] * len(part),
+                          time_ns=np.repeat(part, 2), pid=[11, 12] * len(part), run_ms=np.full(2 * len(part), 30.0),
+                          runq_wait_ms=np.full(2 * len(part), 5.0)), "chief:0")
+    rows = _rows(others).to_pandas()
+    assert len(rows) <= 150
+    assert rows.groupby("task")["runq_wait_ms"].sum().to_dict() == pytest.approx({"ps:0": 5.0 * len(times),
+                                                                                   "worker:0": 5.0 * len(times)})
 
 
 def test_a_restarted_process_keeps_its_first_sample():

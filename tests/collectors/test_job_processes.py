@@ -7,7 +7,8 @@ import os
 import sys
 import time
 
-from tfdiag.collectors.job_processes import local_cluster_ports
+from tfdiag.collectors import run_queue
+from tfdiag.collectors.job_processes import JobProcesses, local_cluster_ports
 from tfdiag.collectors.system import SystemSampler
 
 from .fakes import FakeWriter
@@ -77,8 +78,9 @@ def _sampled_cpu_seconds(sampler, action):
     return seconds, record
 
 
-def test_the_jobs_cpu_counts_its_tasks_on_this_host_and_nothing_else():
+def test_the_jobs_cpu_counts_its_tasks_on_this_host_and_nothing_else(monkeypatch):
     """Two processes burn BURN_S of CPU each; only the one on a cluster port is the job's."""
+    monkeypatch.setattr(run_queue, "READ_EVERY_SAMPLES", 1)  # the job processes read at every sample
     task, foreign = _Task(), _Task()
     try:
         cluster = {"chief": ["127.0.0.1:1"], "worker": [f"localhost:{task.port}", "10.255.0.9:2222"]}
@@ -92,6 +94,15 @@ def test_the_jobs_cpu_counts_its_tasks_on_this_host_and_nothing_else():
     finally:
         task.close(), foreign.close()
     assert record["pid"] == os.getpid() and record["job_processes"] == 2
+    # Its threads' run-queue figures (schedstat), the task's in a job_process record of its own.
+    assert record["run_ms"] >= 0.0 and record["runq_wait_ms"] >= 0.0
+    [first, other] = sampler.writer.records["job_process"]  # the first only dates the second's span
+    assert math.isnan(first["run_ms"]) and first["probes"] == 0
+    assert other["task"] == "worker:0" and other["pid"] == task.process.pid
+    assert BURN_S * 1e3 * 0.9 <= other["run_ms"] <= BURN_S * 1e3 * 1.2 and other["runq_wait_ms"] >= 0.0
+    # Held by nothing: read once since the previous reading and running; no quota or its cgroup's count.
+    assert (other["probes"], other["stopped_probes"]) == (1, 0)
+    assert not other["throttled_ms"] > 0.0
     # The task's burn, plus this process's own share; not the foreign process's.
     assert job_low - own_high <= BURN_S * 1.2 and job_high - own_low >= BURN_S * 0.9
     assert job_high <= BURN_S * 1.2 + own_high < 2 * BURN_S
@@ -128,3 +139,23 @@ def test_without_a_cluster_the_job_is_this_process(monkeypatch):
     first, second = writer.records["system"]
     assert math.isnan(first["job_cpu_pct"]) and math.isnan(first["proc_cpu_pct"])
     assert second["job_processes"] == 1 and second["job_cpu_pct"] == second["proc_cpu_pct"] > 0
+
+
+def test_a_stopped_task_is_seen_stopped_with_its_cpu_times():
+    import psutil
+    import signal
+
+    task = _Task()
+    try:
+        job = JobProcesses({"worker": [f"127.0.0.1:{task.port}"]}, psutil)
+        job.cpu_pct()
+        assert job.stopped() == {task.process.pid: False}
+        task.process.send_signal(signal.SIGSTOP)
+        deadline = time.monotonic() + 5
+        while psutil.Process(task.process.pid).status() != psutil.STATUS_STOPPED and time.monotonic() < deadline:
+            time.sleep(0.01)
+        job.cpu_pct()
+        assert job.stopped() == {task.process.pid: True}
+        task.process.send_signal(signal.SIGCONT)
+    finally:
+        task.close()

@@ -112,7 +112,9 @@ def test_unwritable_logdir_is_survived(tmp_path):
     blocker.write_text("x")
     writer = TaskWriter(blocker, "worker:0", flush_interval_s=0.01)
     sampler = SystemSampler(writer, "worker:0", interval_s=0.01).start()
-    time.sleep(0.1)
+    deadline = time.monotonic() + 10.0  # three samples, however loaded the host (a fixed 0.1 s missed them at load 12)
+    while sampler.samples < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
     sampler.stop()
     writer.close()
     assert sampler.samples >= 3 and writer.dropped_records > 0

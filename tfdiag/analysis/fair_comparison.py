@@ -14,7 +14,10 @@
   that had work for that share is judged by its pace: the time it had work per step it
   finished;
 - without time away: the time from a failure to its recovery or restart
-  (``faults.downtime_ns``) is neither presence nor part of a period.
+  (``faults.downtime_ns``) is neither presence nor part of a period;
+- with the share of its CPU demand each spent waiting on a run queue while it stepped
+  (``runq_wait_share``, ``run_queue``): what tells a worker starved by its neighbours from
+  one slow on its own (``straggler``, ``host_contention``).
 
 A long run's step rows are a sample by step number (``step_stats``): a worker past the
 cap is read from its exact counters, over the overlap from its segments (counts and sums
@@ -118,6 +121,12 @@ def compared_workers(steps: pd.DataFrame, workers: pd.DataFrame | None = None, c
     else:
         of_counters = exact_whole_run(workers[workers["task"].astype(str).isin(sampled)])
     return pd.concat([rows, of_counters[COMPARED_COLUMNS]], ignore_index=True).sort_values("task", ignore_index=True)
+
+
+def with_wait_shares(compared: pd.DataFrame, run_queue: pd.DataFrame) -> pd.DataFrame:
+    """``compared`` with a ``runq_wait_share`` column from ``run_queue.run_queue_table`` (NaN: not sampled)."""
+    shares = dict(zip(run_queue["task"].astype(str), run_queue["runq_wait_share"].astype(float)))
+    return compared.assign(runq_wait_share=compared["task"].astype(str).map(shares).astype(float))
 
 
 def _of_rows(steps: pd.DataFrame, groups: TaskGroups, chosen: np.ndarray, window_ns: float) -> pd.DataFrame:

@@ -3,8 +3,8 @@
 The loader is incremental: ``RunLoader.refresh()`` reads only the bytes appended to each
 task file since the previous call, so a live run (and the TensorBoard tab) never
 re-reads what it already has. Step records are folded into ``step_stats`` as each frame
-is read (exact counters, histograms and a bounded set of rows); system samples,
-heartbeats and probes per file (``FOLDS``): what the loader holds does not grow with the
+is read (exact counters, histograms and a bounded set of rows); system and process
+samples, heartbeats and probes per file (``FOLDS``): what the loader holds does not grow with the
 run's length. A refresh folds only the new records and rebuilds the frames of kinds that
 got some; a large first read folds the files in parallel (``parallel_fold``). A file
 that shrank or was replaced is read again from byte 0. A frame whose payload is one
@@ -31,7 +31,7 @@ from tfdiag.analysis.parallel_fold import parallel_folds
 from tfdiag.analysis.probe_fold import ProbeSample
 from tfdiag.analysis.step_stats import StepAccumulator
 from tfdiag.analysis.heartbeat_fold import HeartbeatTail
-from tfdiag.analysis.system_fold import SystemBuckets
+from tfdiag.analysis.system_fold import JobProcessBuckets, SystemBuckets
 from tfdiag.errors import RunNotFoundError
 from tfdiag.store import MANIFEST_NAME, ManifestRead, SkippedRecords, load_manifest, log_dir, read_task_file, task_files
 from tfdiag.store.paths import LOG_SUFFIX
@@ -48,7 +48,7 @@ ProgressCallback = Callable[[int, int], None]  # (bytes read so far, bytes to re
 MAX_LISTED_SKIPS_PER_FILE = 10
 
 # Kinds folded per task file as they are read (``RunLoader``), each by the class that holds them.
-FOLDS = {"system": SystemBuckets, "heartbeat": HeartbeatTail, "rpc": ProbeSample}
+FOLDS = {"system": SystemBuckets, "job_process": JobProcessBuckets, "heartbeat": HeartbeatTail, "rpc": ProbeSample}
 
 # The column that dates a kind's rows for ``WindowLoader`` (default ``time_ns``); None: a
 # fact with no time (``placement``), kept whatever its age.

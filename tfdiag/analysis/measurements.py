@@ -10,7 +10,7 @@ from tfdiag.analysis.align import clock_offsets
 from tfdiag.analysis.breakdown import step_table, worker_table
 from tfdiag.analysis.closure_gaps import JobPace, closure_gaps, job_pace
 from tfdiag.analysis.devices import SharedHost, gpu_table, host_table, shared_worker_host
-from tfdiag.analysis.fair_comparison import judged_workers
+from tfdiag.analysis.fair_comparison import judged_workers, with_wait_shares
 from tfdiag.analysis.faults import fault_table
 from tfdiag.analysis.groups import value_of_group
 from tfdiag.analysis.last_words import JobEnd, job_end
@@ -18,6 +18,7 @@ from tfdiag.analysis.links import link_latency_table, link_table
 from tfdiag.analysis.load import LoadedRun
 from tfdiag.analysis.placement import ps_load_table
 from tfdiag.analysis.restarts import restart_faults
+from tfdiag.analysis.run_queue import Neighbours, held_table, neighbours, run_queue_table
 from tfdiag.analysis.shards import shard_table, shards_from_steps
 from tfdiag.analysis.sync_steps import own_times
 from tfdiag.analysis.whatif import is_synchronous
@@ -84,9 +85,26 @@ class Measurements:
 
     @cached_property
     def compared(self) -> pd.DataFrame:
-        """``fair_comparison.judged_workers``: the workers compared fairly, for the straggler judgement."""
-        return judged_workers(self.steps, self.workers, self.run.step_counters, self.offsets, self.faults,
-                              self.closures)
+        """``fair_comparison.judged_workers``: the workers compared fairly, for the straggler judgement,
+        each with its ``runq_wait_share`` (``run_queue``)."""
+        return with_wait_shares(judged_workers(self.steps, self.workers, self.run.step_counters, self.offsets,
+                                               self.faults, self.closures), self.run_queue)
+
+    @cached_property
+    def run_queue(self) -> pd.DataFrame:
+        """``run_queue.run_queue_table``: per task, its threads' run-queue wait while it stepped."""
+        return run_queue_table(self.run.frame("system"), self.run.frame("job_process"), self.run.frame("step"))
+
+    @cached_property
+    def held(self) -> pd.DataFrame:
+        """``run_queue.held_table``: per task, the share of its stepping its cgroup's quota or a signal held it."""
+        return held_table(self.run.frame("system"), self.run.frame("job_process"), self.run.frame("step"))
+
+    @cached_property
+    def neighbours(self) -> Neighbours | None:
+        """``run_queue.neighbours`` of the shared host: the CPU of the processes outside the job there."""
+        host = self.shared_host
+        return neighbours(self.run.frame("system"), self.run.frame("step"), host.host if host is not None else None)
 
     @cached_property
     def links(self) -> pd.DataFrame:

@@ -9,12 +9,16 @@ time per (writing task, task, host, pid), each one row with the kind's columns:
 - ``time_ns`` and the cumulative counters (network, disk bytes), ``cpu_count``, ``pid``,
   ``job_processes`` and the names: the bucket's last sample's, so a rate between two rows
   is the rate between those samples (``rates.mean_rate``);
-- percentages (``cpu_pct``, ``mem_used_frac``, ``proc_cpu_pct``, ``job_cpu_pct``): the mean of
-  the bucket's samples, weighted by the samples each row stands for (a peak is then the
-  highest bucket mean);
+- percentages (``cpu_pct``, ``mem_used_frac``, ``proc_cpu_pct``, ``job_cpu_pct``,
+  ``hog_cpu_pct``): the mean of the bucket's samples, weighted by the samples each row
+  stands for (a peak is then the highest bucket mean); the busiest other process's
+  ``hog_pid`` and ``hog_name`` are the last sample's, like the other names;
 - the sampler's counts since its previous sample (``wakes``, ``late_wakes``, ``late_ms``,
-  ``throttled_ms``): their sum, so a row still counts the time since the previous row
-  (``sync_steps.stopped_shares``).
+  ``throttled_ms``, ``run_ms``, ``runq_wait_ms``): their sum, so a row still counts the
+  time since the previous row (``sync_steps.stopped_shares``, ``run_queue``).
+
+``JobProcessBuckets`` folds the ``job_process`` records (the run-queue figures of the job's
+other processes, one row per process per sample) the same way: per (task, host, pid), sums.
 
 A process's first sample stays a row of its own: it dates the process's start
 (``restarts``) and begins the time its later rows cover. Buckets start at ``BUCKET_NS``
@@ -35,8 +39,8 @@ from tfdiag.analysis.row_fold import RowFold, group_codes
 SYSTEM_ROWS = 2048
 # The narrowest bucket: the width doubles from here until a compaction leaves half the cap.
 BUCKET_NS = 4_000_000_000
-MEANS = ("cpu_pct", "mem_used_frac", "proc_cpu_pct", "job_cpu_pct")
-SUMS = ("wakes", "late_wakes", "late_ms", "throttled_ms")
+MEANS = ("cpu_pct", "mem_used_frac", "proc_cpu_pct", "job_cpu_pct", "hog_cpu_pct")
+SUMS = ("wakes", "late_wakes", "late_ms", "throttled_ms", "run_ms", "runq_wait_ms")
 _SAMPLES = "__samples"  # how many samples a row stands for: a bucket's weight when buckets merge
 
 
@@ -54,21 +58,28 @@ class SystemBuckets(RowFold):
     RUN_ROWS = 64 * SYSTEM_ROWS
     OWN_COLUMN = _SAMPLES
     width = BUCKET_NS  # the buckets' width in ns: doubles until a compaction leaves half the cap
+    MEANS, SUMS = MEANS, SUMS  # the columns averaged and summed over a bucket
 
     def _fresh(self, table: pa.Table) -> pa.Table:
         return table.append_column(_SAMPLES, pa.array(np.ones(len(table), "int64")))
 
     def _compacted(self, table: pa.Table) -> pa.Table:
-        bucketed = _bucketed(table, self.width)
+        bucketed = _bucketed(table, self.width, self.MEANS, self.SUMS)
         span = pc.min_max(table["time_ns"])
         span_ns = (span["max"].as_py() or 0) - (span["min"].as_py() or 0)
         while len(bucketed) > self.cap // 2 and self.width <= span_ns:  # past the span: a bucket per process
             self.width *= 2
-            bucketed = _bucketed(bucketed, self.width)
+            bucketed = _bucketed(bucketed, self.width, self.MEANS, self.SUMS)
         return bucketed
 
 
-def _bucketed(table: pa.Table, width: int) -> pa.Table:
+class JobProcessBuckets(SystemBuckets):
+    """The ``job_process`` record batches of one task file, folded as ``system``'s: sums per bucket."""
+
+    MEANS, SUMS = (), ("run_ms", "runq_wait_ms", "throttled_ms", "probes", "stopped_probes")
+
+
+def _bucketed(table: pa.Table, width: int, means: tuple = MEANS, sums: tuple = SUMS) -> pa.Table:
     """One row per (task, host, pid, bucket of ``width`` ns); a process's first row alone."""
     if not len(table):
         return table
@@ -86,10 +97,12 @@ def _bucketed(table: pa.Table, width: int) -> pa.Table:
     rows = table.take(lasts)
     weight = table[_SAMPLES].to_numpy().astype("float64")
     columns = {_SAMPLES: pa.array(np.add.reduceat(weight, starts).astype("int64"))}
-    for name in MEANS + SUMS:
+    for name in means + sums:
+        if name not in table.column_names:  # a log from before the column: read as null, kept null
+            continue
         values = table[name].to_numpy(zero_copy_only=False).astype("float64")
         known = ~np.isnan(values)
-        if name in MEANS:  # weighted by the samples each row stands for
+        if name in means:  # weighted by the samples each row stands for
             total = np.add.reduceat(np.where(known, values * weight, 0.0), starts)
             counted = np.add.reduceat(np.where(known, weight, 0.0), starts)
             result = np.divide(total, counted, out=np.full(len(starts), np.nan), where=counted > 0)

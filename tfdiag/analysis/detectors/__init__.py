@@ -22,6 +22,7 @@ from tfdiag.analysis.detectors import (
     compute_bound,
     coordinator_bound,
     gpu_underutilized,
+    host_contention,
     input_bound,
     ps_hotspot,
     shard_imbalance,
@@ -41,6 +42,7 @@ DETECTORS: dict[str, Detector] = {
     for module in (
         input_bound,
         straggler,
+        host_contention,
         shard_imbalance,
         ps_hotspot,
         slow_link,
