@@ -142,7 +142,7 @@ def test_a_quote_that_disagrees_with_its_constant_is_found():
 
     assert straggler.SHARED_HOST_SLOWDOWN == 1.5 and slow_link.MIN_EXTRA_NS == 2_000_000
     right = ("## `straggler`\nbeside them on one host, `SHARED_HOST_SLOWDOWN` (1.5x).\n"
-             "## `slow_link`\nat least `MIN_EXTRA_NS` (2 ms) more; `live.WINDOW_S` (20 s) of records.\n")
+             "## `slow_link`\nat least `MIN_EXTRA_NS` (2 ms) more; `live.WINDOW_S` (10 s) of records.\n")
     assert len(list(quotes(right))) == 3 and disagreements(right) == []
     wrong = right.replace("(1.5x)", "(1.4x)").replace("(2 ms)", "(2 s)")
     assert [problem.split(" in section")[0] for problem in disagreements(wrong)] == \

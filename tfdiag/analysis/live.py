@@ -103,12 +103,14 @@ class LiveFindings:
         """The (kind, tasks) of the findings announced and not cleared."""
         return [key for key, tracked in self._tracked.items() if tracked.announced]
 
-    def evaluate(self, now_ns: int | None = None, confirm=()) -> list[Transition]:
+    def evaluate(self, now_ns: int | None = None, confirm: dict | None = None) -> list[Transition]:
         """Reads what is new, judges the window ending at ``now_ns`` and returns the transitions.
 
-        ``confirm``: (kind, task) pairs a screen saw persist; a finding of that kind naming
-        that task (or the whole job) is announced the first time this analysis sees it."""
+        ``confirm``: (kind, task) -> ns since a screen saw it, for the candidates it saw
+        persist; a finding of that kind naming that task (or the whole job) is announced the
+        first time this analysis sees it, its onset the screen's."""
         now_ns = time.time_ns() if now_ns is None else now_ns
+        confirm = confirm or {}
         run = self.window(now_ns)
         if run is None:
             return []
@@ -127,7 +129,10 @@ class LiveFindings:
         for key, finding in findings.items():
             tracked = self._tracked.setdefault(key, _Tracked(finding, now_ns, step))
             tracked.finding, tracked.seen, tracked.missed = finding, tracked.seen + 1, 0
-            persist = 1 if confirmed(finding, confirm) else PERSIST_EVALUATIONS
+            since_ns = confirmed(finding, confirm)
+            if since_ns is not None and not tracked.announced:
+                tracked.onset_ns = min(tracked.onset_ns, since_ns)
+            persist = 1 if since_ns is not None else PERSIST_EVALUATIONS
             if not tracked.announced and tracked.seen >= persist:
                 tracked.announced = True
                 transitions.append(_transition("began", tracked, tracked.onset_ns, now_ns))
@@ -144,10 +149,11 @@ class LiveFindings:
         return transitions
 
 
-def confirmed(finding: Finding, candidates) -> bool:
-    """Whether one of the (kind, task) ``candidates`` is ``finding``: its kind, and a task it
-    names (or a finding of the whole job)."""
-    return any(kind == finding.kind and (not finding.tasks or task in finding.tasks) for kind, task in candidates)
+def confirmed(finding: Finding, candidates: dict[tuple[str, str], int]) -> int | None:
+    """The earliest ``since`` of the (kind, task) ``candidates`` that are ``finding`` (its
+    kind, and a task it names, or a finding of the whole job); None when none is."""
+    return min((since for (kind, task), since in candidates.items()
+                if kind == finding.kind and (not finding.tasks or task in finding.tasks)), default=None)
 
 
 def announced_findings(run: LoadedRun) -> dict[tuple[str, tuple[str, ...]], Finding]:

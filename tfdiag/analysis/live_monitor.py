@@ -67,6 +67,7 @@ class LiveMonitor:
         self.setup_cpu_ns = 0  # thread CPU of that import
         self._live = None  # live.LiveFindings, made on the first confirmation
         self._streak: dict[tuple[str, str], int] = {}  # candidate -> screens in a row it stood
+        self._since: dict[tuple[str, str], int] = {}  # candidate -> the first of those screens
         self._retry: dict[tuple[str, str], tuple[int, float]] = {}  # candidate -> (next try ns, its wait s)
         self._clear_at_ns = 0  # the next analysis that may clear an announced finding
         self._stops: dict[tuple[str, str], Transition] = {}  # announced by the screen, not cleared
@@ -78,6 +79,7 @@ class LiveMonitor:
         self.screens += 1
         candidates = self.screen.candidates()
         self._streak = {key: self._streak.get(key, 0) + 1 for key in candidates}
+        self._since = {key: self._since.get(key, now_ns) for key in candidates}
         for key in [key for key in self._retry if key not in self._streak]:
             del self._retry[key]
         transitions = self._stop_transitions(now_ns)
@@ -99,7 +101,7 @@ class LiveMonitor:
         begin = time.thread_time_ns()
         self.before_confirmation()
         screened = {(kind, (task,)) for kind, task in self._stops}  # announced from the screen already
-        transitions = [t for t in self._live.evaluate(now_ns, confirm=standing) if (t.kind, t.tasks) not in screened]
+        transitions = [t for t in self._live.evaluate(now_ns, confirm={key: self._since[key] for key in standing}) if (t.kind, t.tasks) not in screened]
         self.confirmations += 1
         self.confirm_cpu_ns += time.thread_time_ns() - begin
         for key in due:

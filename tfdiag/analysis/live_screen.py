@@ -46,8 +46,8 @@ SCREEN_SLOWDOWN = 1.2
 # A worker's recent input wait this share of its step time is a candidate: half the
 # input_bound detector's warning share (0.2), for the same reason.
 SCREEN_INPUT_SHARE = 0.1
-# A link whose recent median round trip is this much above, and this many times, its own
-# earlier median (or, before it has one, the fastest link of the same source) is a
+# A link to a ps whose recent median round trip is this much above, and this many times,
+# its own earlier median (or, before it has one, the fastest link of the same source) is a
 # candidate: half the slow_link detector's bars (MIN_EXTRA_NS, 2 ms; SLOW_RATIO, 3x).
 SCREEN_LINK_EXTRA_NS = 1_000_000
 SCREEN_LINK_RATIO = 1.5
@@ -178,6 +178,9 @@ class LiveScreen:
             times, took = _ints(batch, "recv_ns"), _ints(batch, "recv_ns") - _ints(batch, "send_ns")
             for target in set(dst[keep].tolist()):
                 self.stops.answered(target, int(times[keep & (dst == target)].max()))
+            # Probes to workers are answered by their busy threads: their load, left to the
+            # straggler screen, as the slow_link detector leaves them.
+            keep &= np.char.startswith(dst.astype(str), "ps:")
         else:
             keep = np.ones(batch.num_rows, dtype=bool)
             times, took = _ints(batch, "time_ns"), _ints(batch, "duration_ns")
