@@ -81,10 +81,11 @@ COMPONENTS: dict[str, Budget] = {
     # Three in-graph stamps a step, drained once a second (benchmarks/micro.py stamp_cost).
     "step_input": Budget(per_step_us=20, jobs=("fit",),
                          what="in-graph input-arrival and gradients stamps, read in batches"),
-    # collectors/live_thread.py spaces its evaluations so that their CPU stays within this
-    # share: a longer evaluation makes the next one come later, never cost more
-    # (TFDIAG_LIVE_CPU_SHARE gives more for faster findings).
-    "live": Budget(core_share=0.001, what="live findings: the detectors in the chief, paced to this share"),
+    # collectors/live_thread.py spaces its ticks so that their CPU stays within this share
+    # (plus a burst): a costlier tick makes the next one come later, never cost more
+    # (TFDIAG_LIVE_CPU_SHARE gives more). Screens every 2 s at 1-3 ms take 0.05-0.15 %; the
+    # rest pays for confirming an onset (a few analyses of 30-150 ms) every minute or two.
+    "live": Budget(core_share=0.003, what="live findings in the chief: a screen every 2 s, the detectors to confirm"),
 }
 
 

@@ -55,10 +55,11 @@ ENV_VAR = "TFDIAG_LIVE_FINDINGS"
 # unset: the ``live`` budget of collectors/budget.py.
 SHARE_ENV_VAR = "TFDIAG_LIVE_CPU_SHARE"
 STOP_TIMEOUT_S = 10.0
-# CPU seconds the thread may spend ahead of its share: a few confirmations (30-60 ms each
-# on a two-worker window) and the first one's read of the whole task files, so that a
-# finding is confirmed when the screen flags it rather than when the share has paid for it.
-BURST_CPU_S = 0.5
+# CPU seconds the thread may spend ahead of its share: the confirmations of an onset and
+# its clearing (a few analyses of 30-150 ms each on a two-worker window, the costlier on a
+# loaded host) and the first one's read of the whole task files, so that a finding is
+# confirmed when the screen flags it rather than when the share has paid for it.
+BURST_CPU_S = 1.0
 
 
 def interval_from(option: float | None) -> float | None:
@@ -181,7 +182,7 @@ class LiveThread:
     def pause_s(self) -> float:
         """Seconds until the next tick: ``interval_s``, or longer while the thread has spent
         more than its share accrued plus ``BURST_CPU_S``: until the share pays the debt back
-        (a 40-ms confirmation 10 ms in debt, at the 0.1 % of ``collectors/budget.py``: 10 s)."""
+        (a confirmation that leaves 30 ms of debt, at the 0.3 % of ``collectors/budget.py``: 10 s)."""
         now_ns = time.monotonic_ns()
         accrued = (now_ns - self._credited_at_ns) * self.core_share
         self._credit_ns = min(self._credit_ns + int(accrued), int(BURST_CPU_S * 1e9))

@@ -108,7 +108,7 @@ def test_ticks_are_spaced_to_stay_within_the_live_share_of_a_core(tmp_path, monk
     assert thread.cpu_ns / 1e9 <= 0.02 * alive_s + 0.005 + last_tick_s
 
 
-@pytest.mark.parametrize("env, expected", [(None, 0.001), ("0.01", 0.01), ("2", 0.001), ("lots", 0.001)])
+@pytest.mark.parametrize("env, expected", [(None, 0.003), ("0.01", 0.01), ("2", 0.003), ("lots", 0.003)])
 def test_the_share_comes_from_the_environment_else_the_budget(monkeypatch, env, expected):
     if env is None:
         monkeypatch.delenv(live_thread.SHARE_ENV_VAR, raising=False)

@@ -4,13 +4,14 @@
 (about a millisecond); the full analysis of the last ``live.WINDOW_S`` seconds
 (``live.LiveFindings``: measure, every detector, the advisor) runs only when:
 
-- a candidate (kind, task) stood ``SCREEN_PERSIST`` screens in a row and no announced
-  finding covers it: that analysis announces the finding the first time it sees it, with
-  its own title, evidence and predicted speed-up (so the announced prediction is the one
-  the whole-run analysis makes of the same window); a candidate it rejects is tried again
-  ``CONFIRM_RETRY_S`` later, then twice as long each time up to ``MAX_RETRY_S``;
-- an announced finding's candidate is gone: every ``CONFIRM_RETRY_S`` until the analysis
-  clears it (two evaluations in a row without it).
+- a candidate (kind, task) stood ``SCREEN_PERSIST_S`` and no announced finding covers
+  it: that analysis announces the finding the first time it sees it, with its own title,
+  evidence and predicted speed-up (so the announced prediction is the one the whole-run
+  analysis makes of the same window); a candidate it rejects is tried again
+  ``CONFIRM_RETRY_S`` later, twice, then twice as long each time up to ``MAX_RETRY_S``
+  (a candidate that comes and goes keeps its wait until it has been gone that long);
+- an announced finding's candidate has been gone ``CLEAR_AFTER_S``: every
+  ``CONFIRM_RETRY_S`` until the analysis clears it (two evaluations in a row without it).
 
 Stopped, silent and failed tasks (``live_stops``) are announced from the screen itself.
 pandas and the analysis are imported on the first confirmation, not before: a job whose
@@ -33,15 +34,20 @@ from tfdiag.analysis.live_screen import LiveScreen
 from tfdiag.analysis.live_stops import typical_periods
 from tfdiag.analysis.live_transition import Transition, message
 
-# Screens in a row a candidate must stand before the analysis confirms it: one screen's
-# window can hold a single late batch of records.
-SCREEN_PERSIST = 2
+# Seconds a candidate must stand before the analysis confirms it: one screen's window can
+# hold a single late batch of records, and the analysis's window (live.WINDOW_S) shows a
+# change once about half of it is past the change's onset, which the screen (a window of
+# live_screen.RECENT_S) sees about two seconds in.
+SCREEN_PERSIST_S = 3.0
 # Seconds before a rejected candidate, or an announced finding the screen no longer shows,
-# is analysed again; a rejected one waits twice as long each time, up to MAX_RETRY_S, so a
-# candidate the analysis keeps rejecting (a job input-bound from its start, below the
-# detector's bar) costs a confirmation every two minutes, not every screen.
+# is analysed again; a rejected one waits twice as long each time after two tries, up to
+# MAX_RETRY_S, so a candidate the analysis keeps rejecting (a job slow in a way the
+# detector does not count as a finding) costs a confirmation every two minutes, not every screen.
 CONFIRM_RETRY_S = 2.0
 MAX_RETRY_S = 120.0
+# Seconds an announced finding's candidate must have been gone before the analysis is asked
+# to clear it: its window still holds the change until about half of it is past the end.
+CLEAR_AFTER_S = 4.0
 # Severity of the findings the screen announces itself.
 STOP_SEVERITY = "critical"
 
@@ -66,9 +72,9 @@ class LiveMonitor:
         self.confirm_cpu_ns = 0  # thread CPU of the confirmations, the first import of the analysis left out
         self.setup_cpu_ns = 0  # thread CPU of that import
         self._live = None  # live.LiveFindings, made on the first confirmation
-        self._streak: dict[tuple[str, str], int] = {}  # candidate -> screens in a row it stood
-        self._since: dict[tuple[str, str], int] = {}  # candidate -> the first of those screens
-        self._retry: dict[tuple[str, str], tuple[int, float]] = {}  # candidate -> (next try ns, its wait s)
+        self._since: dict[tuple[str, str], int] = {}  # standing candidate -> the first screen of its streak
+        self._retry: dict[tuple[str, str], tuple[int, int]] = {}  # candidate -> (next try ns, rejections)
+        self._seen_ns: dict[tuple[str, str], int] = {}  # candidate -> the last screen that showed it
         self._clear_at_ns = 0  # the next analysis that may clear an announced finding
         self._stops: dict[tuple[str, str], Transition] = {}  # announced by the screen, not cleared
 
@@ -78,14 +84,17 @@ class LiveMonitor:
         self.screen.update(now_ns)
         self.screens += 1
         candidates = self.screen.candidates()
-        self._streak = {key: self._streak.get(key, 0) + 1 for key in candidates}
         self._since = {key: self._since.get(key, now_ns) for key in candidates}
-        for key in [key for key in self._retry if key not in self._streak]:
-            del self._retry[key]
+        self._seen_ns.update(dict.fromkeys(candidates, now_ns))
+        for key, (next_ns, _) in list(self._retry.items()):
+            if now_ns - self._seen_ns[key] > max(next_ns - now_ns, 0) + MAX_RETRY_S / 2:
+                del self._retry[key]  # gone for long enough: a new onset starts afresh
         transitions = self._stop_transitions(now_ns)
-        standing = [key for key, streak in self._streak.items() if streak >= SCREEN_PERSIST]
-        due = [key for key in standing if not self._covered(key) and now_ns >= self._retry.get(key, (0, 0.0))[0]]
-        unshown = [key for key in self._announced() if not any(self._matches(key, c) for c in candidates)]
+        standing = [key for key, since in self._since.items() if now_ns - since >= SCREEN_PERSIST_S * 1e9]
+        due = [key for key in standing if not self._covered(key) and now_ns >= self._retry.get(key, (0, 0))[0]]
+        gone_ns = int(CLEAR_AFTER_S * 1e9)
+        unshown = [key for key in self._announced()
+                   if all(now_ns - seen >= gone_ns for c, seen in self._seen_ns.items() if self._matches(key, c))]
         if due or (unshown and now_ns >= self._clear_at_ns):
             transitions += self._confirm(now_ns, standing, due)
             self._clear_at_ns = now_ns + int(CONFIRM_RETRY_S * 1e9)
@@ -106,8 +115,9 @@ class LiveMonitor:
         self.confirm_cpu_ns += time.thread_time_ns() - begin
         for key in due:
             if not self._covered(key):
-                wait_s = min(self._retry.get(key, (0, CONFIRM_RETRY_S / 2))[1] * 2, MAX_RETRY_S)
-                self._retry[key] = (now_ns + int(wait_s * 1e9), wait_s)
+                rejections = self._retry.get(key, (0, 0))[1] + 1
+                wait_s = min(CONFIRM_RETRY_S * 2 ** max(rejections - 2, 0), MAX_RETRY_S)
+                self._retry[key] = (now_ns + int(wait_s * 1e9), rejections)
         return transitions
 
     def _announced(self) -> list[tuple[str, tuple[str, ...]]]:

@@ -43,8 +43,10 @@ RECENT_S = 4.0
 # median is a candidate: below the straggler detector's lowest bar (WARNING_SLOWDOWN,
 # 1.25x), so every worker it would name is screened first.
 SCREEN_SLOWDOWN = 1.2
-# A worker's recent input wait this share of its step time is a candidate: half the
-# input_bound detector's warning share (0.2), for the same reason.
+# A worker whose recent input wait rose by this share of its step time above the lowest
+# share it had so far (or the other workers' median share) is a candidate: half the
+# input_bound detector's warning share (0.2). A rise, not a level: a job input-bound from
+# its start is the whole-run report's, and a candidate the analysis keeps rejecting costs.
 SCREEN_INPUT_SHARE = 0.1
 # A link to a ps whose recent median round trip is this much above, and this many times,
 # its own earlier median (or, before it has one, the fastest link of the same source) is a
@@ -111,6 +113,7 @@ class LiveScreen:
         self.steps: dict[str, _Series] = defaultdict(_Series)  # worker -> (end, duration, wait, steps, compute)
         self.links: dict[tuple[str, str, str], _Series] = defaultdict(_Series)  # (source, src, dst) -> (time, ns)
         self.baselines: dict[tuple[str, str, str], int] = {}  # a link's lowest recent median so far
+        self.lowest_input_share: dict[str, float] = {}  # a worker's lowest recent input-wait share so far
         self.stops = Stops(own_task)
         self.last_step: dict[str, int] = {}  # worker -> its highest step number
         self.newest_ns: dict[str, int] = {}  # worker -> its newest step record's end
@@ -236,10 +239,15 @@ class LiveScreen:
         return found
 
     def _input_waits(self) -> list[tuple[str, str]]:
+        shares = {task: wait.sum() / max(duration.sum(), 1)
+                  for task, (_, duration, wait, _, _) in self.worker_rows().items() if len(duration) >= MIN_SCREEN_RECORDS}
         found = []
-        for task, (_, duration, wait, _, _) in self.worker_rows().items():
-            if len(duration) >= MIN_SCREEN_RECORDS and wait.sum() >= SCREEN_INPUT_SHARE * max(duration.sum(), 1):
+        for task, share in shares.items():
+            others = [value for other, value in shares.items() if other != task]
+            reference = min(self.lowest_input_share.get(task, share), float(np.median(others)) if others else 1.0)
+            if share - reference >= SCREEN_INPUT_SHARE:
                 found.append(("input_bound", task))
+            self.lowest_input_share[task] = min(self.lowest_input_share.get(task, share), share)
         return found
 
     def _slow_links(self) -> list[tuple[str, str]]:
