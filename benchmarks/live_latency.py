@@ -177,6 +177,7 @@ def _scored(run: Path, args, onsets, clean_end_ns: int, code: int, load_before: 
     cost = COST.search(notes[-1]) if notes else None
     return {
         "job": args.job, "fault": args.fault, "exit": code, "onsets": len(latencies) + missed,
+        "onsets_ns": onsets, "clean_end_ns": clean_end_ns,
         "announced_s": latencies, "missed": missed,
         "false": [f"{r['state']} {r['kind']} ({r['tasks']})" for r in found if r["time_ns"] < clean_end_ns],
         "other": sorted({f"{r['kind']} ({r['tasks']})" for r in found if (r["kind"], r["tasks"]) != (kind, task)}),
@@ -335,7 +336,8 @@ def _replayed(run: Path, interval_s: float):
             copy.until(now_ns)
             confirmations, setup = monitor.confirmations, monitor.setup_cpu_ns
             begin = time.thread_time_ns()
-            messages += [transition.message for transition in monitor.tick(now_ns)]
+            messages += [f"{(now_ns - copy.first_ns) / 1e9:.0f} s: {transition.message}"
+                         for transition in monitor.tick(now_ns)]
             took = (time.thread_time_ns() - begin - (monitor.setup_cpu_ns - setup)) / 1e6
             (confirms if monitor.confirmations > confirmations else screens).append(took)
             now_ns += int(interval_s * 1e9)

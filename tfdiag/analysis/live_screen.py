@@ -61,6 +61,11 @@ MIN_SCREEN_RECORDS = 4
 LAGGING_S = 10.0
 
 
+# The kinds the screen reads; the reader passes over the others (closures, system samples:
+# most of a coordinator's frames) before checking them.
+SCREENED_KINDS = frozenset({"step", "rpc", "transfer", "heartbeat", "liveness", "exit"})
+
+
 class _Series:
     """Time-stamped numpy columns, appended in batches, older rows dropped."""
 
@@ -152,7 +157,7 @@ class LiveScreen:
             offset = 0  # a new or replaced file (a restarted task): read from its start
         if stat.st_size == offset:
             return
-        result = read_task_file(path, offset)
+        result = read_task_file(path, offset, SCREENED_KINDS)
         self.bytes_read += result.end_offset - offset
         self._files[path] = ((stat.st_dev, stat.st_ino), result.end_offset)
         for kind, batches in result.batches.items():
