@@ -78,11 +78,13 @@ class LiveFindings:
     Args:
         run_dir: the run directory (``RUN``).
         window_s: seconds of records each evaluation analyses.
+        only_confirmed: announce only the findings a screen's candidates name (``confirm``).
     """
 
-    def __init__(self, run_dir: str | os.PathLike, window_s: float = WINDOW_S):
+    def __init__(self, run_dir: str | os.PathLike, window_s: float = WINDOW_S, only_confirmed: bool = False):
         self.path = Path(run_dir)
         self.window_s = window_s
+        self.only_confirmed = only_confirmed  # announce only what ``evaluate``'s ``confirm`` names
         self.evaluations = 0  # windows judged (with enough data)
         self.analyses = 0  # of which the analysis ran on (the others: the window had not changed)
         self.findings: dict[tuple[str, tuple[str, ...]], Finding] = {}  # the last judged window's, announced severities
@@ -133,6 +135,8 @@ class LiveFindings:
             if since_ns is not None and not tracked.announced:
                 tracked.onset_ns = min(tracked.onset_ns, since_ns)
             persist = 1 if since_ns is not None else PERSIST_EVALUATIONS
+            if since_ns is None and self.only_confirmed:
+                continue
             if not tracked.announced and tracked.seen >= persist:
                 tracked.announced = True
                 transitions.append(_transition("began", tracked, tracked.onset_ns, now_ns))

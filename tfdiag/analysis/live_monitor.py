@@ -13,6 +13,8 @@
 - an announced finding's candidate has been gone ``CLEAR_AFTER_S``: every
   ``CONFIRM_RETRY_S`` until the analysis clears it (two evaluations in a row without it).
 
+Only what a candidate names is announced (an analysis run to confirm one straggler can
+see other findings in a window of a few seconds: the report after the run judges those).
 Stopped, silent and failed tasks (``live_stops``) are announced from the screen itself.
 pandas and the analysis are imported on the first confirmation, not before: a job whose
 screen never flags anything never imports them.
@@ -105,7 +107,7 @@ class LiveMonitor:
             begin = time.thread_time_ns()
             from tfdiag.analysis.live import LiveFindings  # here: pandas only once something needs confirming
 
-            self._live = LiveFindings(self.path)
+            self._live = LiveFindings(self.path, only_confirmed=True)
             self.setup_cpu_ns = time.thread_time_ns() - begin
         begin = time.thread_time_ns()
         self.before_confirmation()

@@ -63,7 +63,7 @@ LAGGING_S = 10.0
 
 # The kinds the screen reads; the reader passes over the others (closures, system samples:
 # most of a coordinator's frames) before checking them.
-SCREENED_KINDS = frozenset({"step", "rpc", "transfer", "heartbeat", "liveness", "exit"})
+SCREENED_KINDS = frozenset({"step", "closure", "rpc", "transfer", "heartbeat", "liveness", "exit"})
 
 
 class _Series:
@@ -116,6 +116,7 @@ class LiveScreen:
     def __init__(self, run_dir: str | os.PathLike, own_task: str | None = None):
         self.path = Path(run_dir)
         self.steps: dict[str, _Series] = defaultdict(_Series)  # worker -> (end, duration, wait, steps, compute)
+        self.results: dict[str, _Series] = defaultdict(_Series)  # worker -> (closure result, its dispatch)
         self.links: dict[tuple[str, str, str], _Series] = defaultdict(_Series)  # (source, src, dst) -> (time, ns)
         self.baselines: dict[tuple[str, str, str], int] = {}  # a link's lowest recent median so far
         self.lowest_input_share: dict[str, float] = {}  # a worker's lowest recent input-wait share so far
@@ -143,7 +144,7 @@ class LiveScreen:
         cutoff = min(current, default=now_ns) - int(RECENT_S * 1e9)
         for series in self.steps.values():
             series.forget_before(cutoff)
-        for series in self.links.values():
+        for series in (*self.links.values(), *self.results.values()):
             series.forget_before(series.newest() - int(RECENT_S * 1e9))
         self.stops.forget(now_ns)
 
@@ -179,6 +180,15 @@ class LiveScreen:
             self.last_step[task] = max(self.last_step.get(task, 0), int(numbers[mine].max()))
             self.newest_ns[task] = max(self.newest_ns.get(task, 0), int(end[mine].max()))
 
+    def _fold_closures(self, batch: pa.RecordBatch) -> None:
+        """A coordinator's closure records come within a second of each result, its step
+        records (with the workers' timings) up to FETCH_EVERY_S later: the results show a
+        slowed worker first."""
+        workers, result, ok = _strings(batch, "worker"), _ints(batch, "result_ns"), _ints(batch, "ok")
+        for worker in set(workers.tolist()) - {""}:
+            mine = (workers == worker) & (ok == 1)
+            self.results[worker].add(result[mine], _ints(batch, "dispatch_ns")[mine])
+
     def _fold_links(self, batch: pa.RecordBatch, source: str) -> None:
         src, dst = _strings(batch, "src"), _strings(batch, "dst")
         if source == "rpc":
@@ -196,12 +206,12 @@ class LiveScreen:
             mine = keep & (src == pair[0]) & (dst == pair[1])
             self.links[(source, *pair)].add(times[mine], took[mine])
 
-    _FOLDS = {"step": _fold_steps, "rpc": lambda self, batch: self._fold_links(batch, "rpc"),
+    _FOLDS = {"step": _fold_steps, "closure": _fold_closures, "rpc": lambda self, batch: self._fold_links(batch, "rpc"),
               "transfer": lambda self, batch: self._fold_links(batch, "transfer")}
 
     def candidates(self) -> list[tuple[str, str]]:
         """The (kind, task) pairs the recent window shows, each worth confirming."""
-        return sorted(set(self._stragglers() + self._input_waits() + self._slow_links()))
+        return sorted(set(self._stragglers() + self._slow_results() + self._input_waits() + self._slow_links()))
 
     def worker_rows(self) -> dict[str, tuple[np.ndarray, ...]]:
         """Each worker's step records of the recent window: (end, duration, wait, steps, compute)."""
@@ -241,6 +251,23 @@ class LiveScreen:
                 ratios = np.array(mine) / typical
             if np.nanmax(np.where(np.isfinite(ratios), ratios, np.nan), initial=0) >= SCREEN_SLOWDOWN:
                 found.append(("straggler", task))
+        return found
+
+    def _slow_results(self) -> list[tuple[str, str]]:
+        """Workers whose closures came back SCREEN_SLOWDOWN times less often than the others'
+        over the last RECENT_S of results."""
+        newest = max((series.newest() for series in self.results.values()), default=0)
+        counts = {}
+        for worker, series in self.results.items():
+            recent = series.since(newest - int(RECENT_S * 1e9))
+            counts[worker] = len(recent[0]) if recent is not None else 0
+        if len(counts) < 2 or max(counts.values()) < MIN_SCREEN_RECORDS:
+            return []
+        found = []
+        for worker, count in counts.items():
+            others = float(np.median([value for other, value in counts.items() if other != worker]))
+            if others >= MIN_SCREEN_RECORDS and others >= SCREEN_SLOWDOWN * max(count, 0.5):
+                found.append(("straggler", worker))
         return found
 
     def _input_waits(self) -> list[tuple[str, str]]:
