@@ -49,6 +49,22 @@ from tfdiag.store import log_dir
 # straggler threshold (1.25x; 1.5x on one shared host) once two thirds of the window
 # is after its onset (about 7 s; 5.6 s at 2.5x), which sets how soon one can be announced.
 WINDOW_S = 10.0
+# The window a slow_link candidate is confirmed on holds this many of a link's round trips
+# at the probe's recent pace (the detector needs MIN_LINK_SAMPLES, 3, and judges a link by
+# its fastest, so the window must lie after the onset): the probe paces itself to its
+# budget, and on a loaded host a link may get a round trip every 15 s rather than every
+# second. Never shorter than WINDOW_S, nor longer than LINK_WINDOW_MAX_S.
+LINK_WINDOW_PROBES = 4
+LINK_WINDOW_MAX_S = 90.0
+
+
+def link_window_s(probe_interval_s: float | None) -> float:
+    """The slow_link window for probes ``probe_interval_s`` apart.
+
+    >>> link_window_s(1.0), link_window_s(15.0), link_window_s(None)
+    (10.0, 60.0, 10.0)
+    """
+    return min(max(LINK_WINDOW_PROBES * (probe_interval_s or 0.0), WINDOW_S), LINK_WINDOW_MAX_S)
 # A window is judged only when it holds this many step records, spread over at least
 # this share of the window (a job that has just started, or a stalled one, is not).
 MIN_STEP_RECORDS = 20

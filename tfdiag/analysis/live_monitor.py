@@ -2,7 +2,8 @@
 
 ``LiveMonitor.tick(now_ns)`` brings the screen (``live_screen``) up to date and judges it
 (about a millisecond); the full analysis of the last ``live.WINDOW_S`` seconds
-(``live.LiveFindings``: measure, every detector, the advisor) runs only when:
+(``live.LiveFindings``: measure, every detector, the advisor; for a slow link, a window of
+a few round trips at the probe's pace, ``live.link_window_s``) runs only when:
 
 - a candidate (kind, task) stood ``SCREEN_PERSIST_S`` and no announced finding covers
   it: that analysis announces the finding the first time it sees it, with its own title,
@@ -74,6 +75,7 @@ class LiveMonitor:
         self.confirm_cpu_ns = 0  # thread CPU of the confirmations, the first import of the analysis left out
         self.setup_cpu_ns = 0  # thread CPU of that import
         self._live = None  # live.LiveFindings, made on the first confirmation
+        self._live_links = None  # the same on a window of a few probe round trips, for slow_link
         self._since: dict[tuple[str, str], int] = {}  # standing candidate -> the first screen of its streak
         self._retry: dict[tuple[str, str], tuple[int, int]] = {}  # candidate -> (next try ns, rejections)
         self._seen_ns: dict[tuple[str, str], int] = {}  # candidate -> the last screen that showed it
@@ -105,14 +107,19 @@ class LiveMonitor:
     def _confirm(self, now_ns: int, standing: list[tuple[str, str]], due: list[tuple[str, str]]) -> list[Transition]:
         if self._live is None:
             begin = time.thread_time_ns()
-            from tfdiag.analysis.live import LiveFindings  # here: pandas only once something needs confirming
+            from tfdiag.analysis.live import LiveFindings  # here: only once something needs confirming
 
             self._live = LiveFindings(self.path, only_confirmed=True)
             self.setup_cpu_ns = time.thread_time_ns() - begin
+        self._pace_link_window()
         begin = time.thread_time_ns()
         self.before_confirmation()
         screened = {(kind, (task,)) for kind, task in self._stops}  # announced from the screen already
-        transitions = [t for t in self._live.evaluate(now_ns, confirm={key: self._since[key] for key in standing}) if (t.kind, t.tasks) not in screened]
+        transitions = []
+        for live, links in ((self._live, False), (self._live_links, True)):
+            if any((kind == "slow_link") == links for kind, _ in due) or live.announced_keys():
+                confirm = {key: self._since[key] for key in standing if (key[0] == "slow_link") == links}
+                transitions += [t for t in live.evaluate(now_ns, confirm=confirm) if (t.kind, t.tasks) not in screened]
         self.confirmations += 1
         self.confirm_cpu_ns += time.thread_time_ns() - begin
         for key in due:
@@ -122,8 +129,20 @@ class LiveMonitor:
                 self._retry[key] = (now_ns + int(wait_s * 1e9), rejections)
         return transitions
 
+    def _pace_link_window(self) -> None:
+        """A slow_link window of a few round trips at the probe's pace (``live.link_window_s``),
+        made again when the pace changed twofold and no slow link is announced."""
+        from tfdiag.analysis.live import LiveFindings, link_window_s
+
+        window_s = link_window_s(self.screen.probe_interval_s())
+        current = self._live_links
+        if current is None or (not current.announced_keys() and not 0.5 <= window_s / current.window_s <= 2):
+            self._live_links = LiveFindings(self.path, window_s, only_confirmed=True)
+
     def _announced(self) -> list[tuple[str, tuple[str, ...]]]:
-        return self._live.announced_keys() if self._live is not None else []
+        if self._live is None:
+            return []
+        return self._live.announced_keys() + self._live_links.announced_keys()
 
     @staticmethod
     def _matches(key: tuple[str, tuple[str, ...]], candidate: tuple[str, str]) -> bool:

@@ -53,6 +53,12 @@ SCREEN_INPUT_SHARE = 0.1
 # candidate: half the slow_link detector's bars (MIN_EXTRA_NS, 2 ms; SLOW_RATIO, 3x).
 SCREEN_LINK_EXTRA_NS = 1_000_000
 SCREEN_LINK_RATIO = 1.5
+# A link's recent round trips: its last LINK_SAMPLES probes (the slow_link detector's
+# MIN_LINK_SAMPLES), if no older than LINK_RECENT_S. The probe paces itself to its own
+# budget, so on a loaded host a link may get a round trip every 15 s rather than every
+# second: a window of seconds would hold none (live.LINK_WINDOW_S is the analysis's).
+LINK_SAMPLES = 3
+LINK_RECENT_S = 60.0
 # Fewest records of a worker (steps) or a link (round trips) in the recent window for its
 # median to be compared: fewer is too noisy to be worth a confirmation.
 MIN_SCREEN_RECORDS = 4
@@ -144,8 +150,10 @@ class LiveScreen:
         cutoff = min(current, default=now_ns) - int(RECENT_S * 1e9)
         for series in self.steps.values():
             series.forget_before(cutoff)
-        for series in (*self.links.values(), *self.results.values()):
+        for series in self.results.values():
             series.forget_before(series.newest() - int(RECENT_S * 1e9))
+        for series in self.links.values():
+            series.forget_before(series.newest() - int(LINK_RECENT_S * 1e9))
         self.stops.forget(now_ns)
 
     def _read(self, path: Path) -> None:
@@ -282,12 +290,21 @@ class LiveScreen:
             self.lowest_input_share[task] = min(self.lowest_input_share.get(task, share), share)
         return found
 
+    def probe_interval_s(self) -> float | None:
+        """The median seconds between a link's round trips lately; None before any link has two."""
+        gaps = []
+        for series in self.links.values():
+            recent = series.since(series.newest() - int(LINK_RECENT_S * 1e9))
+            if recent is not None and len(recent[0]) >= 2:
+                gaps.append((recent[0].max() - recent[0].min()) / (len(recent[0]) - 1) / 1e9)
+        return float(np.median(gaps)) if gaps else None
+
     def _slow_links(self) -> list[tuple[str, str]]:
         medians = {}
         for key, series in self.links.items():
-            recent = series.since(series.newest() - int(RECENT_S * 1e9))
-            if recent is not None and len(recent[0]) >= MIN_SCREEN_RECORDS:
-                medians[key] = int(np.median(recent[1]))
+            recent = series.since(series.newest() - int(LINK_RECENT_S * 1e9))
+            if recent is not None and len(recent[0]) >= LINK_SAMPLES:
+                medians[key] = int(np.median(recent[1][np.argsort(recent[0])[-LINK_SAMPLES:]]))
         found = []
         for key, median in medians.items():
             same_source = [value for other, value in medians.items() if other != key and other[:2] == key[:2]]
