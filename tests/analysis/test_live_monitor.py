@@ -140,10 +140,12 @@ def test_the_screen_reads_only_what_was_appended(tmp_path):
 def test_a_coordinators_closure_results_show_a_slowed_worker_before_its_step_records(tmp_path):
     run = RunBuilder(tmp_path / "run", workers=2, ps=1)
     for task, step_ms in (("worker:0", 20.0), ("worker:1", 50.0)):
-        for i in range(int(4000 / (step_ms + 1))):  # results only: the timings are copied later
+        for i in range(int(14_000 / (step_ms + 1))):  # results only: the timings are copied later
             result = START_NS + int((i + 1) * (step_ms + 1) * MS)
             run.record("closure", worker=task, closure_id=i, dispatch_ns=result - int(step_ms * MS),
                        result_ns=result, ok=True, error="")
     screen = LiveScreen(run.write(by_task=True), "chief:0")
-    screen.update(START_NS + 4 * S)
+    screen.update(START_NS + 14 * S)
     assert screen.candidates() == [("straggler", "worker:1")]
+    screen.first_ns["worker:1"] = START_NS + 8 * S  # a worker that joined 6 s ago: still warming up
+    assert screen.candidates() == []

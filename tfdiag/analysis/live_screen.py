@@ -62,6 +62,10 @@ LINK_RECENT_S = 60.0
 # Fewest records of a worker (steps) or a link (round trips) in the recent window for its
 # median to be compared: fewer is too noisy to be worth a confirmation.
 MIN_SCREEN_RECORDS = 4
+# A worker's first seconds of records are not screened: its first steps or closures
+# (tracing, warming caches, workers joining one after the other) are slower in every job,
+# and a window of a few seconds would take that for a straggler.
+WARMUP_S = 10.0
 # A worker whose newest step record is this much older than the newest of any worker is
 # left out of the straggler and input screens (``live_stops`` judges a worker that stopped).
 LAGGING_S = 10.0
@@ -129,6 +133,7 @@ class LiveScreen:
         self.stops = Stops(own_task)
         self.last_step: dict[str, int] = {}  # worker -> its highest step number
         self.newest_ns: dict[str, int] = {}  # worker -> its newest step record's end
+        self.first_ns: dict[str, int] = {}  # worker -> its first step record's or closure result's time
         self.bytes_read = 0
         self._files: dict[Path, tuple[tuple[int, int], int]] = {}  # path -> ((device, inode), next offset)
         self._listed: tuple[int, list[Path]] = (-1, [])  # (the directory's mtime, its task files)
@@ -187,6 +192,7 @@ class LiveScreen:
             self.steps[task].add(end[mine], duration[mine], wait[mine], steps[mine], compute[mine])
             self.last_step[task] = max(self.last_step.get(task, 0), int(numbers[mine].max()))
             self.newest_ns[task] = max(self.newest_ns.get(task, 0), int(end[mine].max()))
+            self.first_ns.setdefault(task, int(end[mine].min()))
 
     def _fold_closures(self, batch: pa.RecordBatch) -> None:
         """A coordinator's closure records come within a second of each result, its step
@@ -196,6 +202,8 @@ class LiveScreen:
         for worker in set(workers.tolist()) - {""}:
             mine = (workers == worker) & (ok == 1)
             self.results[worker].add(result[mine], _ints(batch, "dispatch_ns")[mine])
+            if mine.any():
+                self.first_ns.setdefault(worker, int(result[mine].min()))
 
     def _fold_links(self, batch: pa.RecordBatch, source: str) -> None:
         src, dst = _strings(batch, "src"), _strings(batch, "dst")
@@ -233,6 +241,8 @@ class LiveScreen:
         if not current:
             return {}
         reached = min(current.values())
+        if reached - max(self.first_ns[task] for task in current) < WARMUP_S * 1e9:
+            return {}
         rows = {task: self.steps[task].since(reached - int(RECENT_S * 1e9)) for task in current}
         return {task: tuple(column[row[0] <= reached] for column in row)
                 for task, row in rows.items() if row is not None and (row[0] <= reached).any()}
@@ -269,7 +279,8 @@ class LiveScreen:
         for worker, series in self.results.items():
             recent = series.since(newest - int(RECENT_S * 1e9))
             counts[worker] = len(recent[0]) if recent is not None else 0
-        if len(counts) < 2 or max(counts.values()) < MIN_SCREEN_RECORDS:
+        if len(counts) < 2 or max(counts.values()) < MIN_SCREEN_RECORDS or \
+                newest - max(self.first_ns.get(worker, newest) for worker in counts) < WARMUP_S * 1e9:
             return []
         found = []
         for worker, count in counts.items():
