@@ -49,8 +49,9 @@ SCREEN_SLOWDOWN = 1.2
 # its start is the whole-run report's, and a candidate the analysis keeps rejecting costs.
 SCREEN_INPUT_SHARE = 0.1
 # A link to a ps whose recent median round trip is this much above, and this many times,
-# its own earlier median (or, before it has one, the fastest link of the same source) is a
-# candidate: half the slow_link detector's bars (MIN_EXTRA_NS, 2 ms; SLOW_RATIO, 3x).
+# the median of the links from the same task to the other ps is a candidate: half the
+# slow_link detector's bars (MIN_EXTRA_NS, 2 ms; SLOW_RATIO, 3x), against the same peers
+# (a loaded host slows every link alike).
 SCREEN_LINK_EXTRA_NS = 1_000_000
 SCREEN_LINK_RATIO = 1.5
 # A link's recent round trips: its last LINK_SAMPLES probes (the slow_link detector's
@@ -128,7 +129,6 @@ class LiveScreen:
         self.steps: dict[str, _Series] = defaultdict(_Series)  # worker -> (end, duration, wait, steps, compute)
         self.results: dict[str, _Series] = defaultdict(_Series)  # worker -> (closure result, its dispatch)
         self.links: dict[tuple[str, str, str], _Series] = defaultdict(_Series)  # (source, src, dst) -> (time, ns)
-        self.baselines: dict[tuple[str, str, str], int] = {}  # a link's lowest recent median so far
         self.lowest_input_share: dict[str, float] = {}  # a worker's lowest recent input-wait share so far
         self.stops = Stops(own_task)
         self.last_step: dict[str, int] = {}  # worker -> its highest step number
@@ -318,9 +318,10 @@ class LiveScreen:
                 medians[key] = int(np.median(recent[1][np.argsort(recent[0])[-LINK_SAMPLES:]]))
         found = []
         for key, median in medians.items():
-            same_source = [value for other, value in medians.items() if other != key and other[:2] == key[:2]]
-            reference = self.baselines.get(key, min(same_source, default=median))
+            peers = [value for other, value in medians.items() if other != key and other[:2] == key[:2]]
+            if not peers:
+                continue  # the detector judges a ps against the others: one ps alone is never slow_link
+            reference = float(np.median(peers))
             if median - reference >= SCREEN_LINK_EXTRA_NS and median >= SCREEN_LINK_RATIO * reference:
                 found.append(("slow_link", key[2]))
-            self.baselines[key] = min(self.baselines.get(key, median), median)
         return found
