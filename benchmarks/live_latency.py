@@ -118,7 +118,9 @@ def one_run(workdir: Path, args) -> dict:
     if args.job == "mwms_dict_fit":
         extra["keras"] = "tf_keras"
     for name in (ENV_VAR, SHARE_ENV_VAR):
-        os.environ.pop(name, None)  # the defaults
+        os.environ.pop(name, None)  # the defaults...
+    if args.share:
+        os.environ[SHARE_ENV_VAR] = str(args.share)  # ...but this share of a core
     config = JobConfig(shape, str(workdir / "run"), steps=args.steps, ps=ps, workers=workers, inject=inject,
                        extra=extra)
     load_before = os.getloadavg()[0]
@@ -176,7 +178,7 @@ def _scored(run: Path, args, onsets, clean_end_ns: int, code: int, load_before: 
     notes = [n["message"] for n in all_records(run, "note") if n["message"].startswith("live findings:")]
     cost = COST.search(notes[-1]) if notes else None
     return {
-        "job": args.job, "fault": args.fault, "exit": code, "onsets": len(latencies) + missed,
+        "job": args.job, "fault": args.fault, "share": args.share, "exit": code, "onsets": len(latencies) + missed,
         "onsets_ns": onsets, "clean_end_ns": clean_end_ns,
         "announced_s": latencies, "missed": missed,
         "false": [f"{r['state']} {r['kind']} ({r['tasks']})" for r in found if r["time_ns"] < clean_end_ns],
@@ -352,7 +354,7 @@ def summary(rows: list[dict]) -> str:
     """One table row per (job, fault): onsets, latency p50/p90/max, missed, false, predictions, cost."""
     by_case = defaultdict(list)
     for row in rows:
-        by_case[(row["job"], row["fault"])].append(row)
+        by_case[(row["job"], row["fault"] + (f", share {row['share']:.0%}" if row.get("share") else ""))].append(row)
     lines = ["| job | fault | onsets | announced after: p50 / p90 / max | missed | false in the clean lead-in | "
              "predicted: announced vs whole-run analysis of the window | ms per screen | confirmations, ms each | "
              "share of a core | load |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -387,6 +389,7 @@ def main(argv=None) -> int:
     parser.add_argument("--rtt-ms", type=float, default=20.0, help="slow_link: round trip the proxy adds")
     parser.add_argument("--input-ms", type=float, default=40.0, help="input: ms more per batch")
     parser.add_argument("--interval", type=float, default=DEFAULT_INTERVAL_S, help="--replay: seconds between ticks")
+    parser.add_argument("--share", type=float, help=f"${SHARE_ENV_VAR} for the job (default: the live budget)")
     parser.add_argument("--timeout", type=float, default=120.0)
     parser.add_argument("--keep", type=Path, help="write the runs under this folder and keep them")
     parser.add_argument("--replay", type=Path, help="replay this recorded run and time its ticks (no job is run)")
