@@ -106,7 +106,9 @@ def _ints(batch: pa.RecordBatch, name: str, default: int = 0) -> np.ndarray:
     if name not in batch.schema.names:
         return np.full(batch.num_rows, default, dtype=np.int64)
     column = batch.column(name)
-    if column.null_count:  # fill_null costs tens of µs: only where there are nulls
+    if column.null_count == len(column):  # a column of nulls (no such stamp): the common case
+        return np.full(len(column), default, dtype=np.int64)
+    if column.null_count:  # fill_null costs tens of µs: only where some are null
         column = column.fill_null(default)
     return column.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
 
