@@ -161,7 +161,6 @@ class LiveScreen:
             series.forget_before(series.newest() - int(RECENT_S * 1e9))
         for series in self.links.values():
             series.forget_before(series.newest() - int(LINK_RECENT_S * 1e9))
-        self.stops.forget(now_ns)
 
     def _read(self, path: Path) -> None:
         try:

@@ -42,7 +42,8 @@ MAX_MESSAGE_CHARS = 160
 
 
 class Stops:
-    """What heartbeats, liveness checks and exit records say about each task, folded as read."""
+    """What heartbeats, liveness checks and exit records say about each task, folded as read
+    (a few numbers per task: nothing grows with the run's length)."""
 
     def __init__(self, own_task: str | None = None):
         self.own_task = own_task
@@ -81,9 +82,6 @@ class Stops:
     def answered(self, task: str, time_ns: int) -> None:
         """The RPC probe reached ``task`` at ``time_ns``."""
         self.answers[task] = max(self.answers.get(task, 0), time_ns)
-
-    def forget(self, now_ns: int) -> None:
-        """Nothing grows with the run's length here (a few numbers per task)."""
 
     def judge(self, now_ns: int, periods_ns: dict[str, float] | None = None) -> dict[tuple[str, str], str]:
         """What holds at ``now_ns``: (kind, task) -> the finding's title. ``periods_ns``:
