@@ -83,8 +83,8 @@ COMPONENTS: dict[str, Budget] = {
                          what="in-graph input-arrival and gradients stamps, read in batches"),
     # collectors/live_thread.py spaces its ticks so that their CPU stays within this share
     # (plus a burst): a costlier tick makes the next one come later, never cost more
-    # (TFDIAG_LIVE_CPU_SHARE gives more). Screens every 2 s at 1-3 ms take 0.05-0.15 %; the
-    # rest pays for confirming an onset (a few analyses of 30-150 ms) every minute or two.
+    # (TFDIAG_LIVE_CPU_SHARE gives more). Screens every 2 s at 2-4 ms take 0.1-0.2 %; the
+    # rest pays for confirming an onset (a few analyses of 100-200 ms) now and then.
     "live": Budget(core_share=0.003, what="live findings in the chief: a screen every 2 s, the detectors to confirm"),
 }
 

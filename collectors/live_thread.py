@@ -5,7 +5,7 @@ ParameterServerStrategy coordinator, or worker 0), started by ``DiagnosticsCallb
 ``DiagnosticsHook`` or ``instrument_coordinator`` unless turned off (``live_interval_s=0``
 or ``TFDIAG_LIVE_FINDINGS=off``). Every ``interval_s`` or more it calls
 ``tfdiag.analysis.live_monitor.LiveMonitor.tick``: a screen of per-task windows kept up to
-date as records arrive (about a millisecond), and the full analysis of the last
+date as records arrive (a few milliseconds), and the full analysis of the last
 ``live.WINDOW_S`` seconds only to confirm what the screen flags. Each finding that began
 or cleared is printed once on stderr (``tfdiag: <task> <kind> since step N: <evidence>;
 predicted +X % if repaired``) and written as a ``live_finding`` record.
@@ -42,10 +42,10 @@ from tfdiag.collectors import budget
 
 logger = logging.getLogger("tfdiag")
 
-# Seconds between screens when no interval is given: a screen costs about a millisecond of
-# CPU (docs/benchmarks.md, "Live findings"), so one every 2 s is 0.05 % of a core, half the
-# live budget, and adds at most 2 s (4 s with the two screens a candidate must stand) to
-# an announcement.
+# Seconds between screens when no interval is given: a screen costs 2-4 ms of CPU
+# (docs/benchmarks.md, "Live findings"), so one every 2 s is 0.1-0.2 % of a core, within the
+# live budget, and adds at most 2 s (5 s with the 3 s a candidate must stand) to an
+# announcement.
 DEFAULT_INTERVAL_S = 2.0
 # Read when the caller passes no interval: seconds between screens ("on", or unset: the
 # default interval); 0 or "off": off.

@@ -1,7 +1,7 @@
 """Live findings: a cheap screen every tick, the full analysis only to confirm what it flags.
 
 ``LiveMonitor.tick(now_ns)`` brings the screen (``live_screen``) up to date and judges it
-(about a millisecond); the full analysis of the last ``live.WINDOW_S`` seconds
+(a few milliseconds); the full analysis of the last ``live.WINDOW_S`` seconds
 (``live.LiveFindings``: measure, every detector, the advisor; for a slow link, a window of
 a few round trips at the probe's pace, ``live.link_window_s``) runs only when:
 

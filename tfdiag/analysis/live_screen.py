@@ -5,7 +5,7 @@
 numpy windows: each worker's recent step records (duration, input wait, steps, own
 compute), each link's recent probe round trips (or traced transfer times), and what
 ``live_stops`` needs (heartbeats, liveness checks, exit records). ``candidates()`` then
-screens them in about a millisecond and returns the (kind, task) pairs worth a full
+screens them in a few milliseconds and returns the (kind, task) pairs worth a full
 analysis: a worker slower than the others (``straggler``), a link slower than it was
 (``slow_link``), a worker waiting on its input (``input_bound``).
 
