@@ -1,32 +1,31 @@
-"""Live findings on a running job: how soon a mid-run straggler is announced, and at what cost.
+"""Live findings on a running job: how soon a fault that begins mid-run is announced, and at what cost.
 
-Each repeat runs ``ps_ctl`` (2 workers, 1 ps) on a local cluster with live findings on
-(``TFDIAG_LIVE_FINDINGS=--interval``). ``--clean`` seconds after its first step
-record, worker 1 gets a CPU quota (``faults.cpu_quota``: SIGSTOP/SIGCONT, ``--on-ms``
-running out of every ``--on-ms + --off-ms``) for ``--starved`` seconds; then the job runs
-free until it ends. Read back from the coordinator's task file:
+Each run starts a job on a local cluster with live findings at their defaults (on, no
+variable set) and, ``--clean`` seconds after its first step record, switches a fault on
+for ``--on`` seconds and off for ``--off`` seconds, over and over until the job ends:
 
-- ``announced_s``: seconds from the quota's start to the ``live_finding`` record that
-  began a ``straggler`` naming worker 1 (the line logged at the same moment);
-- ``cleared_s``: seconds from the quota's end to its ``cleared`` record;
-- ``false``: any finding announced before the quota began (a clean window);
-- the live thread's cost, from the ``note`` it writes when the job closes: evaluations,
-  how far apart on average (the budget spaces them: ``--share``), thread CPU ms per
-  evaluation and per minute, share of one core;
-- the load average (``os.getloadavg``) at the start and the end.
+- ``straggler``: worker 1 under a CPU quota (``faults.cpu_quota``: SIGSTOP/SIGCONT,
+  ``--on-ms`` running out of every ``--on-ms + --off-ms``);
+- ``slow_link``: the delaying proxy in front of ps 1 (``slow-ps=1:--rtt-ms``), its delay
+  switched by a file (``proxy.SWITCH_ENV_VAR``);
+- ``input``: worker 1's input ``--input-ms`` slower per batch, switched by a file
+  (``mwms_dict_fit.INPUT_SWITCH_ENV_VAR``; that job only).
 
-    tools/loopback-only .venv/bin/python benchmarks/live_latency.py --repeats 2   # results as JSON lines, then a table
+Jobs: ``ps_ctl`` (bundled: 2 workers, 2 ps), ``ps_tutorial`` and ``mwms_dict_fit`` (user-style,
+``benchmarks/userjobs/``). Read back from the task files: for every onset, the seconds to
+the first ``live_finding`` that began the expected kind naming the faulty task (none
+within the fault's on-time: missed; an onset with less than ``--on`` seconds of job left
+is not counted); the findings announced in the clean lead-in (false); for each announced
+finding, the whole-run analysis of the same window (``announced_findings`` on the run
+cut to the window) and its predicted speed-up beside the announced one; and the live
+thread's cost from its ``note`` (ticks, ms per tick, confirmations and ms each).
 
-``--keep DIR`` leaves the runs under ``DIR`` (``run0/run``, ...). ``--replay RUN`` then
-copies such a run frame by frame into a growing run (each frame once the run's clock
-passes its newest row), evaluates live findings every ``--interval`` seconds of the
-run's time, and prints the thread CPU per evaluation (a first pass as it runs, a second
-with each part timed) and each part's own thread CPU (``timed_parts``: the reading, each
-table, each detector, the advisor), for docs/benchmarks.md, "Where an evaluation's CPU
-goes". Any recorded run replays (``RUN/plugins/tfdiag``), a kept one or a sample job's:
+    tools/loopback-only .venv/bin/python benchmarks/live_latency.py --job ps_ctl --fault straggler --steps 20000
 
-    .venv/bin/python benchmarks/live_latency.py --replay /tmp/live/run0/run
-    .venv/bin/python benchmarks/live_latency.py --replay /tmp/mwms   # after tfdiag sample mwms_fit --logdir /tmp/mwms
+``--replay RUN`` copies a recorded run frame by frame into a growing run, ticks a
+``LiveMonitor`` every ``--interval`` seconds of the run's time, and prints the thread CPU
+of the screens and of the confirmations apart, then the parts of a confirmation
+(``timed_parts``: the reading, each table, each detector, the advisor).
 """
 
 from __future__ import annotations
@@ -56,8 +55,9 @@ from tfdiag.sample_jobs.jobs import JobConfig  # noqa: E402
 from tfdiag.sample_jobs.launcher import LocalCluster  # noqa: E402
 from tfdiag.store import MANIFEST_NAME, log_dir, read_task_file, task_files  # noqa: E402
 
-COST = re.compile(r"live findings: (\d+) evaluations every ([\d.]+) s or more \(every ([\d.]+) s on average, .*?\), "
-                  r"([\d.]+) ms CPU each, (\d+) ms CPU per minute \(([\d.]+)% of a core\)")
+COST = re.compile(r"live findings: (\d+) evaluations every [\d.]+ s or more \(every ([\d.]+) s on average, .*?\), "
+                  r"([\d.]+) ms CPU each, (\d+) ms CPU per minute \(([\d.]+)% of a core\); (\d+) confirmations "
+                  r"\(([\d.]+) ms CPU each, screens ([\d.]+) ms each\)")
 
 
 def records(run_dir: Path, kind: str) -> list[dict]:
@@ -76,49 +76,142 @@ def wait_for(read, timeout_s: float):
     return read()
 
 
+JOBS = {  # name -> (the launcher's shape, the tasks' command or None for the bundled job, workers, ps)
+    "ps_ctl": ("ps_ctl", None, 2, 2),
+    "ps_tutorial": ("ps_ctl", [sys.executable, "-u", "-m", "benchmarks.userjobs.ps_tutorial", "--task"], 2, 2),
+    "mwms_dict_fit": ("mwms_fit", [sys.executable, "-u", "-m", "benchmarks.userjobs.mwms_dict_fit", "--worker"], 2, 0),
+}
+EXPECTED = {"straggler": ("straggler", "worker:1"), "slow_link": ("slow_link", "ps:1"), "input": ("input_bound", "worker:1")}
+
+
+def all_records(run_dir: Path, kind: str) -> list[dict]:
+    rows = []
+    for file in task_files(run_dir)[0]:
+        batches = read_task_file(file).batches.get(kind) or []
+        rows += pa.Table.from_batches(batches).to_pylist() if batches else []
+    return rows
+
+
+class Switch:
+    """A fault switched by a file's presence (the proxy's delay, a user job's slow input)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __enter__(self):
+        self.path.touch()
+
+    def __exit__(self, *exc):
+        self.path.unlink(missing_ok=True)
+
+
 def one_run(workdir: Path, args) -> dict:
-    config = JobConfig("ps_ctl", str(workdir / "run"), steps=args.steps, ps=1, workers=2)
-    os.environ[ENV_VAR] = str(args.interval)
+    shape, command, workers, ps = JOBS[args.job]
+    switch = workdir / "fault-on"
+    inject, extra = (), {}
+    if args.fault == "slow_link":
+        inject = (f"slow-ps=1:{args.rtt_ms:g}",)
+        os.environ["TFDIAG_PROXY_DELAY_SWITCH"] = str(switch)
+    if args.fault == "input":
+        extra = {"slow_worker": 1, "input_ms": args.input_ms}
+        os.environ["TFDIAG_INPUT_DELAY_SWITCH"] = str(switch)
+    if args.job == "mwms_dict_fit":
+        extra["keras"] = "tf_keras"
+    for name in (ENV_VAR, SHARE_ENV_VAR):
+        os.environ.pop(name, None)  # the defaults...
     if args.share:
-        os.environ[SHARE_ENV_VAR] = str(args.share)
+        os.environ[SHARE_ENV_VAR] = str(args.share)  # ...but this share of a core
+    config = JobConfig(shape, str(workdir / "run"), steps=args.steps, ps=ps, workers=workers, inject=inject,
+                       extra=extra)
     load_before = os.getloadavg()[0]
+    onsets = []  # (on_ns, off_ns)
     with open(workdir / "launcher.log", "w") as out:
-        cluster = LocalCluster(config, stderr=out)
+        cluster = LocalCluster(config, stderr=out, task_command=command)
         try:
             cluster.start()
-            first = wait_for(lambda: records(workdir / "run", "step"), 120)
+            first = wait_for(lambda: all_records(workdir / "run", "step"), 180)
             if not first:
                 raise RuntimeError(f"no step records; see {workdir}")
-            time.sleep(max(args.clean - (time.time_ns() - first[0]["end_ns"]) / 1e9, 0))
-            false = records(workdir / "run", "live_finding")
-            onset_ns = time.time_ns()
-            with cpu_quota(cluster.tasks[task_name("worker", 1)].process.pid, args.on_ms, args.off_ms):
-                time.sleep(args.starved)
-            freed_ns = time.time_ns()
+            time.sleep(max(args.clean - (time.time_ns() - min(r["end_ns"] for r in first)) / 1e9, 0))
+            clean_end_ns = time.time_ns()
+            while not _ended(cluster):
+                on_ns = time.time_ns()
+                fault = (cpu_quota(cluster.tasks[task_name("worker", 1)].process.pid, args.on_ms, args.off_ms)
+                         if args.fault == "straggler" else Switch(switch))
+                with fault:
+                    _sleep_while_running(cluster, args.on)
+                onsets.append((on_ns, time.time_ns()))
+                _sleep_while_running(cluster, args.off)
             code = cluster.wait(args.timeout)
         finally:
             cluster.stop()
-    found = records(workdir / "run", "live_finding")
-    began = next((r for r in found if r["state"] == "began" and r["kind"] == "straggler"
-                  and "worker:1" in r["tasks"].split(",") and r["time_ns"] >= onset_ns), None)
-    cleared = next((r for r in found if began and r["state"] == "cleared" and r["kind"] == began["kind"]
-                    and r["tasks"] == began["tasks"] and r["time_ns"] > began["time_ns"]), None)
-    notes = [n["message"] for n in records(workdir / "run", "note") if n["message"].startswith("live findings:")]
+    return _scored(workdir / "run", args, onsets, clean_end_ns, code, load_before)
+
+
+def _ended(cluster) -> bool:
+    """Whether the task that writes the manifest (the chief, else worker 0) has ended (a ps
+    and a ParameterServerStrategy worker serve until stopped)."""
+    lead = cluster.tasks.get("chief:0") or cluster.tasks["worker:0"]
+    return lead.process.poll() is not None
+
+
+def _sleep_while_running(cluster, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not _ended(cluster):
+        time.sleep(0.2)
+
+
+def _scored(run: Path, args, onsets, clean_end_ns: int, code: int, load_before: float) -> dict:
+    found = sorted(all_records(run, "live_finding"), key=lambda r: r["time_ns"])
+    kind, task = EXPECTED[args.fault]
+    last_ns = max((r["end_ns"] for r in all_records(run, "step")), default=0)
+    latencies, missed = [], 0
+    for on_ns, off_ns in onsets:
+        if last_ns - on_ns < args.on * 1e9:
+            continue  # the job ended during this onset: not counted
+        began = next((r for r in found if r["state"] == "began" and r["kind"] == kind and task in r["tasks"].split(",")
+                      and on_ns <= r["time_ns"] <= off_ns + 2e9), None)
+        if began is None:
+            missed += 1
+        else:
+            latencies.append(round((began["time_ns"] - on_ns) / 1e9, 1))
+    notes = [n["message"] for n in all_records(run, "note") if n["message"].startswith("live findings:")]
     cost = COST.search(notes[-1]) if notes else None
     return {
-        "exit": code,
-        "announced_s": round((began["time_ns"] - onset_ns) / 1e9, 1) if began else None,
-        "cleared_s": round((cleared["time_ns"] - freed_ns) / 1e9, 1) if cleared else None,
-        "message": began["message"] if began else None,
-        "false": [f"{r['state']} {r['kind']} ({r['tasks']})" for r in false],
-        "other": [f"{r['state']} {r['kind']} ({r['tasks']})" for r in found if r is not began and r is not cleared],
-        "evaluations": int(cost[1]) if cost else None,
-        "seconds_apart": float(cost[3]) if cost else None,
-        "cpu_ms_per_evaluation": float(cost[4]) if cost else None,
-        "cpu_ms_per_minute": int(cost[5]) if cost else None,
-        "core_pct": float(cost[6]) if cost else None,
+        "job": args.job, "fault": args.fault, "share": args.share, "exit": code, "onsets": len(latencies) + missed,
+        "onsets_ns": onsets, "clean_end_ns": clean_end_ns,
+        "announced_s": latencies, "missed": missed,
+        "false": [f"{r['state']} {r['kind']} ({r['tasks']})" for r in found if r["time_ns"] < clean_end_ns],
+        "other": sorted({f"{r['kind']} ({r['tasks']})" for r in found if (r["kind"], r["tasks"]) != (kind, task)}),
+        "predictions": _predictions(run, [r for r in found if r["state"] == "began" and r["kind"] == kind]),
+        "message": next((r["message"] for r in found if r["state"] == "began" and r["kind"] == kind), None),
+        "cost": dict(zip(("ticks", "seconds_apart", "ms_per_tick", "ms_per_minute", "core_pct", "confirmations",
+                          "ms_per_confirmation", "ms_per_screen"),
+                         [float(x) for x in cost.groups()])) if cost else None,
         "load": [round(load_before, 2), round(os.getloadavg()[0], 2)],
     }
+
+
+def _predictions(run: Path, began: list[dict]) -> list[tuple]:
+    """(announced, the whole-run analysis of the same window) predicted speed-ups, per announcement."""
+    from tfdiag.analysis.live import WINDOW_S, announced_findings
+    from tfdiag.analysis.load import WINDOW_TIME_COLUMNS, LoadedRun, RunLoader
+    from tfdiag.analysis.step_stats import StepAccumulator
+
+    whole = RunLoader(run, steps=StepAccumulator(sampled_rows=10**9)).refresh()
+    pairs = []
+    for record in began:
+        frames = {}
+        for name, frame in whole.frames.items():
+            column = WINDOW_TIME_COLUMNS.get(name, "time_ns")
+            keep = None if column is None else frame[column].between(record["time_ns"] - int(WINDOW_S * 1e9),
+                                                                      record["time_ns"])
+            frames[name] = frame if keep is None else frame[keep].reset_index(drop=True)
+        window = LoadedRun(run, whole.manifest, frames, sources=whole.sources)
+        finding = next((f for (kind, tasks), f in announced_findings(window).items()
+                        if kind == record["kind"] and ",".join(tasks) == record["tasks"]), None)
+        pairs.append((record["predicted_speedup"], finding.recommendation.predicted_speedup if finding else None))
+    return pairs
 
 
 class GrowingCopy:
@@ -155,30 +248,34 @@ class GrowingCopy:
 
 
 def replay(run: Path, interval_s: float) -> str:
-    """Live findings evaluated along a recorded run, twice: thread CPU per evaluation and
-    the transitions as it runs, then with each part timed (``timed_parts``) for its share."""
-    plain_ms, _, messages = _replayed(run, interval_s)
+    """A ``LiveMonitor`` ticked along a recorded run, twice: the thread CPU of its screens and
+    of its confirmations apart, then with each part of a confirmation timed (``timed_parts``)."""
+    screens, confirms, messages = _replayed(run, interval_s)
     with timed_parts() as spent:
-        timed_ms, live, _ = _replayed(run, interval_s)
-    whole = sum(timed_ms)
-    lines = [f"{len(plain_ms)} evaluations ({live.evaluations} judged, {live.analyses} analysed), thread CPU per "
-             f"evaluation: median {statistics.median(plain_ms):.1f} ms (mean {statistics.mean(plain_ms):.1f}, "
-             f"largest {max(plain_ms):.1f}), {statistics.median(timed_ms):.1f} ms with its parts timed; "
-             f"load average {os.getloadavg()[0]:.1f}", "",
-             *[f"- {message}" for message in messages], "",
-             "| part | ms per evaluation | share of an evaluation |", "| --- | --- | --- |"]
-    groups = {"reading": ["refresh"], "tables": sorted(name for name in spent if name.startswith("table ")),
-              "detectors": sorted(name for name in spent if name.startswith("detector ")), "advisor": ["advise"]}
-    for group, names in groups.items():
-        group_ns = sum(spent[name] for name in names)
-        lines.append(f"| {group} | {group_ns / 1e6 / len(timed_ms):.1f} | {group_ns / 1e6 / whole:.1%} |")
-        if len(names) > 1:
-            lines += [f"| &nbsp;&nbsp;{name.split(' ', 1)[1]} | {spent[name] / 1e6 / len(timed_ms):.2f} | "
-                      f"{spent[name] / 1e6 / whole:.1%} |"
-                      for name in sorted(names, key=spent.get, reverse=True) if spent[name] / 1e6 / whole >= 0.005]
-    rest_ms = whole - sum(spent.values()) / 1e6
-    lines.append(f"| the rest (judging the window, hysteresis) | {rest_ms / len(timed_ms):.1f} | {rest_ms / whole:.1%} |")
+        _, timed_confirms, _ = _replayed(run, interval_s)
+
+    def spread(values):
+        return (f"median {statistics.median(values):.2f} ms, p90 {_quantile(values, 0.9):.2f}, largest "
+                f"{max(values):.2f}" if values else "none")
+    lines = [f"{len(screens) + len(confirms)} ticks every {interval_s:g} s of the run; thread CPU: "
+             f"{len(screens)} screens: {spread(screens)}; {len(confirms)} confirmations (the first, reading the "
+             f"whole task files, left out): {spread(confirms[1:])}; load average {os.getloadavg()[0]:.1f}", "",
+             *[f"- {message}" for message in messages], ""]
+    whole = sum(timed_confirms[1:]) or 1.0
+    if len(timed_confirms) > 1:
+        lines += ["| part of a confirmation | ms | share |", "| --- | --- | --- |"]
+        groups = {"reading": ["refresh"], "tables": [n for n in spent if n.startswith("table ")],
+                  "detectors": [n for n in spent if n.startswith("detector ")], "advisor": ["advise"]}
+        for group, names in groups.items():
+            group_ns = sum(spent[name] for name in names)
+            lines.append(f"| {group} | {group_ns / 1e6 / len(timed_confirms):.1f} | "
+                         f"{group_ns / 1e6 / sum(timed_confirms):.0%} |")
     return "\n".join(lines)
+
+
+def _quantile(values, q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(int(q * len(ordered)), len(ordered) - 1)]
 
 
 @contextlib.contextmanager
@@ -230,68 +327,90 @@ def timed_parts():
 
 
 def _replayed(run: Path, interval_s: float):
-    """(thread CPU ms of each evaluation, the ``LiveFindings``, the transitions' messages) along ``run``."""
-    from tfdiag.analysis.live import LiveFindings
+    """(thread CPU ms of each screen-only tick, of each tick that confirmed, the messages) along ``run``."""
+    from tfdiag.analysis.live_monitor import LiveMonitor
 
     with tempfile.TemporaryDirectory(prefix="tfdiag-live-replay-") as tmp:
         copy = GrowingCopy(run, Path(tmp) / "run")
-        live = LiveFindings(copy.path)
-        cpu_ms, messages, now_ns = [], [], copy.first_ns + int(interval_s * 1e9)
+        monitor = LiveMonitor(copy.path, own_task="chief:0")
+        screens, confirms, messages, now_ns = [], [], [], copy.first_ns + int(interval_s * 1e9)
         while now_ns <= copy.last_ns:
             copy.until(now_ns)
+            confirmations, setup = monitor.confirmations, monitor.setup_cpu_ns
             begin = time.thread_time_ns()
-            transitions = live.evaluate(now_ns)
-            cpu_ms.append((time.thread_time_ns() - begin) / 1e6)
-            messages += [transition.message for transition in transitions]
+            messages += [f"{(now_ns - copy.first_ns) / 1e9:.0f} s: {transition.message}"
+                         for transition in monitor.tick(now_ns)]
+            took = (time.thread_time_ns() - begin - (monitor.setup_cpu_ns - setup)) / 1e6
+            (confirms if monitor.confirmations > confirmations else screens).append(took)
             now_ns += int(interval_s * 1e9)
-    return cpu_ms, live, messages
+    return screens, confirms, messages
 
 
-def table(rows: list[dict], args) -> str:
-    lines = [f"ps_ctl, 2 workers, 1 ps; live findings every {args.interval:g} s; worker 1 at "
-             f"{args.on_ms:g}/{args.on_ms + args.off_ms:g} ms CPU from {args.clean:g} s after its first step for "
-             f"{args.starved:g} s", "",
-             "| run | announced after | cleared after | false before | evaluations apart | CPU per evaluation | CPU per minute | share of a core | load (start, end) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for number, row in enumerate(rows, 1):
-        def seconds(value):
-            return "never" if value is None else f"{value:.1f} s"
-        lines.append(f"| {number} | {seconds(row['announced_s'])} | {seconds(row['cleared_s'])} | "
-                     f"{', '.join(row['false']) or 'none'} | {seconds(row['seconds_apart'])} | {row['cpu_ms_per_evaluation']} ms | "
-                     f"{row['cpu_ms_per_minute']} ms | {row['core_pct']} % | {row['load'][0]}, {row['load'][1]} |")
+def _load(row: dict) -> str:
+    return f"{row['load'][0]:.1f}-{row['load'][1]:.1f}"
+
+
+def summary(rows: list[dict]) -> str:
+    """One table row per (job, fault): onsets, latency p50/p90/max, missed, false, predictions, cost."""
+    by_case = defaultdict(list)
+    for row in rows:
+        by_case[(row["job"], row["fault"] + (f", share {row['share']:.0%}" if row.get("share") else ""))].append(row)
+    lines = ["| job | fault | onsets | announced after: p50 / p90 / max | missed | false in the clean lead-in | "
+             "predicted: announced vs whole-run analysis of the window | ms per screen | confirmations, ms each | "
+             "share of a core | load |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for (job, fault), group in by_case.items():
+        latencies = sorted(x for row in group for x in row["announced_s"])
+        costs = [row["cost"] for row in group if row["cost"]]
+        pairs = [f"{a:.2f}/{b:.2f}" if b else f"{a:.2f}/none" for row in group for a, b in row["predictions"] if a]
+        spread = (f"{statistics.median(latencies):.1f} / {_quantile(latencies, 0.9):.1f} / {max(latencies):.1f} s"
+                  if latencies else "none")
+        cost = (f"| {statistics.median(c['ms_per_screen'] for c in costs):.2f} | "
+                f"{sum(c['confirmations'] for c in costs):.0f}, "
+                f"{statistics.median(c['ms_per_confirmation'] for c in costs):.0f} | "
+                f"{statistics.median(c['core_pct'] for c in costs):.3f} % ") if costs else "| – | – | – "
+        lines.append(f"| {job} | {fault} | {len(latencies) + sum(r['missed'] for r in group)} | {spread} | "
+                     f"{sum(r['missed'] for r in group)} | {sum(len(r['false']) for r in group)} | "
+                     f"{', '.join(pairs[:4]) or '–'} {cost}| "
+                     f"{', '.join(_load(r) for r in group)} |")
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--interval", type=float, default=DEFAULT_INTERVAL_S, help="seconds between live evaluations")
-    parser.add_argument("--share", type=float, default=None,
-                        help=f"share of a core the evaluations may use (${SHARE_ENV_VAR}); default: the live budget")
-    parser.add_argument("--clean", type=float, default=30.0, help="seconds of steps before the quota")
-    parser.add_argument("--starved", type=float, default=50.0, help="seconds under the quota")
-    parser.add_argument("--on-ms", type=float, default=20.0)
-    parser.add_argument("--off-ms", type=float, default=30.0)
-    parser.add_argument("--steps", type=int, default=12000, help="ps_ctl steps: the job runs on after the quota")
-    parser.add_argument("--timeout", type=float, default=300.0)
-    parser.add_argument("--keep", type=Path, help="write the runs under this folder and keep them "
-                        "(e.g. to profile an evaluation on them), instead of a temporary one")
-    parser.add_argument("--replay", type=Path, help="replay this recorded run and profile its evaluations "
-                        "(no job is run)")
+    parser.add_argument("--job", choices=sorted(JOBS), default="ps_ctl")
+    parser.add_argument("--fault", choices=sorted(EXPECTED), default="straggler")
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--steps", type=int, default=20000, help="the job's steps: it runs the fault's cycles until it ends")
+    parser.add_argument("--clean", type=float, default=25.0, help="seconds of steps before the first onset")
+    parser.add_argument("--on", type=float, default=25.0, help="seconds each onset lasts")
+    parser.add_argument("--off", type=float, default=25.0, help="seconds between onsets")
+    parser.add_argument("--on-ms", type=float, default=20.0, help="straggler: ms running ...")
+    parser.add_argument("--off-ms", type=float, default=30.0, help="... and ms stopped, over and over")
+    parser.add_argument("--rtt-ms", type=float, default=20.0, help="slow_link: round trip the proxy adds")
+    parser.add_argument("--input-ms", type=float, default=40.0, help="input: ms more per batch")
+    parser.add_argument("--interval", type=float, default=DEFAULT_INTERVAL_S, help="--replay: seconds between ticks")
+    parser.add_argument("--share", type=float, help=f"${SHARE_ENV_VAR} for the job (default: the live budget)")
+    parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument("--keep", type=Path, help="write the runs under this folder and keep them")
+    parser.add_argument("--replay", type=Path, help="replay this recorded run and time its ticks (no job is run)")
+    parser.add_argument("--results", type=Path, help="append each run's JSON line here; the table is made of all of them")
     args = parser.parse_args(argv)
     if args.replay:
         print(replay(args.replay, args.interval))
         return 0
-    rows = []
+    rows = [json.loads(line) for line in args.results.read_text().splitlines()] if args.results and \
+        args.results.exists() else []
     with tempfile.TemporaryDirectory(prefix="tfdiag-live-") as tmp:
         for repeat in range(args.repeats):
-            workdir = (args.keep or Path(tmp)) / f"run{repeat}"
+            workdir = (args.keep or Path(tmp)) / f"{args.job}-{args.fault}-{repeat}"
             workdir.mkdir(parents=True)
             rows.append(one_run(workdir, args))
             print(json.dumps(rows[-1]), flush=True)
-    print(table(rows, args))
-    return 0 if all(row["announced_s"] is not None and row["announced_s"] <= 30 and not row["false"]
-                    for row in rows) else 1
+            if args.results:
+                with args.results.open("a") as out:
+                    out.write(json.dumps(rows[-1]) + "\n")
+    print(summary(rows))
+    return 0
 
 
 if __name__ == "__main__":

@@ -84,10 +84,11 @@ COMPONENTS: dict[str, Budget] = {
     # Three in-graph stamps a step, drained once a second (benchmarks/micro.py stamp_cost).
     "step_input": Budget(per_step_us=20, jobs=("fit",),
                          what="in-graph input-arrival and gradients stamps, read in batches"),
-    # collectors/live_thread.py spaces its evaluations so that their CPU stays within this
-    # share: a longer evaluation makes the next one come later, never cost more
-    # (TFDIAG_LIVE_CPU_SHARE gives more for faster findings).
-    "live": Budget(core_share=0.001, what="live findings: the detectors in the chief, paced to this share"),
+    # collectors/live_thread.py spaces its ticks so that their CPU stays within this share
+    # (plus a burst): a costlier tick makes the next one come later, never cost more
+    # (TFDIAG_LIVE_CPU_SHARE gives more). Screens every 2 s at 2-4 ms take 0.1-0.2 %; the
+    # rest pays for confirming an onset (a few analyses of 100-200 ms) now and then.
+    "live": Budget(core_share=0.003, what="live findings in the chief: a screen every 2 s, the detectors to confirm"),
 }
 
 

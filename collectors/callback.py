@@ -100,9 +100,11 @@ class DiagnosticsCallback(_KerasCallback):
         allreduce_every_s: seconds between all-reduce probes, once past the first few
             (MultiWorkerMirroredStrategy); 0: off.
         allreduce_bytes: size of the probe all-reduce.
-        live_interval_s: seconds between live evaluations of the detectors, in the task
-            that writes the manifest (``collectors/live_thread.py``); 0: off; None: the
-            ``TFDIAG_LIVE_FINDINGS`` environment variable, else off.
+        live_interval_s: seconds between live screens of the run's recent records, in the
+            task that writes the manifest (``collectors/live_thread.py``: findings printed on
+            stderr and written as ``live_finding`` records); 0: off; None (the default): the
+            ``TFDIAG_LIVE_FINDINGS`` environment variable (``off`` turns them off), else on,
+            every 2 s.
 
     Example:
         >>> model.fit(dataset, epochs=2, callbacks=[DiagnosticsCallback("logs/run1", 64)])  # doctest: +SKIP

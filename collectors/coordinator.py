@@ -55,7 +55,7 @@ class InstrumentedCoordinator:
     def __init__(self, coordinator, logdir, examples_per_step: int | None = None, task: str | None = None, *,
                  probe_interval_s: float | None = DEFAULT_INTERVAL_S, system_interval_s: float | None = SAMPLE_EVERY_S,
                  capture_faults: bool = True, variables=None, probe_workers: bool = True,
-                 live_interval_s: float | None = 0):
+                 live_interval_s: float | None = None):
         self._coordinator = coordinator
         self.logdir = logdir
         self.examples_per_step = examples_per_step
@@ -177,10 +177,10 @@ def instrument_coordinator(coordinator, logdir, examples_per_step: int | None = 
             now (or call ``record_placement`` on the result later). Not needed for the
             variables the scheduled functions read: their placement is recorded as
             ``schedule`` traces each function; each variable is recorded once.
-        live_interval_s: seconds between live evaluations of the detectors on the run's
-            recent records (``collectors/live_thread.py``; findings logged and written as
-            ``live_finding`` records); 0: off; None: the ``TFDIAG_LIVE_FINDINGS``
-            environment variable, else off.
+        live_interval_s: seconds between live screens of the run's recent records
+            (``collectors/live_thread.py``; findings printed on stderr and written as
+            ``live_finding`` records); 0: off; None (the default): the ``TFDIAG_LIVE_FINDINGS``
+            environment variable (``off`` turns them off), else on, every 2 s.
 
     Returns:
         An object used like the coordinator. Call its ``close()`` after the last

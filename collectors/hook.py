@@ -63,9 +63,10 @@ class DiagnosticsHook(tf.compat.v1.train.SessionRunHook):
         examples_per_step: examples one ``session.run`` consumes, if known.
         trace_every: trace one step in this many (0: never).
         system_interval_s: seconds between system samples of this host (``None``: off).
-        live_interval_s: seconds between live evaluations of the detectors, in the chief
-            (the task that writes the manifest; ``collectors/live_thread.py``); 0: off; None: the
-            ``TFDIAG_LIVE_FINDINGS`` environment variable, else off.
+        live_interval_s: seconds between live screens of the run's recent records, in the
+            chief (the task that writes the manifest; ``collectors/live_thread.py``); 0: off;
+            None (the default): the ``TFDIAG_LIVE_FINDINGS`` environment variable (``off``
+            turns them off), else on, every 2 s.
 
     Example:
         >>> hooks = [DiagnosticsHook("logs/run1", examples_per_step=64)]  # doctest: +SKIP

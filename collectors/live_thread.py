@@ -1,28 +1,32 @@
-"""Live findings: a thread that runs the detectors on the run's recent records while it trains.
+"""Live findings: a thread that screens the run's recent records while it trains, on by default.
 
 One process of a job runs it: the one that writes the manifest (the chief, the
 ParameterServerStrategy coordinator, or worker 0), started by ``DiagnosticsCallback``,
-``DiagnosticsHook`` or ``instrument_coordinator``. Every ``interval_s`` or more it calls
-``tfdiag.analysis.live.LiveFindings.evaluate`` (the last ``WINDOW_S`` seconds of every
-task file, read incrementally), logs each finding that began or cleared on the
-``tfdiag`` logger (WARNING, so a default logging setup prints it on stderr), and writes it
-as a ``live_finding`` record through the task's writer.
+``DiagnosticsHook`` or ``instrument_coordinator`` unless turned off (``live_interval_s=0``
+or ``TFDIAG_LIVE_FINDINGS=off``). Every ``interval_s`` or more it calls
+``tfdiag.analysis.live_monitor.LiveMonitor.tick``: a screen of per-task windows kept up to
+date as records arrive (a few milliseconds), and the full analysis of the last
+``live.WINDOW_S`` seconds only to confirm what the screen flags. Each finding that began
+or cleared is printed once on stderr (``tfdiag: <task> <kind> since step N: <evidence>;
+predicted +X % if repaired``) and written as a ``live_finding`` record.
 
 This module is the one place a collector reaches the analysis, and only from inside the
-thread: pandas and ``tfdiag.analysis`` are imported there, on first use, never when
+thread: ``tfdiag.analysis.live_monitor`` is imported there (numpy and pyarrow only), and
+pandas with the rest of the analysis on the first confirmation, never when
 ``tfdiag.collectors`` is imported and never on the training thread
 (``docs/architecture.md``, "Import rules"). An error stops the thread after one warning;
 training never sees it.
 
 Cost: held to the ``live`` share of a core in ``collectors/budget.py`` (or
-``$TFDIAG_LIVE_CPU_SHARE``): after an
-evaluation the thread waits ``interval_s``, or longer where that evaluation's CPU time
-(``time.thread_time_ns``) would exceed the share in that time (``pause_s``), so a bigger
-window or a slower host makes the findings come less often, never cost more. Declared: a
-``note`` record at the end, and ``cost()``; ``docs/benchmarks.md`` has the measured figures.
+``$TFDIAG_LIVE_CPU_SHARE``) with a credit: the share accrues with the thread's life, up to
+``BURST_CPU_S`` ahead, and each tick spends its CPU (``time.thread_time_ns``); while the
+credit is below zero the pause after a tick lengthens until the share has paid it back
+(``pause_s``), so screens and confirmations together never cost more than the share over
+the thread's life plus the burst. Declared: a ``note`` record at the end, and ``cost()``;
+``docs/benchmarks.md`` has the measured figures.
 
 Example:
-    >>> thread = LiveThread("logs/run1", writer, interval_s=5.0).start()  # doctest: +SKIP
+    >>> thread = LiveThread("logs/run1", writer, interval_s=2.0).start()  # doctest: +SKIP
     >>> thread.stop(); thread.cost()["cpu_share"]  # doctest: +SKIP
 """
 
@@ -38,39 +42,39 @@ from tfdiag.collectors import budget
 
 logger = logging.getLogger("tfdiag")
 
-# Seconds between evaluations when live findings are on and no interval is given, at the
-# least: with two evaluations to announce and a 20-s window, a worker that became 2x slower
-# is announced within about 20-30 s of its onset where evaluations are cheap enough for
-# 10 s; at the 35-45 ms an evaluation took replayed on the 2-core machine, 53-59 ms inside
-# a loaded job's coordinator, the budget spaces them 18-30 s apart (docs/benchmarks.md,
-# "Where an evaluation's CPU goes").
-DEFAULT_INTERVAL_S = 10.0
-# Read when the caller passes no interval: seconds between evaluations ("on": the
-# default interval); unset, 0 or "off": off. Off by default: the analysis adds pandas to
-# the process, and an evaluation costs 35-60 ms of CPU on a two-worker window: a quarter
-# to a third reading the window, the rest the tables' and the detectors' pandas calls
-# (docs/benchmarks.md, "Where an evaluation's CPU goes").
+# Seconds between screens when no interval is given: a screen costs 2-4 ms of CPU
+# (docs/benchmarks.md, "Live findings"), so one every 2 s is 0.1-0.2 % of a core, within the
+# live budget, and adds at most 2 s (5 s with the 3 s a candidate must stand) to an
+# announcement.
+DEFAULT_INTERVAL_S = 2.0
+# Read when the caller passes no interval: seconds between screens ("on", or unset: the
+# default interval); 0 or "off": off.
 ENV_VAR = "TFDIAG_LIVE_FINDINGS"
 # Read when the thread starts: the share of one core the evaluations may use (a fraction,
 # e.g. 0.01), for a user who wants findings every few seconds and will pay for them;
 # unset: the ``live`` budget of collectors/budget.py.
 SHARE_ENV_VAR = "TFDIAG_LIVE_CPU_SHARE"
 STOP_TIMEOUT_S = 10.0
+# CPU seconds the thread may spend ahead of its share: the confirmations of an onset and
+# its clearing (a few analyses of 30-150 ms each on a two-worker window, the costlier on a
+# loaded host) and the first one's read of the whole task files, so that a finding is
+# confirmed when the screen flags it rather than when the share has paid for it.
+BURST_CPU_S = 1.0
 
 
 def interval_from(option: float | None) -> float | None:
-    """Seconds between evaluations: ``option``, else ``$TFDIAG_LIVE_FINDINGS`` (a number,
-    or ``on`` for ``DEFAULT_INTERVAL_S``); None when live findings are off (0, or the
-    variable unset, 0 or ``off``).
+    """Seconds between screens: ``option``, else ``$TFDIAG_LIVE_FINDINGS`` (a number, or
+    ``on``), else ``DEFAULT_INTERVAL_S``: on by default; None when off (``option`` 0, or the
+    variable 0 or ``off``).
 
     >>> interval_from(10), interval_from(0)
     (10.0, None)
     """
     if option is None:
         text = os.environ.get(ENV_VAR, "").strip().lower()
-        if text in ("", "off", "no", "false"):
+        if text in ("off", "no", "false"):
             option = 0
-        elif text in ("on", "yes", "true"):
+        elif text in ("", "on", "yes", "true"):
             option = DEFAULT_INTERVAL_S
         else:
             try:
@@ -128,7 +132,7 @@ def start(logdir, writer, option: float | None) -> LiveThread | None:
 
 
 class LiveThread:
-    """Runs ``LiveFindings.evaluate`` every ``interval_s`` or more (``pause_s``: within the
+    """Runs ``LiveMonitor.tick`` every ``interval_s`` or more (``pause_s``: within the
     ``live`` budget) on a daemon thread until ``stop`` (or until ``writer`` closes)."""
 
     def __init__(self, logdir, writer, interval_s: float = DEFAULT_INTERVAL_S):
@@ -136,26 +140,28 @@ class LiveThread:
         self.writer = writer
         self.interval_s = interval_s
         self.core_share = core_share()
-        self.ticks = 0  # evaluations run (a window with too little data included)
-        self.cpu_ns = 0  # thread CPU time of those evaluations
-        self._last_cpu_ns = 0  # of the last one, which sets the pause after it
-        self.setup_cpu_ns = 0  # thread CPU time of the first import of the analysis
+        self.ticks = 0  # screens run (each may have confirmed)
+        self.cpu_ns = 0  # thread CPU time of those ticks, confirmations included
+        self.setup_cpu_ns = 0  # thread CPU time of the first imports (the screen's; the analysis's)
         self.transitions = 0
-        self.paused = lambda: False  # evaluations are skipped while true (benchmarks/overhead_ab.py's phases)
-        # Called before each evaluation to bring this task's records up to date (the
+        self.monitor = None  # the LiveMonitor, once the thread made it
+        self.paused = lambda: False  # ticks are skipped while true (benchmarks/overhead_ab.py's phases)
+        # Called before each confirming analysis to bring this task's records up to date (the
         # coordinator's ``flush_records``: its step records are otherwise up to 5 s late).
         self.before_evaluation = lambda: None
+        self._credit_ns = int(BURST_CPU_S * 1e9)  # CPU the thread may still spend ahead of its share
+        self._credited_at_ns = 0
         self._started_ns = 0
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tfdiag-live-findings", daemon=True)
 
     def start(self) -> LiveThread:
-        self._started_ns = time.monotonic_ns()
+        self._started_ns = self._credited_at_ns = time.monotonic_ns()
         self._thread.start()
         return self
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
-        """Stops the thread (waits for an evaluation in progress) and declares its cost in a ``note``."""
+        """Stops the thread (waits for a tick in progress) and declares its cost in a ``note``."""
         if self._done.is_set():
             return
         self._done.set()
@@ -164,7 +170,9 @@ class LiveThread:
         sentence = (f"live findings: {cost['evaluations']} evaluations every {self.interval_s:g} s or more "
                     f"(every {cost['seconds_apart']:.1f} s on average, within {self.core_share:.1%} of a core), "
                     f"{cost['cpu_ms_per_evaluation']:.1f} ms CPU each, {cost['cpu_ms_per_minute']:.0f} ms CPU per "
-                    f"minute ({cost['cpu_share']:.2%} of a core), {cost['setup_cpu_ms']:.0f} ms to import the analysis")
+                    f"minute ({cost['cpu_share']:.2%} of a core); {cost['confirmations']} confirmations "
+                    f"({cost['cpu_ms_per_confirmation']:.1f} ms CPU each, screens {cost['cpu_ms_per_screen']:.2f} ms "
+                    f"each), {cost['setup_cpu_ms']:.0f} ms to import the analysis")
         logger.info("tfdiag: %s", sentence)
         try:
             self.writer.append("note", task=self.writer.task, time_ns=time.time_ns(), level="info", message=sentence)
@@ -172,28 +180,37 @@ class LiveThread:
             logger.warning("tfdiag: cannot record the live findings' cost (%r).", error)
 
     def pause_s(self) -> float:
-        """Seconds until the next evaluation: ``interval_s``, or longer where the last one
-        used more CPU than ``core_share`` allows in that time, so that every evaluation and
-        the pause after it stay within the share (an evaluation of 40 ms at the 0.1 % of
-        ``collectors/budget.py``: the next one 40 s later)."""
-        return max(self.interval_s, self._last_cpu_ns / 1e9 / self.core_share)
+        """Seconds until the next tick: ``interval_s``, or longer while the thread has spent
+        more than its share accrued plus ``BURST_CPU_S``: until the share pays the debt back
+        (a confirmation that leaves 30 ms of debt, at the 0.3 % of ``collectors/budget.py``: 10 s)."""
+        now_ns = time.monotonic_ns()
+        accrued = (now_ns - self._credited_at_ns) * self.core_share
+        self._credit_ns = min(self._credit_ns + int(accrued), int(BURST_CPU_S * 1e9))
+        self._credited_at_ns = now_ns
+        return max(self.interval_s, -self._credit_ns / 1e9 / self.core_share)
 
     def cost(self) -> dict:
-        """Evaluations so far and their thread CPU time: per evaluation, per minute of the
-        thread's life, and as a share of one core."""
+        """Ticks so far and their thread CPU time: per tick, per minute of the thread's
+        life, as a share of one core; and split into screens and confirmations."""
         alive_ns = max(time.monotonic_ns() - self._started_ns, 1)
-        per_evaluation = self.cpu_ns / self.ticks / 1e6 if self.ticks else 0.0
-        return {"evaluations": self.ticks, "cpu_ms_per_evaluation": per_evaluation,
+        monitor = self.monitor
+        confirmations = monitor.confirmations if monitor else 0
+        confirm_ns = monitor.confirm_cpu_ns if monitor else 0
+        return {"evaluations": self.ticks, "cpu_ms_per_evaluation": self.cpu_ns / self.ticks / 1e6 if self.ticks else 0.0,
                 "seconds_apart": alive_ns / 1e9 / self.ticks if self.ticks else 0.0,
                 "cpu_ms_per_minute": self.cpu_ns / alive_ns * 60e3, "cpu_share": self.cpu_ns / alive_ns,
-                "setup_cpu_ms": self.setup_cpu_ns / 1e6, "transitions": self.transitions}
+                "confirmations": confirmations,
+                "cpu_ms_per_confirmation": confirm_ns / confirmations / 1e6 if confirmations else 0.0,
+                "cpu_ms_per_screen": (self.cpu_ns - confirm_ns) / self.ticks / 1e6 if self.ticks else 0.0,
+                "setup_cpu_ms": (self.setup_cpu_ns + (monitor.setup_cpu_ns if monitor else 0)) / 1e6,
+                "transitions": self.transitions}
 
     def _run(self) -> None:
         begin = time.thread_time_ns()
         try:
-            from tfdiag.analysis.live import LiveFindings  # here only: see the module docstring
+            from tfdiag.analysis.live_monitor import LiveMonitor  # here only: see the module docstring
 
-            live = LiveFindings(self.logdir)
+            self.monitor = LiveMonitor(self.logdir, self.writer.task, self._before_confirmation)
         except Exception as error:  # noqa: BLE001 - a collector never breaks training
             logger.warning("tfdiag: live findings are off: cannot start the analysis (%r).", error)
             return
@@ -202,11 +219,11 @@ class LiveThread:
             if self.paused():
                 continue
             begin = time.thread_time_ns()
+            setup_before = self.monitor.setup_cpu_ns
+            transitions = []
             try:
                 with budget.charged("live"):
-                    self.before_evaluation()
-                    self.writer.flush()  # what this task appended so far, in its file for the window
-                    transitions = live.evaluate()
+                    transitions = self.monitor.tick()
                 for transition in transitions:
                     announce(transition.message)
                     self.writer.append("live_finding", **transition.record(self.writer.task))
@@ -214,7 +231,14 @@ class LiveThread:
                 logger.warning("tfdiag: live findings stopped after an error: %r", error)
                 return
             finally:
-                self._last_cpu_ns = time.thread_time_ns() - begin
-                self.cpu_ns += self._last_cpu_ns
+                # The analysis's first import is set-up, declared apart and not paced.
+                spent = time.thread_time_ns() - begin - (self.monitor.setup_cpu_ns - setup_before)
+                self._credit_ns -= spent
+                self.cpu_ns += spent
                 self.ticks += 1
             self.transitions += len(transitions)
+
+    def _before_confirmation(self) -> None:
+        """This task's records in its file before a confirming analysis reads the window."""
+        self.before_evaluation()
+        self.writer.flush()

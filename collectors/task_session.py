@@ -83,7 +83,7 @@ class Wants:
         closures: record the closures of an instrumented coordinator (``session.closures``).
         examples_per_step: examples one closure consumes where its elements do not say.
         live_interval_s: live findings in the task that writes the manifest
-            (``live_thread.interval_from``: 0 off, None the environment's).
+            (``live_thread.interval_from``: 0 off, None the environment's, else on).
     """
 
     system_interval_s: float | None = None

@@ -9,6 +9,10 @@ delay sits on the network path — TensorFlow itself is untouched.
 gRPC runs HTTP/2 over one long-lived connection, so ordering matters: each direction of
 each connection is a FIFO of ``(due_time, chunk)``; a single writer per direction sends
 chunks in arrival order once they are due. Throughput is not limited, only latency.
+
+With ``$TFDIAG_PROXY_DELAY_SWITCH`` set to a path, the delay applies only while that file
+exists, so a benchmark can switch a link delay on and off mid-run
+(``benchmarks/live_latency.py``): ``touch PATH`` delays, ``rm PATH`` stops delaying.
 """
 
 from __future__ import annotations
@@ -16,11 +20,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import os
 import sys
 import time
 
 HOST = "127.0.0.1"
 CHUNK = 256 * 1024
+SWITCH_ENV_VAR = "TFDIAG_PROXY_DELAY_SWITCH"
+
+
+def _delay_now(delay_s: float) -> float:
+    """``delay_s``, or 0 while the switch file (``$TFDIAG_PROXY_DELAY_SWITCH``) is set and absent."""
+    switch = os.environ.get(SWITCH_ENV_VAR)
+    return delay_s if not switch or os.path.exists(switch) else 0.0
 
 
 async def _pump(reader, writer, delay_s: float) -> None:
@@ -35,7 +47,7 @@ async def _pump(reader, writer, delay_s: float) -> None:
                 data = await reader.read(CHUNK)
                 if not data:
                     break
-                queue.append((time.monotonic() + delay_s, data))
+                queue.append((time.monotonic() + _delay_now(delay_s), data))
                 ready.set()
         except (ConnectionError, OSError):
             pass

@@ -58,7 +58,7 @@ TENSORFLOW_AT_IMPORT = {
 # The one collector allowed to import the analysis, only inside a function (on its own
 # thread, when live findings are on), and the one module it may import.
 ANALYSIS_INSIDE_FUNCTION = {
-    "tfdiag.collectors.live_thread": "tfdiag.analysis.live",  # the live-findings thread runs the detectors
+    "tfdiag.collectors.live_thread": "tfdiag.analysis.live_monitor",  # the live-findings thread: screen, then detectors
 }
 
 # Entry points that must start without TensorFlow: nothing they import at module level,
@@ -315,11 +315,11 @@ BROKEN_TREES = {
         {"tfdiag/report/text.py": "from ..collectors import hook\n", "collectors/hook.py": ""},
         rule_violations, "tfdiag.report.text (line 1) imports tfdiag.collectors"),
     "the live-findings thread imports the analysis at module level": (
-        {"collectors/live_thread.py": "from tfdiag.analysis.live import LiveFindings\n"},
-        rule_violations, "tfdiag.collectors.live_thread (line 1) imports tfdiag.analysis.live"),
+        {"collectors/live_thread.py": "from tfdiag.analysis.live_monitor import LiveMonitor\n"},
+        rule_violations, "tfdiag.collectors.live_thread (line 1) imports tfdiag.analysis.live_monitor"),
     "another collector imports the live analysis lazily": (
-        {"collectors/system.py": "def sample():\n    from tfdiag.analysis.live import LiveFindings\n"},
-        rule_violations, "tfdiag.collectors.system (line 2) imports tfdiag.analysis.live"),
+        {"collectors/system.py": "def sample():\n    from tfdiag.analysis.live_monitor import LiveMonitor\n"},
+        rule_violations, "tfdiag.collectors.system (line 2) imports tfdiag.analysis.live_monitor"),
     "the live-findings thread imports more of the analysis": (
         {"collectors/live_thread.py": "def run():\n    from tfdiag.analysis import engine\n"},
         rule_violations, "tfdiag.collectors.live_thread (line 2) imports tfdiag.analysis: "),
@@ -373,7 +373,7 @@ def test_a_tree_that_keeps_the_rules_passes_every_check(tmp_path):
         "tfdiag/analysis/engine.py": "from tfdiag.store import reader\nfrom tfdiag import events\n",
         "collectors/callback.py": "def begin():\n    import tensorflow as tf\n",
         "collectors/hook.py": "import tensorflow as tf\n",
-        "collectors/live_thread.py": "def run():\n    from tfdiag.analysis.live import LiveFindings\n",
+        "collectors/live_thread.py": "def run():\n    from tfdiag.analysis.live_monitor import LiveMonitor\n",
     })
     assert imports and rule_violations(imports) == heavy_imports_at_start(imports) == import_cycles(imports) == []
 

@@ -142,7 +142,7 @@ def test_a_quote_that_disagrees_with_its_constant_is_found():
 
     assert straggler.STOPPED_RATIO == 2.0 and slow_link.MIN_EXTRA_NS == 2_000_000
     right = ("## `straggler`\nat least `STOPPED_RATIO` (2x) it.\n"
-             "## `slow_link`\nat least `MIN_EXTRA_NS` (2 ms) more; `live.WINDOW_S` (20 s) of records.\n")
+             "## `slow_link`\nat least `MIN_EXTRA_NS` (2 ms) more; `live.WINDOW_S` (10 s) of records.\n")
     assert len(list(quotes(right))) == 3 and disagreements(right) == []
     wrong = right.replace("(2x)", "(1.4x)").replace("(2 ms)", "(2 s)")
     assert [problem.split(" in section")[0] for problem in disagreements(wrong)] == \

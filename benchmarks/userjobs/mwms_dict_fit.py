@@ -34,6 +34,8 @@ from tfdiag.sample_jobs.jobs import JobConfig
 FEATURES_A, FEATURES_B = 32, 8
 GLOBAL_BATCH = 64
 # What every task runs (the launcher appends ``--config JSON``).
+# With this set to a path, the slow worker's input is slow only while that file exists.
+INPUT_SWITCH_ENV_VAR = "TFDIAG_INPUT_DELAY_SWITCH"
 TASK_COMMAND = [sys.executable, "-u", "-m", "benchmarks.userjobs.mwms_dict_fit", "--worker"]
 
 
@@ -45,8 +47,15 @@ def dict_dataset(tf, worker: int, slow_worker: int | None, input_ms: float):
     labels = tf.cast(tf.reduce_sum(features["clicks"], axis=1, keepdims=True) > 0, tf.float32)
     dataset = tf.data.Dataset.from_tensor_slices((features, labels)).repeat().batch(GLOBAL_BATCH, drop_remainder=True)
     if worker == slow_worker and input_ms > 0:
+        switch = os.environ.get(INPUT_SWITCH_ENV_VAR)  # benchmarks/live_latency.py turns the delay on and off
+
+        def pause_once():
+            if not switch or os.path.exists(switch):
+                time.sleep(input_ms / 1e3)
+            return 0.0
+
         def parse(x, y):  # a slow host-side parse of every batch
-            pause = tf.py_function(lambda: time.sleep(input_ms / 1e3) or 0.0, [], tf.float32)
+            pause = tf.py_function(pause_once, [], tf.float32)
             return x, y + tf.reshape(pause, [])
 
         dataset = dataset.map(parse)

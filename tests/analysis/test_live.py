@@ -49,15 +49,17 @@ def replay(tmp_path, phases, every_s=5.0, window_s=20.0, each=None):
     return run, live, announced
 
 
-def whole_run_cut_to_window(path, now_ns, window_s):
+def whole_run_cut_to_window(path, now_ns, window_s, until_ns=None):
     """The full path's input: the whole run loaded from scratch (every step row kept), each
-    frame cut to the rows dated from ``now_ns - window_s`` on."""
+    frame cut to the rows dated from ``now_ns - window_s`` on (and up to ``until_ns``, for a
+    run that went on after the window)."""
     whole = RunLoader(path, steps=StepAccumulator(sampled_rows=10**9)).refresh()
     cutoff = now_ns - int(window_s * S)
     frames = {}
     for kind, frame in whole.frames.items():
         column = WINDOW_TIME_COLUMNS.get(kind, "time_ns")
-        frames[kind] = frame if column is None else frame[frame[column] >= cutoff].reset_index(drop=True)
+        keep = None if column is None else (frame[column] >= cutoff) & (frame[column] <= (until_ns or 2**63 - 1))
+        frames[kind] = frame if keep is None else frame[keep].reset_index(drop=True)
     return LoadedRun(path, whole.manifest, frames, sources=whole.sources)
 
 

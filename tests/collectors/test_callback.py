@@ -277,6 +277,7 @@ def test_live_findings_run_in_the_manifest_writer_during_fit_and_declare_their_c
     slow = keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: time.sleep(0.02))
     live_on = DiagnosticsCallback(tmp_path / "on", live_interval_s=0.2)
     keras3_model().fit(x, y, batch_size=BATCH, epochs=10, verbose=0, callbacks=[live_on, slow])
+    monkeypatch.setenv("TFDIAG_LIVE_FINDINGS", "off")  # on by default: the variable turns them off
     off = DiagnosticsCallback(tmp_path / "off")
     keras3_model().fit(x, y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[off])
 

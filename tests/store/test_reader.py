@@ -85,6 +85,19 @@ def test_incremental_read_from_end_offset_returns_only_new_frames(tmp_path):
     assert [b.to_pydict()["message"] for b in second.batches["note"]] == [["second"]]
 
 
+def test_frames_of_kinds_not_asked_for_are_passed_over(tmp_path):
+    writer = TaskWriter(tmp_path, "worker:0")
+    writer.append("note", task="worker:0", time_ns=1, level="info", message="skipped")
+    writer.flush()
+    writer.append("liveness", task="worker:0", time_ns=2, target="ps:0", status="OK", duration_ns=1)
+    writer.close()
+
+    every, some = read_task_file(writer.path), read_task_file(writer.path, kinds=frozenset({"liveness"}))
+
+    assert list(some.batches) == ["liveness"] and len(some.frames) == 1 and not some.skipped
+    assert some.end_offset == every.end_offset and set(every.batches) == {"note", "liveness"}
+
+
 # --- untrusted input: nothing in a task file crashes, hangs or stops the reader ---
 
 def _read_summary(path):

@@ -6,15 +6,17 @@ the records of the last ``window_s`` seconds, so its memory and its cost per eva
 are bounded by the rate of records, not by the length of the run), runs ``measure``
 (keeping the previous window's tables whose records did not change: ``Measurements``),
 every detector and the advisor on that window, and returns the transitions: a finding
-that two evaluations in a row saw *began*; one that two in a row did not see *cleared*.
+that two evaluations in a row saw *began* (one, where the caller's cheap screen already
+saw it persist: ``confirm``); one that two in a row did not see *cleared*.
 A window with too few step records (``MIN_STEP_RECORDS``, ``MIN_SPAN_FRACTION``) is not
 judged at all; a window the loader returns unchanged (no record came or aged out since
 the last evaluation: a paused or stalled job) is judged as before without running the
 analysis again. Only warning and critical findings are announced.
 
-Nothing here runs a thread or imports TensorFlow: ``tfdiag.collectors.live_thread`` calls
-``evaluate`` from its own thread in the one task that writes the manifest and writes
-each transition as a ``live_finding`` record; ``live_finding_windows`` turns those
+Nothing here runs a thread or imports TensorFlow: ``live_monitor`` calls ``evaluate`` to
+confirm what its screen (``live_screen``) flags, from ``tfdiag.collectors.live_thread``'s
+thread in the one task that writes the manifest, which writes each transition as a
+``live_finding`` record; ``live_finding_windows`` turns those
 records into the began/ended table the report and the TensorBoard tab show.
 
 Example:
@@ -36,14 +38,33 @@ import pandas as pd
 from tfdiag.analysis.advisor import advise
 from tfdiag.analysis.detectors import detect_all
 from tfdiag.analysis.findings import Finding, Severity
+from tfdiag.analysis.live_transition import Transition
+from tfdiag.analysis.live_transition import message as _line
 from tfdiag.analysis.load import LoadedRun, WindowLoader
 from tfdiag.analysis.measurements import Measurements, measure
 from tfdiag.store import log_dir
 
-# The window the detectors see. 20 s holds a few hundred steps of any job that steps at
-# least every 100 ms, and lets a worker that became 2x slower cross the straggler
-# threshold (1.25x, 1.5x on one shared host) about 8 s after it began (half its window steps are then slow).
-WINDOW_S = 20.0
+# The window the detectors see. 10 s holds a hundred steps of any job that steps at least
+# every 100 ms, and a worker that became 2x slower moves its window's step period past the
+# straggler threshold (1.25x; 1.5x on one shared host) once two thirds of the window
+# is after its onset (about 7 s; 5.6 s at 2.5x), which sets how soon one can be announced.
+WINDOW_S = 10.0
+# The window a slow_link candidate is confirmed on holds this many of a link's round trips
+# at the probe's recent pace (the detector needs MIN_LINK_SAMPLES, 3, and judges a link by
+# its fastest, so the window must lie after the onset): the probe paces itself to its
+# budget, and on a loaded host a link may get a round trip every 15 s rather than every
+# second. Never shorter than WINDOW_S, nor longer than LINK_WINDOW_MAX_S.
+LINK_WINDOW_PROBES = 4
+LINK_WINDOW_MAX_S = 90.0
+
+
+def link_window_s(probe_interval_s: float | None) -> float:
+    """The slow_link window for probes ``probe_interval_s`` apart.
+
+    >>> link_window_s(1.0), link_window_s(15.0), link_window_s(None)
+    (10.0, 60.0, 10.0)
+    """
+    return min(max(LINK_WINDOW_PROBES * (probe_interval_s or 0.0), WINDOW_S), LINK_WINDOW_MAX_S)
 # A window is judged only when it holds this many step records, spread over at least
 # this share of the window (a job that has just started, or a stalled one, is not).
 MIN_STEP_RECORDS = 20
@@ -52,27 +73,6 @@ MIN_SPAN_FRACTION = 0.5
 PERSIST_EVALUATIONS = 2
 # Severities that are announced (an info finding is not worth a line in a training log).
 ANNOUNCED = (Severity.WARNING, Severity.CRITICAL)
-
-
-@dataclass(frozen=True)
-class Transition:
-    """A finding that began or cleared: one ``live_finding`` record and one log line."""
-
-    state: str  # "began" or "cleared"
-    kind: str
-    tasks: tuple[str, ...]
-    severity: str
-    onset_ns: int
-    step: int | None
-    predicted_speedup: float | None
-    message: str
-    time_ns: int
-
-    def record(self, task: str) -> dict:
-        """The ``live_finding`` record of this transition, written by ``task``."""
-        return dict(task=task, time_ns=self.time_ns, state=self.state, kind=self.kind, tasks=",".join(self.tasks),
-                    severity=self.severity, onset_ns=self.onset_ns, step=self.step,
-                    predicted_speedup=self.predicted_speedup, message=self.message)
 
 
 @dataclass
@@ -94,11 +94,13 @@ class LiveFindings:
     Args:
         run_dir: the run directory (``RUN``).
         window_s: seconds of records each evaluation analyses.
+        only_confirmed: announce only the findings a screen's candidates name (``confirm``).
     """
 
-    def __init__(self, run_dir: str | os.PathLike, window_s: float = WINDOW_S):
+    def __init__(self, run_dir: str | os.PathLike, window_s: float = WINDOW_S, only_confirmed: bool = False):
         self.path = Path(run_dir)
         self.window_s = window_s
+        self.only_confirmed = only_confirmed  # announce only what ``evaluate``'s ``confirm`` names
         self.evaluations = 0  # windows judged (with enough data)
         self.analyses = 0  # of which the analysis ran on (the others: the window had not changed)
         self.findings: dict[tuple[str, tuple[str, ...]], Finding] = {}  # the last judged window's, announced severities
@@ -115,9 +117,18 @@ class LiveFindings:
             self._loader = WindowLoader(self.path, self.window_s)
         return self._loader.refresh(now_ns)
 
-    def evaluate(self, now_ns: int | None = None) -> list[Transition]:
-        """Reads what is new, judges the window ending at ``now_ns`` and returns the transitions."""
+    def announced_keys(self) -> list[tuple[str, tuple[str, ...]]]:
+        """The (kind, tasks) of the findings announced and not cleared."""
+        return [key for key, tracked in self._tracked.items() if tracked.announced]
+
+    def evaluate(self, now_ns: int | None = None, confirm: dict | None = None) -> list[Transition]:
+        """Reads what is new, judges the window ending at ``now_ns`` and returns the transitions.
+
+        ``confirm``: (kind, task) -> ns since a screen saw it, for the candidates it saw
+        persist; a finding of that kind naming that task (or the whole job) is announced the
+        first time this analysis sees it, its onset the screen's."""
         now_ns = time.time_ns() if now_ns is None else now_ns
+        confirm = confirm or {}
         run = self.window(now_ns)
         if run is None:
             return []
@@ -136,7 +147,13 @@ class LiveFindings:
         for key, finding in findings.items():
             tracked = self._tracked.setdefault(key, _Tracked(finding, now_ns, step))
             tracked.finding, tracked.seen, tracked.missed = finding, tracked.seen + 1, 0
-            if not tracked.announced and tracked.seen >= PERSIST_EVALUATIONS:
+            since_ns = confirmed(finding, confirm)
+            if since_ns is not None and not tracked.announced:
+                tracked.onset_ns = min(tracked.onset_ns, since_ns)
+            persist = 1 if since_ns is not None else PERSIST_EVALUATIONS
+            if since_ns is None and self.only_confirmed:
+                continue
+            if not tracked.announced and tracked.seen >= persist:
                 tracked.announced = True
                 transitions.append(_transition("began", tracked, tracked.onset_ns, now_ns))
         for key in [key for key in self._tracked if key not in findings]:
@@ -150,6 +167,13 @@ class LiveFindings:
                 del self._tracked[key]
                 transitions.append(_transition("cleared", tracked, tracked.cleared_onset_ns, now_ns))
         return transitions
+
+
+def confirmed(finding: Finding, candidates: dict[tuple[str, str], int]) -> int | None:
+    """The earliest ``since`` of the (kind, task) ``candidates`` that are ``finding`` (its
+    kind, and a task it names, or a finding of the whole job); None when none is."""
+    return min((since for (kind, task), since in candidates.items()
+                if kind == finding.kind and (not finding.tasks or task in finding.tasks)), default=None)
 
 
 def announced_findings(run: LoadedRun) -> dict[tuple[str, tuple[str, ...]], Finding]:
@@ -179,31 +203,15 @@ def _transition(state: str, tracked: _Tracked, onset_ns: int, now_ns: int) -> Tr
 
 
 def message(state: str, finding: Finding, step: int | None) -> str:
-    """The log line of a transition.
+    """The log line of a transition of ``finding`` (``live_transition.message``).
 
-    >>> from dataclasses import replace
     >>> from tfdiag.analysis.findings import Recommendation
     >>> f = Finding("straggler", Severity.WARNING, "worker:1 is 1.8x slower per step than the other workers",
     ...             "", ("worker:1",), {}, Recommendation("", "", 1.22))
     >>> message("began", f, 41200)
     'tfdiag: worker:1 straggler since step 41,200: worker:1 is 1.8x slower per step than the other workers; predicted +22 % if repaired'
-    >>> message("began", replace(f, recommendation=Recommendation("", "", 1.001)), 41200)[-33:]
-    'no speed-up predicted if repaired'
-    >>> message("cleared", f, 41200)
-    'tfdiag: worker:1 straggler (since step 41,200) cleared'
     """
-    who = f"{', '.join(finding.tasks)} " if finding.tasks else ""
-    since = f"since step {step:,}" if step is not None else "since the start"
-    if state == "cleared":
-        return f"tfdiag: {who}{finding.kind} ({since}) cleared"
-    speedup = finding.recommendation.predicted_speedup
-    if speedup is None:
-        predicted = ""
-    elif round(speedup - 1, 2) <= 0:
-        predicted = "; no speed-up predicted if repaired"
-    else:
-        predicted = f"; predicted {speedup - 1:+.0%} if repaired".replace("%", " %")
-    return f"tfdiag: {who}{finding.kind} {since}: {finding.title}{predicted}"
+    return _line(state, finding.kind, finding.tasks, finding.title, finding.recommendation.predicted_speedup, step)
 
 
 def live_finding_windows(records: pd.DataFrame, offsets: dict[str, int] | None = None) -> pd.DataFrame:

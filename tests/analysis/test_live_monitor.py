@@ -1,0 +1,151 @@
+"""The live screen and its confirmations on runs that grow while they are screened (synthetic clock)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tfdiag.analysis.live_monitor import MAX_RETRY_S, LiveMonitor
+from tfdiag.analysis.live_screen import LiveScreen
+
+from tests.runs import MS, START_NS, RunBuilder
+
+S = 1000 * MS
+WORKERS = ("worker:0", "worker:1")
+
+
+class Job:
+    """A two-worker, two-ps ParameterServerStrategy run grown second by second, screened every ``every_s``."""
+
+    def __init__(self, path, every_s=2.0):
+        self.run = RunBuilder(path, workers=2, ps=2)
+        self.run.write(by_task=True)
+        self.monitor = LiveMonitor(self.run.path, own_task="chief:0")
+        self.every_s, self.t, self.announced = every_s, 0.0, []
+        self.probe_ms = 0.5
+
+    def until(self, t_s, step_ms=None, input_ms=None, rtt_ms=None, beats=True):
+        """Runs the job to ``t_s``: per worker ``step_ms`` (default 20) of which ``input_ms``
+        waiting; probes of ps:0 with ``rtt_ms`` round trips; heartbeats of the chief."""
+        step_ms, input_ms, rtt_ms = step_ms or {}, input_ms or {}, rtt_ms or {}
+        while self.t + self.every_s <= t_s:
+            self.t += self.every_s
+            now = START_NS + int(self.t * S)
+            for task in WORKERS:
+                first, begin = self.run.next_steps.get(task, (0, START_NS))
+                ms = step_ms.get(task, 20.0)
+                count = max((now - begin) // int((ms + 1) * MS), 0)
+                if count:
+                    self.run.steps(task, count, ms, input_ms=input_ms.get(task, 0.0), first_step=first, start_ns=begin)
+            for i in range(int(self.every_s / 0.5)):  # a probe round every 0.5 s
+                send = now - int(self.every_s * S) + i * 500 * MS
+                for dst in ("worker:0", "worker:1", "ps:0", "ps:1"):
+                    rtt = int(rtt_ms.get(dst, self.probe_ms) * MS)
+                    self.run.record("rpc", src="chief:0", dst=dst, send_ns=send, remote_ns=send + rtt // 2,
+                                    recv_ns=send + rtt, payload_bytes=0)
+            if beats and self.t % 5 < self.every_s:
+                for task in WORKERS:
+                    done = self.run.next_steps.get(task, (0, 0))[0]
+                    self.run.record("heartbeat", task="chief:0", time_ns=now, subject=task, progress=done,
+                                    in_flight=None, oldest_in_flight_ns=None, closed=False)
+            self.run.grow()
+            self.announced += [(self.t, change) for change in self.monitor.tick(now)]
+        return self
+
+    def began(self, kind):
+        return [(t, change) for t, change in self.announced if change.state == "began" and change.kind == kind]
+
+
+def test_a_straggler_is_confirmed_by_the_analysis_of_its_window_and_cleared(tmp_path):
+    job = Job(tmp_path / "run").until(20).until(45, step_ms={"worker:1": 50.0}).until(65)
+    (began_at, began), = job.began("straggler")
+    assert began.tasks == ("worker:1",) and 20 < began_at <= 20 + 10
+    assert began.message.startswith(f"tfdiag: worker:1 straggler since step {began.step:,}: worker:1 ")
+    assert "if repaired" in began.message
+    # The announced finding is the whole run's analysis of the same window.
+    from tfdiag.analysis.live import announced_findings  # pandas: not in the subprocess of the clean-run test
+    from tests.analysis.test_live import whole_run_cut_to_window
+
+    expected = announced_findings(whole_run_cut_to_window(job.run.path, began.time_ns, 10.0, began.time_ns))
+    finding = expected[("straggler", ("worker:1",))]
+    assert began.predicted_speedup == finding.recommendation.predicted_speedup
+    assert finding.title in began.message
+    cleared = [(t, c) for t, c in job.announced if c.state == "cleared" and c.kind == "straggler"]
+    assert cleared and 45 < cleared[0][0] <= 45 + 15
+    assert job.monitor.confirmations <= 12 < job.monitor.screens
+
+
+def test_a_clean_run_is_screened_without_confirming_or_importing_the_analysis(tmp_path):
+    script = f"""
+import sys
+sys.path.insert(0, {str(__import__('pathlib').Path(__file__).parents[2])!r})
+from tests.analysis.test_live_monitor import Job
+job = Job({str(tmp_path / 'run')!r}).until(60)
+print(job.monitor.confirmations, job.announced, 'tfdiag.analysis.live' in sys.modules, job.monitor.screens)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["0", "[]", "False", "30"]  # (pandas itself: pyarrow imports it where the writer builds a batch)
+
+
+def test_an_input_stall_that_begins_mid_run_is_announced(tmp_path):
+    job = Job(tmp_path / "run").until(30).until(60, step_ms={"worker:1": 40.0}, input_ms={"worker:1": 20.0})
+    (began_at, began), = job.began("input_bound")
+    assert "worker:1" in began.tasks and 30 < began_at <= 40
+
+
+def test_a_link_delay_that_begins_mid_run_is_announced(tmp_path):
+    job = Job(tmp_path / "run").until(30).until(60, rtt_ms={"ps:0": 20.5})
+    (began_at, began), = job.began("slow_link")
+    assert began.tasks == ("ps:0",) and 30 < began_at <= 40
+
+
+def test_a_worker_that_stops_is_named_within_30_s(tmp_path):
+    job = Job(tmp_path / "run").until(30)
+    # worker:1 stops: no more steps, its progress count stands still; worker:0 steps on.
+    job.until(60, step_ms={"worker:1": 1e9})
+    (began_at, began), = job.began("stalled")
+    assert began.tasks == ("worker:1",) and 30 < began_at <= 30 + 30
+    assert "no progress" in began.message and began.severity == "critical"
+
+
+def test_a_silent_writer_and_a_failed_task_are_named(tmp_path):
+    job = Job(tmp_path / "run")
+    job.run.record("heartbeat", task="worker:1", time_ns=START_NS + 2 * S, subject="worker:1", progress=None,
+                   in_flight=None, oldest_in_flight_ns=None, closed=False)
+    job.until(10)
+    job.run.exit("ps:0", 11_000, message="Socket closed")
+    job.until(30)
+    stalled, failed = job.began("stalled"), job.began("task_failure")
+    assert [c.tasks for _, c in stalled] == [("worker:1",)] and stalled[0][0] <= 2 + 30
+    assert "written nothing" in stalled[0][1].message
+    assert [c.tasks for _, c in failed] == [("ps:0",)] and failed[0][0] <= 12 + 2
+    assert "ps:0 ended on UnavailableError: Socket closed" in failed[0][1].message
+
+
+def test_a_candidate_the_analysis_rejects_is_retried_ever_less_often(tmp_path):
+    # worker:1 1.22x slower: a screen candidate (1.2x), never a straggler for the detector (1.25x; 1.5x on one host).
+    job = Job(tmp_path / "run").until(200, step_ms={"worker:1": 24.6})
+    assert job.announced == []
+    assert 3 <= job.monitor.confirmations <= 2 + 200 / MAX_RETRY_S + 6  # 2, 2, 4, 8, ... s, then every 120 s
+
+
+def test_the_screen_reads_only_what_was_appended(tmp_path):
+    job = Job(tmp_path / "run").until(20)
+    read = job.monitor.screen.bytes_read
+    job.until(22)
+    assert 0 < job.monitor.screen.bytes_read - read < read / 5
+    assert LiveScreen(tmp_path / "nothing").candidates() == []
+
+
+def test_a_coordinators_closure_results_show_a_slowed_worker_before_its_step_records(tmp_path):
+    run = RunBuilder(tmp_path / "run", workers=2, ps=1)
+    for task, step_ms in (("worker:0", 20.0), ("worker:1", 50.0)):
+        for i in range(int(14_000 / (step_ms + 1))):  # results only: the timings are copied later
+            result = START_NS + int((i + 1) * (step_ms + 1) * MS)
+            run.record("closure", worker=task, closure_id=i, dispatch_ns=result - int(step_ms * MS),
+                       result_ns=result, ok=True, error="")
+    screen = LiveScreen(run.write(by_task=True), "chief:0")
+    screen.update(START_NS + 14 * S)
+    assert screen.candidates() == [("straggler", "worker:1")]
+    screen.first_ns["worker:1"] = START_NS + 8 * S  # a worker that joined 6 s ago: still warming up
+    assert screen.candidates() == []

@@ -1,0 +1,334 @@
+"""The live findings' cheap screen: per-task windows kept up to date as records arrive.
+
+``LiveScreen.update(now_ns)`` reads what every task file gained since its last call
+(``tfdiag.store.read_task_file`` from the last offset) and folds it into small per-task
+numpy windows: each worker's recent step records (duration, input wait, steps, own
+compute), each link's recent probe round trips (or traced transfer times), and what
+``live_stops`` needs (heartbeats, liveness checks, exit records). ``candidates()`` then
+screens them in a few milliseconds and returns the (kind, task) pairs worth a full
+analysis: a worker slower than the others (``straggler``), a link slower than it was
+(``slow_link``), a worker waiting on its input (``input_bound``).
+
+Every screen threshold is looser than the bar of the detector it stands for: the screen
+only decides when to run the full analysis (``live.LiveFindings``, which decides and
+writes the evidence), so a case the detector would find must be a candidate first, and a
+candidate the analysis rejects costs one confirmation, not a false line.
+
+Numpy and pyarrow only: no pandas, so that a training process with live findings on (the
+default) does not import the analysis until a candidate needs confirming.
+
+Example:
+    >>> screen = LiveScreen("logs/run1")  # doctest: +SKIP
+    >>> screen.update(time.time_ns()); screen.candidates()  # doctest: +SKIP
+    [('straggler', 'worker:1')]
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from tfdiag.analysis.live_stops import Stops
+from tfdiag.store import log_dir, read_task_file, task_files
+
+# Seconds of records each screen looks at, ending where every worker's records reach (not
+# the wall clock: a coordinator copies each worker's step records in batches, seconds late). Four seconds hold 40 steps of any job that steps at least every 100 ms,
+# and a 2x straggler's median step crosses the screen's bar two seconds after its onset.
+RECENT_S = 4.0
+# A worker's median step, step period or own compute this many times the other workers'
+# median is a candidate: below the straggler detector's lowest bar (WARNING_SLOWDOWN,
+# 1.25x), so every worker it would name is screened first.
+SCREEN_SLOWDOWN = 1.2
+# A worker whose recent input wait rose by this share of its step time above the lowest
+# share it had so far (or the other workers' median share) is a candidate: half the
+# input_bound detector's warning share (0.2). A rise, not a level: a job input-bound from
+# its start is the whole-run report's, and a candidate the analysis keeps rejecting costs.
+SCREEN_INPUT_SHARE = 0.1
+# A link to a ps whose recent median round trip is this much above, and this many times,
+# the median of the links from the same task to the other ps is a candidate: half the
+# slow_link detector's bars (MIN_EXTRA_NS, 2 ms; SLOW_RATIO, 3x), against the same peers
+# (a loaded host slows every link alike).
+SCREEN_LINK_EXTRA_NS = 1_000_000
+SCREEN_LINK_RATIO = 1.5
+# A link's recent round trips: its last LINK_SAMPLES probes (the slow_link detector's
+# MIN_LINK_SAMPLES), if no older than LINK_RECENT_S. The probe paces itself to its own
+# budget, so on a loaded host a link may get a round trip every 15 s rather than every
+# second: a window of seconds would hold none (live.LINK_WINDOW_S is the analysis's).
+LINK_SAMPLES = 3
+LINK_RECENT_S = 60.0
+# Fewest records of a worker (steps) or a link (round trips) in the recent window for its
+# median to be compared: fewer is too noisy to be worth a confirmation.
+MIN_SCREEN_RECORDS = 4
+# A worker's first seconds of records are not screened: its first steps or closures
+# (tracing, warming caches, workers joining one after the other) are slower in every job,
+# and a window of a few seconds would take that for a straggler.
+WARMUP_S = 10.0
+# A worker whose newest step record is this much older than the newest of any worker is
+# left out of the straggler and input screens (``live_stops`` judges a worker that stopped).
+LAGGING_S = 10.0
+
+
+# The kinds the screen reads; the reader passes over the others (closures, system samples:
+# most of a coordinator's frames) before checking them.
+SCREENED_KINDS = frozenset({"step", "closure", "rpc", "transfer", "heartbeat", "liveness", "exit"})
+
+
+class _Series:
+    """Time-stamped numpy columns, appended in batches, older rows dropped."""
+
+    def __init__(self):
+        self.chunks: list[tuple[int, tuple[np.ndarray, ...]]] = []  # (newest time, (time_ns, *values)) per batch
+
+    def add(self, *columns: np.ndarray) -> None:
+        if len(columns[0]):
+            self.chunks.append((int(columns[0].max()), columns))
+
+    def forget_before(self, cutoff_ns: int) -> None:
+        self.chunks = [chunk for chunk in self.chunks if chunk[0] >= cutoff_ns]
+
+    def since(self, cutoff_ns: int) -> tuple[np.ndarray, ...] | None:
+        chunks = [columns for newest, columns in self.chunks if newest >= cutoff_ns]
+        if not chunks:
+            return None
+        columns = [np.concatenate(parts) if len(chunks) > 1 else parts[0] for parts in zip(*chunks)]
+        keep = columns[0] >= cutoff_ns
+        return tuple(column[keep] for column in columns) if keep.any() else None
+
+    def newest(self) -> int:
+        return max((newest for newest, _ in self.chunks), default=0)
+
+
+def _median(values: np.ndarray) -> float:
+    """The (upper) median, without ``np.median``'s overhead (tens of µs a call, most of a screen)."""
+    return float(np.partition(values, len(values) // 2)[len(values) // 2])
+
+
+def _ints(batch: pa.RecordBatch, name: str, default: int = 0) -> np.ndarray:
+    """An int64 column as numpy, nulls as ``default`` (zeros where the batch has no such column)."""
+    if name not in batch.schema.names:
+        return np.full(batch.num_rows, default, dtype=np.int64)
+    column = batch.column(name)
+    if column.null_count == len(column):  # a column of nulls (no such stamp): the common case
+        return np.full(len(column), default, dtype=np.int64)
+    if column.null_count:  # fill_null costs tens of µs: only where some are null
+        column = column.fill_null(default)
+    return column.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+
+
+def _strings(batch: pa.RecordBatch, name: str) -> np.ndarray:
+    column = batch.column(name)
+    return (column.fill_null("") if column.null_count else column).to_numpy(zero_copy_only=False)
+
+
+class LiveScreen:
+    """Per-task windows of a running job's records, and the candidates they show.
+
+    Args:
+        run_dir: the run directory (``RUN``).
+        own_task: the task that runs the screen (never reported silent: it is running).
+    """
+
+    def __init__(self, run_dir: str | os.PathLike, own_task: str | None = None):
+        self.path = Path(run_dir)
+        self.steps: dict[str, _Series] = defaultdict(_Series)  # worker -> (end, duration, wait, steps, compute)
+        self.results: dict[str, _Series] = defaultdict(_Series)  # worker -> (closure result, its dispatch)
+        self.links: dict[tuple[str, str, str], _Series] = defaultdict(_Series)  # (source, src, dst) -> (time, ns)
+        self.lowest_input_share: dict[str, float] = {}  # a worker's lowest recent input-wait share so far
+        self.stops = Stops(own_task)
+        self.last_step: dict[str, int] = {}  # worker -> its highest step number
+        self.newest_ns: dict[str, int] = {}  # worker -> its newest step record's end
+        self.first_ns: dict[str, int] = {}  # worker -> its first step record's or closure result's time
+        self.bytes_read = 0
+        self._files: dict[Path, tuple[tuple[int, int], int]] = {}  # path -> ((device, inode), next offset)
+        self._listed: tuple[int, list[Path]] = (-1, [])  # (the directory's mtime, its task files)
+        self._rows: dict[str, tuple[np.ndarray, ...]] | None = None  # worker_rows of the last update
+
+    def update(self, now_ns: int) -> None:
+        """Reads what the task files gained and drops what no screen reads any more."""
+        directory = log_dir(self.path)
+        if not directory.is_dir():
+            return
+        mtime_ns = directory.stat().st_mtime_ns
+        if mtime_ns != self._listed[0]:  # a file was added, removed or renamed: list the run again
+            self._listed = (mtime_ns, task_files(self.path)[0])
+        for path in self._listed[1]:
+            self._read(path)
+        self._rows = None
+        newest = max(self.newest_ns.values(), default=now_ns)
+        current = [ns for ns in self.newest_ns.values() if ns >= newest - LAGGING_S * 1e9]
+        cutoff = min(current, default=now_ns) - int(RECENT_S * 1e9)
+        for series in self.steps.values():
+            series.forget_before(cutoff)
+        for series in self.results.values():
+            series.forget_before(series.newest() - int(RECENT_S * 1e9))
+        for series in self.links.values():
+            series.forget_before(series.newest() - int(LINK_RECENT_S * 1e9))
+
+    def _read(self, path: Path) -> None:
+        try:
+            stat = path.stat()
+        except OSError:
+            return
+        identity, offset = self._files.get(path, ((0, 0), 0))
+        if identity != (stat.st_dev, stat.st_ino) or stat.st_size < offset:
+            offset = 0  # a new or replaced file (a restarted task): read from its start
+        if stat.st_size == offset:
+            return
+        result = read_task_file(path, offset, SCREENED_KINDS)
+        self.bytes_read += result.end_offset - offset
+        self._files[path] = ((stat.st_dev, stat.st_ino), result.end_offset)
+        for kind, batches in result.batches.items():
+            fold = self._FOLDS.get(kind)
+            for batch in batches:
+                if fold is not None and batch.num_rows:
+                    fold(self, batch)
+                elif batch.num_rows:
+                    self.stops.fold(kind, batch)
+
+    def _fold_steps(self, batch: pa.RecordBatch) -> None:
+        tasks, end = _strings(batch, "task"), _ints(batch, "end_ns")
+        duration = end - _ints(batch, "begin_ns")
+        wait, steps = _ints(batch, "input_wait_ns"), np.maximum(_ints(batch, "steps", 1), 1)
+        compute, numbers = _ints(batch, "compute_ns", -1), _ints(batch, "step")
+        for task in set(tasks.tolist()):
+            mine = tasks == task
+            self.steps[task].add(end[mine], duration[mine], wait[mine], steps[mine], compute[mine])
+            self.last_step[task] = max(self.last_step.get(task, 0), int(numbers[mine].max()))
+            self.newest_ns[task] = max(self.newest_ns.get(task, 0), int(end[mine].max()))
+            self.first_ns.setdefault(task, int(end[mine].min()))
+
+    def _fold_closures(self, batch: pa.RecordBatch) -> None:
+        """A coordinator's closure records come within a second of each result, its step
+        records (with the workers' timings) up to FETCH_EVERY_S later: the results show a
+        slowed worker first."""
+        workers, result, ok = _strings(batch, "worker"), _ints(batch, "result_ns"), _ints(batch, "ok")
+        for worker in set(workers.tolist()) - {""}:
+            mine = (workers == worker) & (ok == 1)
+            self.results[worker].add(result[mine], _ints(batch, "dispatch_ns")[mine])
+            if mine.any():
+                self.first_ns.setdefault(worker, int(result[mine].min()))
+
+    def _fold_links(self, batch: pa.RecordBatch, source: str) -> None:
+        src, dst = _strings(batch, "src"), _strings(batch, "dst")
+        if source == "rpc":
+            keep = _ints(batch, "payload_bytes") == 0  # latency probes only
+            times, took = _ints(batch, "recv_ns"), _ints(batch, "recv_ns") - _ints(batch, "send_ns")
+            for target in set(dst[keep].tolist()):
+                self.stops.answered(target, int(times[keep & (dst == target)].max()))
+            # Probes to workers are answered by their busy threads: their load, left to the
+            # straggler screen, as the slow_link detector leaves them.
+            keep &= np.char.startswith(dst.astype(str), "ps:")
+        else:
+            keep = np.ones(batch.num_rows, dtype=bool)
+            times, took = _ints(batch, "time_ns"), _ints(batch, "duration_ns")
+        for pair in set(zip(src[keep].tolist(), dst[keep].tolist())):
+            mine = keep & (src == pair[0]) & (dst == pair[1])
+            self.links[(source, *pair)].add(times[mine], took[mine])
+
+    _FOLDS = {"step": _fold_steps, "closure": _fold_closures, "rpc": lambda self, batch: self._fold_links(batch, "rpc"),
+              "transfer": lambda self, batch: self._fold_links(batch, "transfer")}
+
+    def candidates(self) -> list[tuple[str, str]]:
+        """The (kind, task) pairs the recent window shows, each worth confirming."""
+        return sorted(set(self._stragglers() + self._slow_results() + self._input_waits() + self._slow_links()))
+
+    def worker_rows(self) -> dict[str, tuple[np.ndarray, ...]]:
+        """Each worker's step records of the recent window: (end, duration, wait, steps, compute)."""
+        if self._rows is None:
+            self._rows = self._worker_rows()
+        return self._rows
+
+    def _worker_rows(self) -> dict[str, tuple[np.ndarray, ...]]:
+        newest = max(self.newest_ns.values(), default=0)
+        current = {task: ns for task, ns in self.newest_ns.items() if ns >= newest - LAGGING_S * 1e9}
+        if not current:
+            return {}
+        reached = min(current.values())
+        if reached - max(self.first_ns[task] for task in current) < WARMUP_S * 1e9:
+            return {}
+        rows = {task: self.steps[task].since(reached - int(RECENT_S * 1e9)) for task in current}
+        return {task: tuple(column[row[0] <= reached] for column in row)
+                for task, row in rows.items() if row is not None and (row[0] <= reached).any()}
+
+    def _stragglers(self) -> list[tuple[str, str]]:
+        rows = self.worker_rows()
+        if len(rows) < 2:
+            return []
+        window_s = RECENT_S
+        measures = {}  # task -> (median step, period, median own compute or nan), per training step
+        for task, (end, duration, _, steps, compute) in rows.items():
+            if len(end) < MIN_SCREEN_RECORDS and steps.sum() * 2 > max(r[3].sum() for r in rows.values()):
+                continue  # too few records to judge, and not for being slow
+            own = compute[compute >= 0]
+            measures[task] = (_median(duration / steps), window_s * 1e9 / steps.sum(),
+                              _median(own) if len(own) >= MIN_SCREEN_RECORDS else np.nan)
+        found = []
+        for task, mine in measures.items():
+            others = [value for other, value in measures.items() if other != task]
+            if not others:
+                continue
+            typical = np.median(np.array(others), axis=0)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                ratios = np.array(mine) / typical
+            if np.nanmax(np.where(np.isfinite(ratios), ratios, np.nan), initial=0) >= SCREEN_SLOWDOWN:
+                found.append(("straggler", task))
+        return found
+
+    def _slow_results(self) -> list[tuple[str, str]]:
+        """Workers whose closures came back SCREEN_SLOWDOWN times less often than the others'
+        over the last RECENT_S of results."""
+        newest = max((series.newest() for series in self.results.values()), default=0)
+        counts = {}
+        for worker, series in self.results.items():
+            recent = series.since(newest - int(RECENT_S * 1e9))
+            counts[worker] = len(recent[0]) if recent is not None else 0
+        if len(counts) < 2 or max(counts.values()) < MIN_SCREEN_RECORDS or \
+                newest - max(self.first_ns.get(worker, newest) for worker in counts) < WARMUP_S * 1e9:
+            return []
+        found = []
+        for worker, count in counts.items():
+            others = _median(np.array([value for other, value in counts.items() if other != worker]))
+            if others >= MIN_SCREEN_RECORDS and others >= SCREEN_SLOWDOWN * max(count, 0.5):
+                found.append(("straggler", worker))
+        return found
+
+    def _input_waits(self) -> list[tuple[str, str]]:
+        shares = {task: wait.sum() / max(duration.sum(), 1)
+                  for task, (_, duration, wait, _, _) in self.worker_rows().items() if len(duration) >= MIN_SCREEN_RECORDS}
+        found = []
+        for task, share in shares.items():
+            others = [value for other, value in shares.items() if other != task]
+            reference = min(self.lowest_input_share.get(task, share), _median(np.array(others)) if others else 1.0)
+            if share - reference >= SCREEN_INPUT_SHARE:
+                found.append(("input_bound", task))
+            self.lowest_input_share[task] = min(self.lowest_input_share.get(task, share), share)
+        return found
+
+    def probe_interval_s(self) -> float | None:
+        """The median seconds between a link's round trips lately; None before any link has two."""
+        gaps = []
+        for series in self.links.values():
+            recent = series.since(series.newest() - int(LINK_RECENT_S * 1e9))
+            if recent is not None and len(recent[0]) >= 2:
+                gaps.append((recent[0].max() - recent[0].min()) / (len(recent[0]) - 1) / 1e9)
+        return _median(np.array(gaps)) if gaps else None
+
+    def _slow_links(self) -> list[tuple[str, str]]:
+        medians = {}
+        for key, series in self.links.items():
+            recent = series.since(series.newest() - int(LINK_RECENT_S * 1e9))
+            if recent is not None and len(recent[0]) >= LINK_SAMPLES:
+                medians[key] = int(_median(recent[1][np.argsort(recent[0])[-LINK_SAMPLES:]]))
+        found = []
+        for key, median in medians.items():
+            peers = [value for other, value in medians.items() if other != key and other[:2] == key[:2]]
+            if not peers:
+                continue  # the detector judges a ps against the others: one ps alone is never slow_link
+            reference = _median(np.array(peers))
+            if median - reference >= SCREEN_LINK_EXTRA_NS and median >= SCREEN_LINK_RATIO * reference:
+                found.append(("slow_link", key[2]))
+        return found
