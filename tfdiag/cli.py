@@ -53,7 +53,12 @@ DEMO_JOB = "ps_ctl"
 # live findings announce it while the job trains and the charts show its onset.
 DEMO_SLOW_MS = 40
 DEMO_ONSET_FRACTION = 0.4  # of the steps
-DEMO_STEPS = 4000  # about 40 s of training on a 2-core machine
+DEMO_STEPS = 4000  # about 40-60 s of training on a 2-core machine
+# The share of a core the demo's live findings may use (``TFDIAG_LIVE_CPU_SHARE``): at the
+# default share (collectors/budget.py) a confirmation's analysis (~0.2 s of CPU) is followed
+# by a minute's pause, so on a loaded 2-core host an onset can go unannounced for longer than
+# the demo runs; the demo pays for announcements within seconds.
+DEMO_LIVE_CPU_SHARE = "0.02"
 DEMO_LOGDIR = "demo-logs"
 
 
@@ -237,6 +242,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         f"worker 1 slows down by {DEMO_SLOW_MS} ms a step from step {onset} ({inject}), and tfdiag's live findings "
         f"announce it while the job trains; logs go to {run_dir}"
     )
+    os.environ.setdefault("TFDIAG_LIVE_CPU_SHARE", DEMO_LIVE_CPU_SHARE)  # the job's tasks inherit it
     started = time.monotonic()
     result = sample_cli.run_sample(DEMO_JOB, ps=2, workers=2, steps=args.steps, logdir=str(run_dir), inject=[inject])
     returncode = result if isinstance(result, int) else getattr(result, "returncode", 0)
