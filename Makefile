@@ -27,7 +27,7 @@ demo: install
 	$(BIN)/tfdiag demo
 
 # Tests start TensorFlow servers, which listen on all interfaces: run them where only loopback exists.
-# The slowest 15 are listed at the end: the suite is held to 20 minutes on a 2-core machine.
+# The slowest 15 are listed at the end: the suite is meant to take at most 12 minutes on a 2-core machine.
 test: install
 	tools/loopback-only $(PYTHON) -m pytest -q -p no:cacheprovider --durations=15
 

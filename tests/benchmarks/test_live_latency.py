@@ -10,13 +10,16 @@ from tfdiag.analysis.measurements import Measurements
 
 def test_the_replay_reports_the_cost_the_parts_and_the_transitions_of_a_recorded_run(tmp_path):
     run = growing_run(tmp_path / "run")
-    for second in range(5, 70, 5):  # worker:1 twice as slow from 30 s on
-        run_until(run, second, {"worker:0": 20.0, "worker:1": 20.0 if second <= 30 else 45.0})
+    for second in range(5, 100, 5):  # worker:1 twice as slow from 30 s to 55 s
+        run_until(run, second, {"worker:0": 20.0, "worker:1": 45.0 if 30 < second <= 55 else 20.0})
     text = replay(run.path, 5.0)
-    assert "thread CPU per evaluation: median" in text and "with its parts timed" in text
-    transitions = [line for line in text.splitlines() if line.startswith("- tfdiag: ")]
-    assert len(transitions) == 1 and "worker:1 straggler since step" in transitions[0]
-    for part in ("reading", "tables", "&nbsp;&nbsp;steps", "detectors", "&nbsp;&nbsp;straggler", "advisor"):
+    assert " screens: median " in text and " confirmations (the first, reading the whole task files, left out)" in text
+    transitions = [line for line in text.splitlines() if line.startswith("- ") and " s: tfdiag: " in line]
+    assert len(transitions) == 2 and "worker:1 straggler since step" in transitions[0]
+    assert transitions[1].endswith(") cleared") and "worker:1 straggler" in transitions[1]
+    began_s, cleared_s = (int(line[2:].split(" s:")[0]) for line in transitions)
+    assert 30 < began_s <= 55 < cleared_s  # announced while it lasted, cleared after it ended
+    for part in ("reading", "tables", "detectors", "advisor"):
         assert f"| {part} |" in text
     # The parts are timed only during the replay.
     assert DETECTORS["straggler"] is straggler.detect and not hasattr(Measurements.steps.func, "__wrapped__")

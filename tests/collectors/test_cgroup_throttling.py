@@ -19,7 +19,7 @@ def test_a_sampler_held_to_a_cgroups_cpu_quota_counts_the_kernels_throttled_time
 
     from benchmarks.harness import faults
 
-    child = subprocess.Popen([sys.executable, "-m", "tests.collectors.stopped_sampler", "3", "spin"],
+    child = subprocess.Popen([sys.executable, "-m", "tests.collectors.stopped_sampler", "6", "spin"],
                              stdout=subprocess.PIPE, text=True)
     try:
         child.stdout.readline()

@@ -27,7 +27,7 @@ def probed_run(tmp_path_factory):
 
 def test_probes_cover_every_link_and_offsets_stay_within_uncertainty(probed_run):
     outcome, run = probed_run
-    assert outcome["collectors"] == ["faults", "last_words", "rpc", "stacks", "system"]
+    assert outcome["collectors"] == ["faults", "last_words", "live", "rpc", "stacks", "system"]  # live: on by default
     links = link_table(run.frame("rpc")).set_index(["src", "dst"])
     for dst in ("worker:0", "worker:1", "ps:0", "ps:1"):
         assert links.loc[("chief:0", dst), "samples"] >= 5
