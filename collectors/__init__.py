@@ -12,7 +12,7 @@ Example:
 
 from __future__ import annotations
 
-import importlib
+from tfdiag.lazy_exports import lazy_exports
 
 _LAZY = {
     "DiagnosticsCallback": "tfdiag.collectors.callback",
@@ -27,14 +27,4 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(_LAZY, globals())

@@ -356,7 +356,8 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     demo = subparsers.add_parser(
         "demo",
         help="run a sample job whose worker slows down mid-run, announced live; analyse it and write the HTML report",
-        description="Run the ps_ctl sample job, whose worker 1 slows down part-way through, announced while it trains; analyse it and write report.html.",
+        description="Run the ps_ctl sample job, whose worker 1 slows down part-way through, announced while it "
+                    "trains; analyse it and write report.html.",
     )
     demo.add_argument("--logdir", default=DEMO_LOGDIR, metavar="DIR", help=f"where the run goes (default: ./{DEMO_LOGDIR})")
     demo.add_argument("--steps", type=_positive_int, default=DEMO_STEPS, metavar="N",

@@ -10,7 +10,7 @@ process) does not import pandas and the whole analysis with it.
 
 from __future__ import annotations
 
-import importlib
+from tfdiag.lazy_exports import lazy_exports
 
 # Public name -> the module that holds it.
 _LAZY = {
@@ -28,13 +28,4 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str):
-    if name not in _LAZY:
-        raise AttributeError(f"module 'tfdiag.analysis' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_LAZY[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(_LAZY, globals())
