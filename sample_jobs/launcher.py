@@ -57,7 +57,7 @@ from tfdiag.sample_jobs.common import PROGRESS_ENV, read_progress
 from tfdiag.sample_jobs.inject import KillWorker, SlowPs
 from tfdiag.sample_jobs.jobs import JobConfig, JobSpec, parse_summary
 from tfdiag.sample_jobs.log_follower import LogFollower
-from tfdiag.sample_jobs.zygote import ForkedProcess, Zygote, die_with
+from tfdiag.sample_jobs.zygote import ForkedProcess, Zygote, die_with, shared as shared_zygote
 
 HOST = "127.0.0.1"
 # The lines of the summary task's log relayed while the job runs: tfdiag's live announcements.
@@ -248,12 +248,8 @@ class LocalCluster:
         """A task process forked from the zygote (started on first use); None when it
         cannot start or fork, and the task is then started as a process of its own."""
         if self._zygote is None:
-            zygote_env = dict(os.environ, PYTHONUNBUFFERED="1")
-            zygote_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-            with open(self.logdir / "tasks" / "zygote.log", "ab") as out:
-                self._zygote = Zygote.start([self.python, "-u", "-m", "tfdiag.sample_jobs.zygote", self.spec.module],
-                                            stderr=out, env=zygote_env, start_new_session=True,
-                                            preexec_fn=die_with(os.getpid()))
+            self._zygote = shared_zygote([self.python, "-u", "-m", "tfdiag.sample_jobs.zygote", self.spec.module],
+                                          self.logdir / "tasks" / "zygote.log")
         return self._zygote.spawn(log, env, arguments, cancelled=lambda: bool(self.interrupted or self._stopping))
 
     def _spawn_process(self, task: str, log: Path, command: list[str], env: dict) -> None:
@@ -358,8 +354,6 @@ class LocalCluster:
         for task in running:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 task.process.wait(STOP_GRACE_S)  # SIGKILL cannot be ignored: this is brief
-        if self._zygote is not None:
-            self._zygote.close()
         atexit.unregister(self.stop)
 
     def __enter__(self) -> "LocalCluster":

@@ -11,19 +11,25 @@ fresh process would. Forking is safe here because importing TensorFlow starts no
 runtime (no eager context, no gRPC server or channel) and the zygote runs one thread
 and writes through raw file descriptors, so no lock can be inherited held.
 
+One process keeps one zygote per command, environment and working directory (``shared``)
+for all the clusters it starts in turn, so a benchmark or a test session that runs many
+jobs imports TensorFlow once per job module, not once per run; ``stop`` of a cluster
+leaves it serving, and it ends with the process (its stdin closes).
+
 Protocol, one JSON object a line: the launcher writes ``{"log", "env", "argv"}``; the
 zygote answers ``{"pid": PID}`` (or ``{"error": TEXT}``) and, when a child ends,
 ``{"exit": PID, "code": CODE}`` (negative: the signal, as ``subprocess`` reports it).
 The zygote ends when its stdin closes.
 
 Example:
-    >>> zygote = Zygote.start([sys.executable, "-m", "tfdiag.sample_jobs.zygote", "tfdiag.sample_jobs.ps_ctl"])  # doctest: +SKIP
+    >>> zygote = shared([sys.executable, "-m", "tfdiag.sample_jobs.zygote", "tfdiag.sample_jobs.ps_ctl"], log)  # doctest: +SKIP
     >>> process = zygote.spawn("logs/run1/tasks/ps-0.log", env, ["--config", config_json])  # doctest: +SKIP
     >>> process.poll()  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import importlib
 import json
@@ -44,6 +50,9 @@ REAP_EVERY_S = 0.05
 SPAWN_TIMEOUT_S = 300.0
 # How often a wait for an answer looks whether it was cancelled (the launcher interrupted).
 WAIT_SLICE_S = 0.05
+# Idle shared zygotes a process keeps (each holds an imported TensorFlow, some 500 MB): one
+# per bundled job module, so a session that runs every job starts each zygote once.
+MAX_SHARED = 5
 
 
 class ForkedProcess:
@@ -117,6 +126,12 @@ class Zygote:
                     child.returncode = self._exits.pop(child.pid)
             return child
 
+    @property
+    def busy(self) -> bool:
+        """Whether a child it forked is still running."""
+        with self._answered:
+            return any(child.returncode is None for child in self._children.values())
+
     def close(self, timeout_s: float = 5.0) -> None:
         """Closes the zygote's stdin (it then ends; children still running get SIGTERM)."""
         try:
@@ -148,6 +163,43 @@ class Zygote:
         with self._answered:
             self.alive = False
             self._answered.notify_all()
+
+
+_SHARED: dict[tuple, Zygote] = {}  # by (command, environment, directory), least recently used first
+
+
+def shared(command: list[str], log, **popen) -> Zygote:
+    """This process's zygote for ``command`` under its current environment and working
+    directory, started on first use (its own output appended to ``log``) or again if it
+    ended; the least recently used idle ones past ``MAX_SHARED`` are closed."""
+    key = (tuple(command), tuple(sorted(os.environ.items())), os.getcwd())
+    zygote = _SHARED.pop(key, None)
+    if zygote is None or not zygote.alive:
+        if not _SHARED:
+            atexit.register(close_shared)  # the process leaves none behind, as a cluster's stop did
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        with open(log, "ab") as out:
+            zygote = Zygote.start(command, stderr=out, env=env, start_new_session=True,
+                                  preexec_fn=die_with(os.getpid()), **popen)
+    _SHARED[key] = zygote
+    idle = [k for k, z in _SHARED.items() if k != key and not z.busy]
+    for stale in idle[:max(0, len(_SHARED) - MAX_SHARED)]:
+        _SHARED.pop(stale).close()
+    return zygote
+
+
+def close_shared() -> None:
+    """Closes this process's shared zygotes (their running children get ``SIGTERM``) and
+    waits for them to end."""
+    while _SHARED:
+        _SHARED.popitem()[1].close()
+    atexit.unregister(close_shared)
+
+
+def shared_pids() -> set[int]:
+    """The pids of this process's shared zygotes (alive or not)."""
+    return {zygote.process.pid for zygote in _SHARED.values()}
 
 
 def die_with(parent_pid: int):

@@ -9,6 +9,7 @@ import pytest
 
 from tfdiag.sample_jobs.jobs import JobConfig
 from tfdiag.sample_jobs.launcher import LocalCluster
+from tfdiag.sample_jobs.zygote import close_shared, shared_pids
 
 
 def _wait_for(condition, timeout_s: float = 120.0) -> None:
@@ -39,4 +40,23 @@ def test_tasks_are_forked_processes_that_serve_report_their_end_and_stop_with_th
     finally:
         cluster.stop()
     assert worker.process.returncode == -signal.SIGTERM
-    assert not zygote.is_running() or zygote.status() == psutil.STATUS_ZOMBIE
+
+
+@pytest.mark.cluster
+def test_the_next_cluster_forks_from_the_same_zygote_which_ends_when_closed(tmp_path, monkeypatch):
+    def serve_one(name: str) -> int:
+        cluster = LocalCluster(JobConfig("ps_ctl", str(tmp_path / name), ps=1, workers=1))
+        try:
+            cluster.start(job_tasks=False)
+            return psutil.Process(cluster.tasks["ps:0"].process.pid).parent().pid
+        finally:
+            cluster.stop()
+
+    first = serve_one("first")
+    assert first in shared_pids() and psutil.Process(first).is_running()
+    assert serve_one("second") == first  # TensorFlow imported once for both
+    monkeypatch.setenv("TFDIAG_ZYGOTE_TEST", "another environment")  # read at import: another zygote
+    other = serve_one("third")
+    assert other != first and {first, other} <= shared_pids()
+    close_shared()
+    assert not psutil.pid_exists(first) or psutil.Process(first).status() == psutil.STATUS_ZOMBIE
