@@ -222,9 +222,26 @@ class LocalCluster:
         cluster[job][index] = self.cluster[job][index]
         return {"cluster": cluster, "task": {"type": job, "index": index}}
 
-    def _spawn(self, job: str, index: int) -> None:
+    def start_program(self, job: str, index: int, program: Path, arguments: list[str], *, stdout: Path) -> TaskProcess:
+        """Starts the caller's Python ``program`` as task ``job:index`` (run as ``__main__``
+        with ``arguments``, after ``start(job_tasks=False)``), forked like the job's tasks;
+        its stdout goes to ``stdout``, its stderr to the task's log. Wait on the returned
+        task's ``process``; ``stop`` ends it with the others.
+
+        >>> chief = cluster.start_program("chief", 0, Path("my_job.py"), ["logs/run1"], stdout=out)  # doctest: +SKIP
+        >>> chief.process.wait(timeout=180)  # doctest: +SKIP
+        """
         task = task_name(job, index)
         log = self.logdir / "tasks" / f"{job}-{index}.log"
+        env = self._task_env(job, index)
+        process = self._fork(log, env, list(arguments), program=program, stdout=stdout)
+        if process is not None:
+            self.tasks[task] = TaskProcess(task, log, process)
+        else:
+            self._spawn_process(task, log, [self.python, "-u", str(program), *arguments], env, stdout=stdout)
+        return self.tasks[task]
+
+    def _task_env(self, job: str, index: int) -> dict:
         env = dict(os.environ)
         env["TF_CONFIG"] = json.dumps(self.tf_config(job, index))
         env["PYTHONUNBUFFERED"] = "1"
@@ -234,33 +251,43 @@ class LocalCluster:
         threads = str(max(1, (os.cpu_count() or 1) // max(1, self.config.workers)))
         env.setdefault("TF_NUM_INTRAOP_THREADS", threads)
         env.pop(PROGRESS_ENV, None)
-        if self._kills and task == self.spec.summary_task:
+        if self._kills and task_name(job, index) == self.spec.summary_task:
             env[PROGRESS_ENV] = str(self.progress_file)
+        return env
+
+    def _spawn(self, job: str, index: int) -> None:
+        task = task_name(job, index)
+        log = self.logdir / "tasks" / f"{job}-{index}.log"
+        env = self._task_env(job, index)
         arguments = ["--config", self.config.to_json()]
-        if self._forks and not (self._stopping or self.interrupted):
+        if self._forks:
             process = self._fork(log, env, arguments)
             if process is not None:
                 self.tasks[task] = TaskProcess(task, log, process)
                 return
         self._spawn_process(task, log, [*self.task_command, *arguments], env)
 
-    def _fork(self, log: Path, env: dict, arguments: list[str]) -> ForkedProcess | None:
+    def _fork(self, log: Path, env: dict, arguments: list[str], **program) -> ForkedProcess | None:
         """A task process forked from the zygote (started on first use); None when it
-        cannot start or fork, and the task is then started as a process of its own."""
+        cannot start or fork (or the cluster is stopping), and the task is then started as
+        a process of its own."""
+        if self._stopping or self.interrupted:
+            return None
         if self._zygote is None:
             self._zygote = shared_zygote([self.python, "-u", "-m", "tfdiag.sample_jobs.zygote", self.spec.module],
                                           self.logdir / "tasks" / "zygote.log")
-        return self._zygote.spawn(log, env, arguments, cancelled=lambda: bool(self.interrupted or self._stopping))
+        return self._zygote.spawn(log, env, arguments, cancelled=lambda: bool(self.interrupted or self._stopping),
+                                  **program)
 
-    def _spawn_process(self, task: str, log: Path, command: list[str], env: dict) -> None:
+    def _spawn_process(self, task: str, log: Path, command: list[str], env: dict, stdout: Path | None = None) -> None:
         if self._stopping or self.interrupted:  # stopping, or about to: start nothing more
             return
-        with open(log, "ab") as out:
+        with open(log, "ab") as err, open(stdout or os.devnull, "ab") as out:
             process = subprocess.Popen(
                 command,
                 stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
+                stdout=out if stdout else err,
+                stderr=err,
                 env=env,
                 start_new_session=True,
                 preexec_fn=die_with(os.getpid()),

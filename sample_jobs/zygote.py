@@ -34,6 +34,7 @@ import ctypes
 import importlib
 import json
 import os
+import runpy
 import select
 import signal
 import subprocess
@@ -97,11 +98,17 @@ class Zygote:
         """Starts the zygote process (``command``) with ``popen``'s other arguments."""
         return cls(subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, **popen))
 
-    def spawn(self, log, env: dict, argv: list[str], cancelled=lambda: False) -> ForkedProcess | None:
+    def spawn(self, log, env: dict, argv: list[str], cancelled=lambda: False, *, program=None,
+              stdout=None) -> ForkedProcess | None:
         """Forks a task process that appends its output to ``log``, with environment
-        ``env``, running ``task.main(argv)``; None when the zygote cannot (ended, or refused)
-        or when ``cancelled()`` turns true while it is awaited (the zygote is then stopped)."""
-        request = json.dumps({"log": str(log), "env": env, "argv": list(argv)}) + "\n"
+        ``env``, running ``task.main(argv)`` (or the Python file ``program`` as ``__main__``
+        with ``argv``, its stdout appended to ``stdout``); None when the zygote cannot (ended,
+        or refused) or when ``cancelled()`` turns true while it is awaited (the zygote is
+        then stopped)."""
+        request = {"log": str(log), "env": env, "argv": list(argv)}
+        if program is not None:
+            request.update(program=str(program), stdout=str(stdout or log))
+        request = json.dumps(request) + "\n"
         with self._lock:
             try:
                 self.process.stdin.write(request.encode())
@@ -276,13 +283,13 @@ def _become_task(request: dict, zygote: int) -> None:
     the task's environment and arguments."""
     os.setsid()
     die_with(zygote)()
-    log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
     os.close(null)
-    os.close(log)
+    for fd, path in ((1, request.get("stdout", request["log"])), (2, request["log"])):
+        out = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.dup2(out, fd)
+        os.close(out)
     os.environ.clear()
     os.environ.update(request["env"])
     sys.argv = ["tfdiag.sample_jobs.task", *request["argv"]]
@@ -299,9 +306,23 @@ def main() -> int:
     for module in sys.argv[1:]:
         importlib.import_module(module)
 
-    if serve() is None:
+    request = serve()
+    if request is None:
         os._exit(0)  # without the interpreter's finalisation, which with TensorFlow takes seconds
+    if "program" in request:
+        return _run_program(request["program"], request["argv"])
     return task.main(sys.argv[1:])
+
+
+def _run_program(path: str, argv: list[str]):
+    """Runs the Python file ``path`` as ``python path *argv`` would; returns its exit status."""
+    sys.argv = [path, *argv]
+    sys.path[0] = os.path.dirname(os.path.abspath(path))
+    try:
+        runpy.run_path(path, run_name="__main__")
+    except SystemExit as exit_:
+        return exit_.code
+    return 0
 
 
 if __name__ == "__main__":

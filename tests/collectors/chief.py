@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 from tfdiag.sample_jobs.jobs import JobConfig
@@ -13,16 +10,17 @@ from tfdiag.sample_jobs.launcher import LocalCluster
 
 
 def run_as_chief(job: Path, logdir, *args, ps: int, workers: int, timeout_s: float = 180) -> tuple[dict, str]:
-    """Starts ``ps`` and ``workers`` servers, runs ``python job logdir *args`` with ``TF_CONFIG``
-    naming it chief:0, stops the servers; returns (the last JSON line of its stdout, its stderr)."""
+    """Starts ``ps`` and ``workers`` servers, runs ``python job logdir *args`` as chief:0 of their
+    cluster (forked like the servers, ``LocalCluster.start_program``), stops the servers;
+    returns (the last JSON line of its stdout, its stderr)."""
     cluster = LocalCluster(JobConfig("ps_ctl", str(logdir), ps=ps, workers=workers))
+    stdout = Path(logdir) / "tasks" / "chief-0.stdout"
     try:
         cluster.start(job_tasks=False)
-        env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": cluster.cluster, "task": {"type": "chief", "index": 0}}))
-        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        done = subprocess.run([sys.executable, str(job), str(logdir), *map(str, args)], env=env, capture_output=True,
-                              text=True, timeout=timeout_s)
+        chief = cluster.start_program("chief", 0, job, [str(logdir), *map(str, args)], stdout=stdout)
+        code = chief.process.wait(timeout=timeout_s)
     finally:
         cluster.stop()
-    assert done.returncode == 0, done.stderr[-4000:]
-    return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
+    stderr = chief.log.read_text()
+    assert code == 0, stderr[-4000:]
+    return json.loads(stdout.read_text().strip().splitlines()[-1]), stderr

@@ -54,15 +54,34 @@ def log_lines(result, task, pattern):
     return re.findall(pattern, result.task_logs[task].read_text())
 
 
-# -- every job, clean -------------------------------------------------------------------
-@pytest.fixture(scope="module", params=["ps_ctl", "ps_fit", "mwms_fit", "mirrored", "tf1_session"])
-def clean_run(request, tmp_path_factory):
-    job = request.param
-    return job, sample(tmp_path_factory.mktemp(job) / "run", job)
+# -- every job, with the injections whose effects each job shows -------------------------
+# One run a job serves both the check that every job runs and records every worker and the
+# checks of its injections' effects (shard skew and a hot ps do not change either).
+RUNS = {
+    "ps_ctl": {"batch": 64, "inject": ["shard-skew=1:3", "hot-ps=1"]},
+    "ps_fit": {"batch": 64, "inject": ["shard-skew=1:3", "hot-ps=0"]},
+    "mwms_fit": {"batch": 256, "inject": ["shard-skew=1:2"]},
+    "mirrored": {},
+    "tf1_session": {},
+}
 
 
-def test_every_job_runs_and_records_every_worker(clean_run):
-    job, result = clean_run
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The run of each job in ``RUNS``, made on first use."""
+    made = {}
+
+    def run_of(job):
+        if job not in made:
+            made[job] = sample(tmp_path_factory.mktemp(job) / "run", job, **RUNS[job])
+        return made[job]
+
+    return run_of
+
+
+@pytest.mark.parametrize("job", sorted(RUNS))
+def test_every_job_runs_and_records_every_worker(runs, job):
+    result = runs(job)
     assert result.steps == STEPS and result.examples_per_s > 0
     workers = workers_of(result.logdir)
     expected_workers = {"worker:0"} if job == "mirrored" else {"worker:0", "worker:1"}
@@ -73,32 +92,41 @@ def test_every_job_runs_and_records_every_worker(clean_run):
     assert read_manifest(result.logdir)["strategy"]
 
 
-# -- injections -------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def ps_ctl_injected(tmp_path_factory):
-    """One ps_ctl run with shard-skew and hot-ps together (their effects do not overlap)."""
-    return sample(tmp_path_factory.mktemp("ps_ctl_inj") / "run", "ps_ctl", batch=64,
-                  inject=["shard-skew=1:3", "hot-ps=1"])
-
-
-def test_shard_skew_gives_worker_more_examples_per_step(ps_ctl_injected):
-    workers = workers_of(ps_ctl_injected.logdir)
+def test_shard_skew_gives_worker_more_examples_per_step(runs):
+    workers = workers_of(runs("ps_ctl").logdir)
     per_step = {task: w["examples"] / w["steps"] for task, w in workers.items()}
     assert per_step["worker:0"] == pytest.approx(64, rel=0.1)
     assert per_step["worker:1"] == pytest.approx(192, rel=0.1)
 
 
-def test_hot_ps_places_the_big_kernel_on_that_ps(ps_ctl_injected):
-    devices = log_lines(ps_ctl_injected, "chief:0", r"variable hot/kernel:0 \[\d+, 4096\] on (\S+)")
+def test_hot_ps_places_the_big_kernel_on_that_ps(runs):
+    devices = log_lines(runs("ps_ctl"), "chief:0", r"variable hot/kernel:0 \[\d+, 4096\] on (\S+)")
     assert devices and "/job:ps/replica:0/task:1/" in devices[0]
 
 
-def test_a_hot_ps_is_found_without_the_job_naming_its_variables(ps_ctl_injected):
+def test_a_hot_ps_is_found_without_the_job_naming_its_variables(runs):
     # ps_ctl attaches tfdiag as the README does (no variables=): the coordinator records
     # the placement of the variables its scheduled function reads.
-    findings = {f.kind: f for f in analyze(str(ps_ctl_injected.logdir)).findings}
+    findings = {f.kind: f for f in analyze(str(runs("ps_ctl").logdir)).findings}
     hot = findings["ps_hotspot"]
     assert hot.tasks == ("ps:1",) and hot.evidence["bytes_source"] == "placement", hot
+
+
+def test_ps_fit_counts_each_workers_examples_and_puts_the_hot_block_on_one_ps(runs):
+    # DiagnosticsCallback is given one batch size; what each worker's closures consumed
+    # is counted in-graph. Both 4 MB kernels of the hot block sit on ps 0.
+    result = runs("ps_fit")
+    workers = workers_of(result.logdir)
+    per_step = {task: w["examples"] / w["steps"] for task, w in workers.items()}
+    assert per_step["worker:0"] == pytest.approx(64, rel=0.1)
+    assert per_step["worker:1"] == pytest.approx(192, rel=0.1)
+    hot = log_lines(result, "chief:0", r"variable \S*kernel:0 \[(?:\d+, 4096|4096, \d+)\] on (\S+)")
+    assert len(hot) == 2 and all("/job:ps/replica:0/task:0/" in device for device in hot), hot
+
+
+def test_mwms_shard_skew_is_examples_per_worker(runs):
+    workers = workers_of(runs("mwms_fit").logdir)
+    assert workers["worker:1"]["examples"] == 2 * workers["worker:0"]["examples"] > 0
 
 
 def test_partitioner_splits_the_hot_kernel(tmp_path):
@@ -161,24 +189,6 @@ def test_every_listed_injection_runs_and_the_run_is_readable(tmp_path, job):
         assert "restarted worker:1" in said
     run = load_run(result.logdir)
     assert not run.skipped and "worker:0" in set(run.frame("step")["task"])
-
-
-def test_ps_fit_counts_each_workers_examples_and_puts_the_hot_block_on_one_ps(tmp_path):
-    # DiagnosticsCallback is given one batch size; what each worker's closures consumed
-    # is counted in-graph. Both 4 MB kernels of the hot block sit on ps 0.
-    result = sample(tmp_path / "run", "ps_fit", batch=64, inject=["shard-skew=1:3", "hot-ps=0"])
-    workers = workers_of(result.logdir)
-    per_step = {task: w["examples"] / w["steps"] for task, w in workers.items()}
-    assert per_step["worker:0"] == pytest.approx(64, rel=0.1)
-    assert per_step["worker:1"] == pytest.approx(192, rel=0.1)
-    hot = log_lines(result, "chief:0", r"variable \S*kernel:0 \[(?:\d+, 4096|4096, \d+)\] on (\S+)")
-    assert len(hot) == 2 and all("/job:ps/replica:0/task:0/" in device for device in hot), hot
-
-
-def test_mwms_shard_skew_is_examples_per_worker(tmp_path):
-    result = sample(tmp_path / "run", "mwms_fit", steps=10, batch=256, inject=["shard-skew=1:2"])
-    workers = workers_of(result.logdir)
-    assert workers["worker:1"]["examples"] == 2 * workers["worker:0"]["examples"] > 0
 
 
 def test_strategy_switch_runs_the_other_strategy(tmp_path):
