@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -97,12 +95,9 @@ def test_a_frozen_worker_is_named_stalled_while_the_job_hangs(tmp_path):
     job = frozen = None
     try:
         cluster.start(job_tasks=False)
-        env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": cluster.cluster, "task": {"type": "chief", "index": 0}}),
-                   TF_CPP_MIN_LOG_LEVEL="2")
-        job = subprocess.Popen([sys.executable, str(STALL_JOB), str(logdir), str(stop_file)], env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        _wait_for(lambda: (logdir / "ready").exists() or job.poll() is not None, READY_TIMEOUT_S)
-        assert job.poll() is None, job.communicate()[1][-4000:]
+        job = cluster.start_program("chief", 0, STALL_JOB, [str(logdir), str(stop_file)], stdout=tmp_path / "job.out")
+        _wait_for(lambda: (logdir / "ready").exists() or job.process.poll() is not None, READY_TIMEOUT_S)
+        assert job.process.poll() is None, job.log.read_text()[-4000:]
         client = client_for(make_plugin(logdir))
         before = get_json(client, PREFIX + "/report?run=.")
         assert "stalled" not in [finding["kind"] for finding in before["findings"]]
@@ -133,11 +128,9 @@ def test_a_frozen_worker_is_named_stalled_while_the_job_hangs(tmp_path):
         stop_file.write_text("stop")
         if job is not None:
             try:
-                out, err = job.communicate(timeout=JOB_EXIT_TIMEOUT_S)
-                print("job after SIGCONT:", out[-500:], err[-2000:], sep="\n")
+                job.process.wait(timeout=JOB_EXIT_TIMEOUT_S)
+                print("job after SIGCONT:", job.log.read_text()[-2000:], sep="\n")
             except subprocess.TimeoutExpired:
-                job.kill()
-                job.communicate()
                 print("job did not exit within", JOB_EXIT_TIMEOUT_S, "s after SIGCONT: killed")
         cluster.stop()
 
