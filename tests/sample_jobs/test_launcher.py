@@ -124,9 +124,14 @@ def descendants(process):
     return {}
 
 
+# Both signals go through one handler (the launcher's ``_signals_stop``): each is sent while
+# the cluster starts, and each later state is interrupted by one of them.
+INTERRUPTS = [(signal.SIGINT, "starting"), (signal.SIGTERM, "starting"), (signal.SIGTERM, "training"),
+              (signal.SIGINT, "recovering")]
+
+
 @pytest.mark.cluster
-@pytest.mark.parametrize("state", list(STATES))
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("sig, state", INTERRUPTS, ids=[f"{sig.name}-{state}" for sig, state in INTERRUPTS])
 def test_interrupt_stops_every_task(tmp_path, sig, state, record_property):
     job, extra, reached = STATES[state]
     logdir = tmp_path / "run"
