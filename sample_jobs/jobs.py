@@ -254,6 +254,18 @@ class JobConfig:
         return Plan.parse(self.inject, self.tune)
 
     @property
+    def layout(self) -> dict[str, int]:
+        """How many tasks each job of the cluster has: ``{"chief": 1, "ps": 2, "worker": 2}``."""
+        spec = self.spec
+        if spec.single:
+            return {"worker": 1}
+        layout = {"chief": 1} if spec.chief else {}
+        if spec.ps and self.ps:
+            layout["ps"] = self.ps
+        layout["worker"] = self.workers
+        return layout
+
+    @property
     def batch_size(self) -> int:
         """The global batch size: ``--tune batch=N``, else ``--batch``, else the job's default."""
         return int(self.plan.tuned("batch", str(self.batch or self.spec.batch)))

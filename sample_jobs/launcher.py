@@ -28,9 +28,6 @@ orchestrator restarts a failed job, and the job resumes from its ``BackupAndRest
 While the job runs, the lines tfdiag announces in its summary task's log (live findings:
 ``tfdiag: ...``) are relayed to the launcher's stderr as they come.
 
-One module past 400 lines: starting, watching, killing, restarting and stopping the
-tasks all change the same record of the cluster's processes.
-
 Example:
     >>> result = launch(JobConfig("ps_ctl", "logs/run1", steps=50))  # doctest: +SKIP
     >>> result.returncode, result.summary_line  # doctest: +SKIP
@@ -55,7 +52,7 @@ from pathlib import Path
 from tfdiag.events import parse_task, task_name
 from tfdiag.sample_jobs.common import PROGRESS_ENV, read_progress
 from tfdiag.sample_jobs.inject import KillWorker, SlowPs
-from tfdiag.sample_jobs.jobs import JobConfig, JobSpec, parse_summary
+from tfdiag.sample_jobs.jobs import JobConfig, parse_summary
 from tfdiag.sample_jobs.log_follower import LogFollower
 from tfdiag.sample_jobs.zygote import ForkedProcess, Zygote, die_with, shared as shared_zygote
 
@@ -86,19 +83,6 @@ def pick_free_ports(count: int, host: str = HOST) -> list[int]:
     finally:
         for sock in sockets:
             sock.close()
-
-
-def cluster_layout(spec: JobSpec, config: JobConfig) -> dict[str, int]:
-    """How many tasks each job of the cluster has: ``{"chief": 1, "ps": 2, "worker": 2}``."""
-    if spec.single:
-        return {"worker": 1}
-    layout = {}
-    if spec.chief:
-        layout["chief"] = 1
-    if spec.ps and config.ps:
-        layout["ps"] = config.ps
-    layout["worker"] = config.workers
-    return layout
 
 
 def log_tail(path: Path, lines: int = TAIL_LINES) -> str:
@@ -174,7 +158,7 @@ class LocalCluster:
     def start(self, *, job_tasks: bool = True) -> None:
         """Picks ports and starts the tasks; ``job_tasks=False`` starts only the servers
         (the caller then plays the job's role itself, as tests do)."""
-        layout = cluster_layout(self.spec, self.config)
+        layout = self.config.layout
         slow_ps = {i.ps: i.ms for i in self.plan.of(SlowPs)} if "ps" in layout else {}
         ports = iter(pick_free_ports(sum(layout.values()) + len(slow_ps)))
         self.cluster = {job: [f"{HOST}:{next(ports)}" for _ in range(n)] for job, n in layout.items()}
@@ -223,10 +207,9 @@ class LocalCluster:
         return {"cluster": cluster, "task": {"type": job, "index": index}}
 
     def start_program(self, job: str, index: int, program: Path, arguments: list[str], *, stdout: Path) -> TaskProcess:
-        """Starts the caller's Python ``program`` as task ``job:index`` (run as ``__main__``
-        with ``arguments``, after ``start(job_tasks=False)``), forked like the job's tasks;
-        its stdout goes to ``stdout``, its stderr to the task's log. Wait on the returned
-        task's ``process``; ``stop`` ends it with the others.
+        """Starts the caller's Python ``program`` as task ``job:index`` (``__main__`` with
+        ``arguments``, after ``start(job_tasks=False)``), forked like the job's tasks; stdout
+        to ``stdout``, stderr to the task's log; ``stop`` ends it with the others.
 
         >>> chief = cluster.start_program("chief", 0, Path("my_job.py"), ["logs/run1"], stdout=out)  # doctest: +SKIP
         >>> chief.process.wait(timeout=180)  # doctest: +SKIP
@@ -268,9 +251,8 @@ class LocalCluster:
         self._spawn_process(task, log, [*self.task_command, *arguments], env)
 
     def _fork(self, log: Path, env: dict, arguments: list[str], **program) -> ForkedProcess | None:
-        """A task process forked from the zygote (started on first use); None when it
-        cannot start or fork (or the cluster is stopping), and the task is then started as
-        a process of its own."""
+        """A task process forked from the zygote (started on first use); None when it cannot
+        start or fork, or the cluster is stopping (the caller then starts a process of its own)."""
         if self._stopping or self.interrupted:
             return None
         if self._zygote is None:
