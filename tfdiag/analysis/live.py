@@ -38,7 +38,7 @@ import pandas as pd
 from tfdiag.analysis.advisor import advise
 from tfdiag.analysis.detectors import detect_all
 from tfdiag.analysis.findings import Finding, Severity
-from tfdiag.analysis.live_transition import Transition
+from tfdiag.analysis.live_transition import Transition, training_step
 from tfdiag.analysis.live_transition import message as _line
 from tfdiag.analysis.load import LoadedRun, WindowLoader
 from tfdiag.analysis.measurements import Measurements, measure
@@ -142,7 +142,8 @@ class LiveFindings:
             self._judged = run
             self.analyses += 1
         findings = self.findings
-        step = int(steps["step"].max())
+        step = training_step(int(steps["step"].max()), steps["steps"].fillna(1).median(),
+                             closures=not run.frame("closure").empty)
         transitions = []
         for key, finding in findings.items():
             tracked = self._tracked.setdefault(key, _Tracked(finding, now_ns, step))

@@ -159,7 +159,7 @@ class LiveMonitor:
         transitions = []
         for (kind, task), title in holding.items():
             if (kind, task) not in self._stops:
-                step = self.screen.last_step.get(task)
+                step = self.screen.training_step(task)
                 began = Transition("began", kind, (task,), STOP_SEVERITY, now_ns, step, None,
                                    message("began", kind, (task,), title, None, step), now_ns)
                 self._stops[(kind, task)] = began
