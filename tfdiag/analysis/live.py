@@ -36,6 +36,7 @@ from pathlib import Path
 import pandas as pd
 
 from tfdiag.analysis.advisor import advise
+from tfdiag.analysis import detectors
 from tfdiag.analysis.detectors import detect_all
 from tfdiag.analysis.findings import Finding, Severity
 from tfdiag.analysis.live_transition import Transition, training_step
@@ -105,7 +106,7 @@ class LiveFindings:
         self.analyses = 0  # of which the analysis ran on (the others: the window had not changed)
         self.findings: dict[tuple[str, tuple[str, ...]], Finding] = {}  # the last judged window's, announced severities
         self._loader: WindowLoader | None = None
-        self._judged: LoadedRun | None = None
+        self._judged: tuple | None = None  # (the last judged window, the kinds judged)
         self._measured: Measurements | None = None  # the last judged window's, for the next to reuse
         self._tracked: dict[tuple[str, tuple[str, ...]], _Tracked] = {}
 
@@ -136,10 +137,16 @@ class LiveFindings:
         if not enough_data(steps, self.window_s):
             return []
         self.evaluations += 1
-        if run is not self._judged:
+        # Only the detectors of the kinds that may be announced or cleared: those ``confirm``
+        # names and those announced (without ``only_confirmed``: all). Each detector reads only
+        # Measurements and the advisor holds each finding on its own, so a kind's findings are
+        # those of the whole analysis, and the tables no chosen detector reads are not built.
+        kinds = None if not self.only_confirmed else frozenset(
+            [kind for kind, _ in confirm] + [kind for kind, _ in self.announced_keys()])
+        if self._judged is None or run is not self._judged[0] or kinds != self._judged[1]:
             self._measured = measure(run, self._measured)
-            self.findings = _announced(self._measured)
-            self._judged = run
+            self.findings = _announced(self._measured, kinds)
+            self._judged = (run, kinds)
             self.analyses += 1
         findings = self.findings
         step = training_step(int(steps["step"].max()), steps["steps"].fillna(1).median(),
@@ -183,8 +190,10 @@ def announced_findings(run: LoadedRun) -> dict[tuple[str, tuple[str, ...]], Find
     return _announced(measure(run))
 
 
-def _announced(measured: Measurements) -> dict[tuple[str, tuple[str, ...]], Finding]:
-    return {(f.kind, f.tasks): f for f in advise(detect_all(measured), measured) if f.severity in ANNOUNCED}
+def _announced(measured: Measurements, kinds: frozenset[str] | None = None) -> dict[tuple[str, tuple[str, ...]], Finding]:
+    registry = detectors.DETECTORS  # read at each call: benchmarks/live_latency.py times its entries
+    chosen = registry if kinds is None else {kind: detect for kind, detect in registry.items() if kind in kinds}
+    return {(f.kind, f.tasks): f for f in advise(detect_all(measured, chosen), measured) if f.severity in ANNOUNCED}
 
 
 def enough_data(steps: pd.DataFrame, window_s: float) -> bool:

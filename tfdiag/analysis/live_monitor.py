@@ -63,13 +63,17 @@ class LiveMonitor:
         own_task: the task running it (never reported silent).
         before_confirmation: called before each confirming analysis (the coordinator's
             ``flush_records``, so that the window holds every closure finished so far).
+        may_confirm: asked before a confirmation; false: the candidates wait for a later tick
+            (stopped tasks are announced from the screen whatever it says).
     """
 
     def __init__(self, run_dir: str | os.PathLike, own_task: str | None = None,
-                 before_confirmation: Callable[[], None] = lambda: None):
+                 before_confirmation: Callable[[], None] = lambda: None,
+                 may_confirm: Callable[[], bool] = lambda: True):
         self.path = run_dir
         self.screen = LiveScreen(run_dir, own_task)
         self.before_confirmation = before_confirmation
+        self.may_confirm = may_confirm  # false: a confirmation waits (the thread's CPU credit is spent)
         self.screens = 0
         self.confirmations = 0
         self.confirm_cpu_ns = 0  # thread CPU of the confirmations, the first import of the analysis left out
@@ -99,7 +103,7 @@ class LiveMonitor:
         gone_ns = int(CLEAR_AFTER_S * 1e9)
         unshown = [key for key in self._announced()
                    if all(now_ns - seen >= gone_ns for c, seen in self._seen_ns.items() if self._matches(key, c))]
-        if due or (unshown and now_ns >= self._clear_at_ns):
+        if (due or (unshown and now_ns >= self._clear_at_ns)) and self.may_confirm():
             transitions += self._confirm(now_ns, standing, due)
             self._clear_at_ns = now_ns + int(CONFIRM_RETRY_S * 1e9)
         return transitions
@@ -111,8 +115,8 @@ class LiveMonitor:
 
             self._live = LiveFindings(self.path, only_confirmed=True)
             self.setup_cpu_ns = time.thread_time_ns() - begin
-        self._pace_link_window()
         begin = time.thread_time_ns()
+        self._pace_link_window()
         self.before_confirmation()
         screened = {(kind, (task,)) for kind, task in self._stops}  # announced from the screen already
         transitions = []
