@@ -122,12 +122,15 @@ class LiveFindings:
         """The (kind, tasks) of the findings announced and not cleared."""
         return [key for key, tracked in self._tracked.items() if tracked.announced]
 
-    def evaluate(self, now_ns: int | None = None, confirm: dict | None = None) -> list[Transition]:
+    def evaluate(self, now_ns: int | None = None, confirm: dict | None = None,
+                 gone: frozenset = frozenset()) -> list[Transition]:
         """Reads what is new, judges the window ending at ``now_ns`` and returns the transitions.
 
         ``confirm``: (kind, task) -> ns since a screen saw it, for the candidates it saw
         persist; a finding of that kind naming that task (or the whole job) is announced the
-        first time this analysis sees it, its onset the screen's."""
+        first time this analysis sees it, its onset the screen's. ``gone``: the (kind, tasks)
+        of announced findings a screen has not shown for a while: cleared the first time this
+        analysis does not see them either (the screen's absence is the second opinion)."""
         now_ns = time.time_ns() if now_ns is None else now_ns
         confirm = confirm or {}
         run = self.window(now_ns)
@@ -171,7 +174,7 @@ class LiveFindings:
                 tracked.cleared_onset_ns = now_ns
             if not tracked.announced:
                 del self._tracked[key]  # seen once: noise, never announced
-            elif tracked.missed >= PERSIST_EVALUATIONS:
+            elif tracked.missed >= (1 if key in gone else PERSIST_EVALUATIONS):
                 del self._tracked[key]
                 transitions.append(_transition("cleared", tracked, tracked.cleared_onset_ns, now_ns))
         return transitions

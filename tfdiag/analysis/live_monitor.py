@@ -12,7 +12,8 @@ a few round trips at the probe's pace, ``live.link_window_s``) runs only when:
   ``CONFIRM_RETRY_S`` later, twice, then twice as long each time up to ``MAX_RETRY_S``
   (a candidate that comes and goes keeps its wait until it has been gone that long);
 - an announced finding's candidate has been gone ``CLEAR_AFTER_S``: every
-  ``CONFIRM_RETRY_S`` until the analysis clears it (two evaluations in a row without it).
+  ``CONFIRM_RETRY_S`` until the analysis clears it (the first evaluation without it: the
+  screen's absence is the second opinion).
 
 Only what a candidate names is announced (an analysis run to confirm one straggler can
 see other findings in a window of a few seconds: the report after the run judges those).
@@ -104,11 +105,12 @@ class LiveMonitor:
         unshown = [key for key in self._announced()
                    if all(now_ns - seen >= gone_ns for c, seen in self._seen_ns.items() if self._matches(key, c))]
         if (due or (unshown and now_ns >= self._clear_at_ns)) and self.may_confirm():
-            transitions += self._confirm(now_ns, standing, due)
+            transitions += self._confirm(now_ns, standing, due, frozenset(unshown))
             self._clear_at_ns = now_ns + int(CONFIRM_RETRY_S * 1e9)
         return transitions
 
-    def _confirm(self, now_ns: int, standing: list[tuple[str, str]], due: list[tuple[str, str]]) -> list[Transition]:
+    def _confirm(self, now_ns: int, standing: list[tuple[str, str]], due: list[tuple[str, str]],
+                 gone: frozenset = frozenset()) -> list[Transition]:
         if self._live is None:
             begin = time.thread_time_ns()
             from tfdiag.analysis.live import LiveFindings  # here: only once something needs confirming
@@ -123,7 +125,7 @@ class LiveMonitor:
         for live, links in ((self._live, False), (self._live_links, True)):
             if any((kind == "slow_link") == links for kind, _ in due) or live.announced_keys():
                 confirm = {key: self._since[key] for key in standing if (key[0] == "slow_link") == links}
-                transitions += [t for t in live.evaluate(now_ns, confirm=confirm) if (t.kind, t.tasks) not in screened]
+                transitions += [t for t in live.evaluate(now_ns, confirm=confirm, gone=gone) if (t.kind, t.tasks) not in screened]
         self.confirmations += 1
         self.confirm_cpu_ns += time.thread_time_ns() - begin
         for key in due:
