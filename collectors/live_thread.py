@@ -19,11 +19,15 @@ training never sees it.
 
 Cost: held to the ``live`` share of a core in ``collectors/budget.py`` (or
 ``$TFDIAG_LIVE_CPU_SHARE``) with a credit: the share accrues with the thread's life, up to
-``BURST_CPU_S`` ahead, and each tick spends its CPU (``time.thread_time_ns``); while the
-credit is below zero the pause after a tick lengthens until the share has paid it back
-(``pause_s``), so screens and confirmations together never cost more than the share over
-the thread's life plus the burst. Declared: a ``note`` record at the end, and ``cost()``;
-``docs/benchmarks.md`` has the measured figures.
+``BURST_CPU_S`` ahead, and each tick spends its CPU (``time.thread_time_ns``). Screens run
+every ``interval_s``, spaced further only when they alone would take more than
+``SCREEN_PART`` of the share; a confirmation runs only while the credit is positive, so a
+spent credit delays confirmations, never the screen (which names stopped, silent and
+failed tasks). Screens and confirmations together never cost more than the share over the
+thread's life plus the burst and one confirmation. The thread runs at the lowest
+scheduling priority (``NICE``), so on a busy core its CPU comes after training's.
+Declared: a ``note`` record at the end, and ``cost()``; ``docs/benchmarks.md`` has the
+measured figures.
 
 Example:
     >>> thread = LiveThread("logs/run1", writer, interval_s=2.0).start()  # doctest: +SKIP
@@ -60,6 +64,12 @@ STOP_TIMEOUT_S = 10.0
 # loaded host) and the first one's read of the whole task files, so that a finding is
 # confirmed when the screen flags it rather than when the share has paid for it.
 BURST_CPU_S = 1.0
+# The part of the share the screens may take (their spacing stretches past ``interval_s``
+# otherwise); the rest pays for confirmations.
+SCREEN_PART = 0.5
+# The thread's nice value: the lowest priority, so that on a core that training keeps busy
+# the screens and confirmations wait for it rather than take from it.
+NICE = 19
 
 
 def interval_from(option: float | None) -> float | None:
@@ -150,6 +160,7 @@ class LiveThread:
         # coordinator's ``flush_records``: its step records are otherwise up to 5 s late).
         self.before_evaluation = lambda: None
         self._credit_ns = int(BURST_CPU_S * 1e9)  # CPU the thread may still spend ahead of its share
+        self._tick_began_ns = 0  # thread CPU clock when the tick in progress began
         self._credited_at_ns = 0
         self._started_ns = 0
         self._done = threading.Event()
@@ -180,14 +191,27 @@ class LiveThread:
             logger.warning("tfdiag: cannot record the live findings' cost (%r).", error)
 
     def pause_s(self) -> float:
-        """Seconds until the next tick: ``interval_s``, or longer while the thread has spent
-        more than its share accrued plus ``BURST_CPU_S``: until the share pays the debt back
-        (a confirmation that leaves 30 ms of debt, at the 0.3 % of ``collectors/budget.py``: 10 s)."""
+        """Seconds until the next tick: ``interval_s``, or longer when the screens' mean CPU
+        would take more than ``SCREEN_PART`` of the share at that pace."""
+        screens_ns = self.cpu_ns - (self.monitor.confirm_cpu_ns if self.monitor else 0)
+        per_screen_s = screens_ns / self.ticks / 1e9 if self.ticks else 0.0
+        return max(self.interval_s, per_screen_s / (self.core_share * SCREEN_PART))
+
+    def credit_ns(self) -> int:
+        """CPU ns the thread may still spend ahead of its share: the share accrued since the
+        last call added, up to ``BURST_CPU_S``, less what the ticks spent."""
         now_ns = time.monotonic_ns()
         accrued = (now_ns - self._credited_at_ns) * self.core_share
         self._credit_ns = min(self._credit_ns + int(accrued), int(BURST_CPU_S * 1e9))
         self._credited_at_ns = now_ns
-        return max(self.interval_s, -self._credit_ns / 1e9 / self.core_share)
+        return self._credit_ns
+
+    def _may_confirm(self) -> bool:
+        return self.credit_ns() - self._tick_ns() > 0
+
+    def _tick_ns(self) -> int:
+        """CPU the tick in progress has spent so far (not yet taken from the credit)."""
+        return time.thread_time_ns() - self._tick_began_ns if self._tick_began_ns else 0
 
     def cost(self) -> dict:
         """Ticks so far and their thread CPU time: per tick, per minute of the thread's
@@ -206,11 +230,15 @@ class LiveThread:
                 "transitions": self.transitions}
 
     def _run(self) -> None:
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)  # this thread only (Linux)
+        except (OSError, AttributeError) as error:
+            logger.debug("tfdiag: live findings run at the process's priority (%r).", error)
         begin = time.thread_time_ns()
         try:
             from tfdiag.analysis.live_monitor import LiveMonitor  # here only: see the module docstring
 
-            self.monitor = LiveMonitor(self.logdir, self.writer.task, self._before_confirmation)
+            self.monitor = LiveMonitor(self.logdir, self.writer.task, self._before_confirmation, self._may_confirm)
         except Exception as error:  # noqa: BLE001 - a collector never breaks training
             logger.warning("tfdiag: live findings are off: cannot start the analysis (%r).", error)
             return
@@ -218,7 +246,7 @@ class LiveThread:
         while not self._done.wait(self.pause_s()) and not self.writer.closed:
             if self.paused():
                 continue
-            begin = time.thread_time_ns()
+            begin = self._tick_began_ns = time.thread_time_ns()
             setup_before = self.monitor.setup_cpu_ns
             transitions = []
             try:
@@ -233,7 +261,9 @@ class LiveThread:
             finally:
                 # The analysis's first import is set-up, declared apart and not paced.
                 spent = time.thread_time_ns() - begin - (self.monitor.setup_cpu_ns - setup_before)
+                self.credit_ns()
                 self._credit_ns -= spent
+                self._tick_began_ns = 0
                 self.cpu_ns += spent
                 self.ticks += 1
             self.transitions += len(transitions)

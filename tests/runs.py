@@ -46,16 +46,17 @@ class RunBuilder:
         return self
 
     def steps(self, task, count=100, step_ms=20.0, input_ms=0.0, idle_ms=1.0, closures=False, *, first_step=0,
-              start_ns=START_NS, jitter_ms=0.0, examples=EXAMPLES_PER_STEP):
+              start_ns=START_NS, jitter_ms=0.0, examples=EXAMPLES_PER_STEP, steps_per_record=None):
         """``count`` steps of ``task`` from ``start_ns``: ``step_ms`` each (plus ``jitter_ms``
-        times ``step % 4``), of which ``input_ms`` waiting for input, ``idle_ms`` apart."""
+        times ``step % 4``), of which ``input_ms`` waiting for input, ``idle_ms`` apart; each
+        record covering ``steps_per_record`` training steps (a closure's; None: one)."""
         begin = start_ns
         self.step_begins[task] = []
         for step in range(first_step, first_step + count):
             self.step_begins[task].append(begin)
             end = begin + int((step_ms + jitter_ms * (step % 4)) * MS)
             self.record("step", task=task, step=step, begin_ns=begin, end_ns=end, input_wait_ns=int(input_ms * MS),
-                        examples=examples, clock_task=task)
+                        examples=examples, clock_task=task, steps=steps_per_record)
             if closures:
                 self.record("closure", worker=task, closure_id=step, dispatch_ns=begin - MS, result_ns=end + MS,
                             ok=True, error="")

@@ -77,6 +77,30 @@ def test_a_straggler_that_begins_mid_run_is_announced_then_cleared(tmp_path):
     assert live.evaluations == 100 / 5 - 2  # from 15 s on: a 20-s window needs 10 s of steps
 
 
+def test_under_a_coordinator_since_step_counts_training_steps_not_closures(tmp_path):
+    run = growing_run(tmp_path / "run")
+    live = LiveFindings(run.path, window_s=20.0)
+    announced, closure_id = [], 0
+    for t in range(5, 65, 5):  # each worker runs closures of 2 steps; worker:1 2.5x slower from 30 s on
+        now = START_NS + t * S
+        for task in WORKERS:
+            ms = 50.0 if task == "worker:1" and t > 30 else 20.0
+            _, begin = run.next_steps.get(task, (0, START_NS))
+            count = (now - begin) // int((ms + 1) * MS)
+            run.steps(task, count, ms, closures=True, first_step=closure_id, start_ns=begin, steps_per_record=2)
+            closure_id += count  # closure ids count over the whole job, as a coordinator numbers them
+        run.grow()
+        announced += [change for change in live.evaluate(now) if change.state == "began"]
+    began = next(change for change in announced if change.kind == "straggler")
+    assert began.step == 2 * closure_id_at(run, began.onset_ns), "closures by the onset times 2 steps each"
+    assert f"since step {began.step:,}:" in began.message
+
+
+def closure_id_at(run: RunBuilder, time_ns: int) -> int:
+    """Closures whose step records ended by ``time_ns`` (the highest id among them, plus one)."""
+    return max(values["step"] for kind, values in run.records if kind == "step" and values["end_ns"] <= time_ns) + 1
+
+
 def test_each_window_has_the_findings_of_the_full_path_on_the_same_records(tmp_path):
     """The incremental window (read by offset, aged batches dropped, unchanged windows not
     analysed again) against the whole run loaded from scratch and cut to the same seconds."""

@@ -108,6 +108,21 @@ def test_a_worker_that_stops_is_named_within_30_s(tmp_path):
     assert "no progress" in began.message and began.severity == "critical"
 
 
+def test_a_spent_credit_delays_confirmations_but_not_a_stopped_task(tmp_path):
+    job = Job(tmp_path / "run")
+    credit = [False]
+    job.monitor.may_confirm = lambda: credit[0]
+    job.until(20).until(40, step_ms={"worker:1": 50.0})
+    assert job.monitor.confirmations == 0 and not job.began("straggler")
+    credit[0] = True  # the candidate waited, not rejected: confirmed on the next tick
+    job.until(42, step_ms={"worker:1": 50.0})
+    assert [t for t, _ in job.began("straggler")] == [42]
+    credit[0] = False
+    job.until(80, step_ms={"worker:1": 1e9})  # worker:1 stops: named from the screen, no credit needed
+    (began_at, began), = job.began("stalled")
+    assert began.tasks == ("worker:1",) and began_at <= 42 + 30
+
+
 def test_a_silent_writer_and_a_failed_task_are_named(tmp_path):
     job = Job(tmp_path / "run")
     job.run.record("heartbeat", task="worker:1", time_ns=START_NS + 2 * S, subject="worker:1", progress=None,

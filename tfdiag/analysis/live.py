@@ -36,9 +36,10 @@ from pathlib import Path
 import pandas as pd
 
 from tfdiag.analysis.advisor import advise
+from tfdiag.analysis import detectors
 from tfdiag.analysis.detectors import detect_all
 from tfdiag.analysis.findings import Finding, Severity
-from tfdiag.analysis.live_transition import Transition
+from tfdiag.analysis.live_transition import Transition, training_step
 from tfdiag.analysis.live_transition import message as _line
 from tfdiag.analysis.load import LoadedRun, WindowLoader
 from tfdiag.analysis.measurements import Measurements, measure
@@ -105,7 +106,7 @@ class LiveFindings:
         self.analyses = 0  # of which the analysis ran on (the others: the window had not changed)
         self.findings: dict[tuple[str, tuple[str, ...]], Finding] = {}  # the last judged window's, announced severities
         self._loader: WindowLoader | None = None
-        self._judged: LoadedRun | None = None
+        self._judged: tuple | None = None  # (the last judged window, the kinds judged)
         self._measured: Measurements | None = None  # the last judged window's, for the next to reuse
         self._tracked: dict[tuple[str, tuple[str, ...]], _Tracked] = {}
 
@@ -121,12 +122,15 @@ class LiveFindings:
         """The (kind, tasks) of the findings announced and not cleared."""
         return [key for key, tracked in self._tracked.items() if tracked.announced]
 
-    def evaluate(self, now_ns: int | None = None, confirm: dict | None = None) -> list[Transition]:
+    def evaluate(self, now_ns: int | None = None, confirm: dict | None = None,
+                 gone: frozenset = frozenset()) -> list[Transition]:
         """Reads what is new, judges the window ending at ``now_ns`` and returns the transitions.
 
         ``confirm``: (kind, task) -> ns since a screen saw it, for the candidates it saw
         persist; a finding of that kind naming that task (or the whole job) is announced the
-        first time this analysis sees it, its onset the screen's."""
+        first time this analysis sees it, its onset the screen's. ``gone``: the (kind, tasks)
+        of announced findings a screen has not shown for a while: cleared the first time this
+        analysis does not see them either (the screen's absence is the second opinion)."""
         now_ns = time.time_ns() if now_ns is None else now_ns
         confirm = confirm or {}
         run = self.window(now_ns)
@@ -136,13 +140,20 @@ class LiveFindings:
         if not enough_data(steps, self.window_s):
             return []
         self.evaluations += 1
-        if run is not self._judged:
+        # Only the detectors of the kinds that may be announced or cleared: those ``confirm``
+        # names and those announced (without ``only_confirmed``: all). Each detector reads only
+        # Measurements and the advisor holds each finding on its own, so a kind's findings are
+        # those of the whole analysis, and the tables no chosen detector reads are not built.
+        kinds = None if not self.only_confirmed else frozenset(
+            [kind for kind, _ in confirm] + [kind for kind, _ in self.announced_keys()])
+        if self._judged is None or run is not self._judged[0] or kinds != self._judged[1]:
             self._measured = measure(run, self._measured)
-            self.findings = _announced(self._measured)
-            self._judged = run
+            self.findings = _announced(self._measured, kinds)
+            self._judged = (run, kinds)
             self.analyses += 1
         findings = self.findings
-        step = int(steps["step"].max())
+        step = training_step(int(steps["step"].max()), steps["steps"].fillna(1).median(),
+                             closures=not run.frame("closure").empty)
         transitions = []
         for key, finding in findings.items():
             tracked = self._tracked.setdefault(key, _Tracked(finding, now_ns, step))
@@ -163,7 +174,7 @@ class LiveFindings:
                 tracked.cleared_onset_ns = now_ns
             if not tracked.announced:
                 del self._tracked[key]  # seen once: noise, never announced
-            elif tracked.missed >= PERSIST_EVALUATIONS:
+            elif tracked.missed >= (1 if key in gone else PERSIST_EVALUATIONS):
                 del self._tracked[key]
                 transitions.append(_transition("cleared", tracked, tracked.cleared_onset_ns, now_ns))
         return transitions
@@ -182,8 +193,10 @@ def announced_findings(run: LoadedRun) -> dict[tuple[str, tuple[str, ...]], Find
     return _announced(measure(run))
 
 
-def _announced(measured: Measurements) -> dict[tuple[str, tuple[str, ...]], Finding]:
-    return {(f.kind, f.tasks): f for f in advise(detect_all(measured), measured) if f.severity in ANNOUNCED}
+def _announced(measured: Measurements, kinds: frozenset[str] | None = None) -> dict[tuple[str, tuple[str, ...]], Finding]:
+    registry = detectors.DETECTORS  # read at each call: benchmarks/live_latency.py times its entries
+    chosen = registry if kinds is None else {kind: detect for kind, detect in registry.items() if kind in kinds}
+    return {(f.kind, f.tasks): f for f in advise(detect_all(measured, chosen), measured) if f.severity in ANNOUNCED}
 
 
 def enough_data(steps: pd.DataFrame, window_s: float) -> bool:

@@ -12,7 +12,8 @@ a few round trips at the probe's pace, ``live.link_window_s``) runs only when:
   ``CONFIRM_RETRY_S`` later, twice, then twice as long each time up to ``MAX_RETRY_S``
   (a candidate that comes and goes keeps its wait until it has been gone that long);
 - an announced finding's candidate has been gone ``CLEAR_AFTER_S``: every
-  ``CONFIRM_RETRY_S`` until the analysis clears it (two evaluations in a row without it).
+  ``CONFIRM_RETRY_S`` until the analysis clears it (the first evaluation without it: the
+  screen's absence is the second opinion).
 
 Only what a candidate names is announced (an analysis run to confirm one straggler can
 see other findings in a window of a few seconds: the report after the run judges those).
@@ -63,13 +64,17 @@ class LiveMonitor:
         own_task: the task running it (never reported silent).
         before_confirmation: called before each confirming analysis (the coordinator's
             ``flush_records``, so that the window holds every closure finished so far).
+        may_confirm: asked before a confirmation; false: the candidates wait for a later tick
+            (stopped tasks are announced from the screen whatever it says).
     """
 
     def __init__(self, run_dir: str | os.PathLike, own_task: str | None = None,
-                 before_confirmation: Callable[[], None] = lambda: None):
+                 before_confirmation: Callable[[], None] = lambda: None,
+                 may_confirm: Callable[[], bool] = lambda: True):
         self.path = run_dir
         self.screen = LiveScreen(run_dir, own_task)
         self.before_confirmation = before_confirmation
+        self.may_confirm = may_confirm  # false: a confirmation waits (the thread's CPU credit is spent)
         self.screens = 0
         self.confirmations = 0
         self.confirm_cpu_ns = 0  # thread CPU of the confirmations, the first import of the analysis left out
@@ -99,27 +104,28 @@ class LiveMonitor:
         gone_ns = int(CLEAR_AFTER_S * 1e9)
         unshown = [key for key in self._announced()
                    if all(now_ns - seen >= gone_ns for c, seen in self._seen_ns.items() if self._matches(key, c))]
-        if due or (unshown and now_ns >= self._clear_at_ns):
-            transitions += self._confirm(now_ns, standing, due)
+        if (due or (unshown and now_ns >= self._clear_at_ns)) and self.may_confirm():
+            transitions += self._confirm(now_ns, standing, due, frozenset(unshown))
             self._clear_at_ns = now_ns + int(CONFIRM_RETRY_S * 1e9)
         return transitions
 
-    def _confirm(self, now_ns: int, standing: list[tuple[str, str]], due: list[tuple[str, str]]) -> list[Transition]:
+    def _confirm(self, now_ns: int, standing: list[tuple[str, str]], due: list[tuple[str, str]],
+                 gone: frozenset = frozenset()) -> list[Transition]:
         if self._live is None:
             begin = time.thread_time_ns()
             from tfdiag.analysis.live import LiveFindings  # here: only once something needs confirming
 
             self._live = LiveFindings(self.path, only_confirmed=True)
             self.setup_cpu_ns = time.thread_time_ns() - begin
-        self._pace_link_window()
         begin = time.thread_time_ns()
+        self._pace_link_window()
         self.before_confirmation()
         screened = {(kind, (task,)) for kind, task in self._stops}  # announced from the screen already
         transitions = []
         for live, links in ((self._live, False), (self._live_links, True)):
             if any((kind == "slow_link") == links for kind, _ in due) or live.announced_keys():
                 confirm = {key: self._since[key] for key in standing if (key[0] == "slow_link") == links}
-                transitions += [t for t in live.evaluate(now_ns, confirm=confirm) if (t.kind, t.tasks) not in screened]
+                transitions += [t for t in live.evaluate(now_ns, confirm=confirm, gone=gone) if (t.kind, t.tasks) not in screened]
         self.confirmations += 1
         self.confirm_cpu_ns += time.thread_time_ns() - begin
         for key in due:
@@ -159,7 +165,7 @@ class LiveMonitor:
         transitions = []
         for (kind, task), title in holding.items():
             if (kind, task) not in self._stops:
-                step = self.screen.last_step.get(task)
+                step = self.screen.training_step(task)
                 began = Transition("began", kind, (task,), STOP_SEVERITY, now_ns, step, None,
                                    message("began", kind, (task,), title, None, step), now_ns)
                 self._stops[(kind, task)] = began

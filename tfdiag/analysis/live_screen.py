@@ -33,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from tfdiag.analysis.live_stops import Stops
+from tfdiag.analysis.live_transition import training_step
 from tfdiag.store import log_dir, read_task_file, task_files
 
 # Seconds of records each screen looks at, ending where every worker's records reach (not
@@ -78,23 +79,36 @@ SCREENED_KINDS = frozenset({"step", "closure", "rpc", "transfer", "heartbeat", "
 
 
 class _Series:
-    """Time-stamped numpy columns, appended in batches, older rows dropped."""
+    """Time-stamped numpy columns, appended in batches, older rows dropped; ``version``
+    changes whenever its rows do, so a screen over unchanged rows is not computed again."""
 
     def __init__(self):
         self.chunks: list[tuple[int, tuple[np.ndarray, ...]]] = []  # (newest time, (time_ns, *values)) per batch
+        self.version = 0
+        self._joined: tuple[np.ndarray, ...] | None = None  # the chunks concatenated, until they change
 
     def add(self, *columns: np.ndarray) -> None:
         if len(columns[0]):
             self.chunks.append((int(columns[0].max()), columns))
+            self._changed()
 
     def forget_before(self, cutoff_ns: int) -> None:
-        self.chunks = [chunk for chunk in self.chunks if chunk[0] >= cutoff_ns]
+        kept = [chunk for chunk in self.chunks if chunk[0] >= cutoff_ns]
+        if len(kept) != len(self.chunks):
+            self.chunks = kept
+            self._changed()
+
+    def _changed(self) -> None:
+        self.version += 1
+        self._joined = None
 
     def since(self, cutoff_ns: int) -> tuple[np.ndarray, ...] | None:
-        chunks = [columns for newest, columns in self.chunks if newest >= cutoff_ns]
-        if not chunks:
+        if not self.chunks:
             return None
-        columns = [np.concatenate(parts) if len(chunks) > 1 else parts[0] for parts in zip(*chunks)]
+        if self._joined is None:
+            parts = [columns for _, columns in self.chunks]
+            self._joined = tuple(np.concatenate(column) if len(parts) > 1 else column[0] for column in zip(*parts))
+        columns = self._joined
         keep = columns[0] >= cutoff_ns
         return tuple(column[keep] for column in columns) if keep.any() else None
 
@@ -140,12 +154,14 @@ class LiveScreen:
         self.lowest_input_share: dict[str, float] = {}  # a worker's lowest recent input-wait share so far
         self.stops = Stops(own_task)
         self.last_step: dict[str, int] = {}  # worker -> its highest step number
+        self.steps_per_record: dict[str, int] = {}  # worker -> training steps its latest step records cover
         self.newest_ns: dict[str, int] = {}  # worker -> its newest step record's end
         self.first_ns: dict[str, int] = {}  # worker -> its first step record's or closure result's time
         self.bytes_read = 0
         self._files: dict[Path, tuple[tuple[int, int], int]] = {}  # path -> ((device, inode), next offset)
         self._listed: tuple[int, list[Path]] = (-1, [])  # (the directory's mtime, its task files)
         self._rows: dict[str, tuple[np.ndarray, ...]] | None = None  # worker_rows of the last update
+        self._screened: dict[str, tuple[tuple, list]] = {}  # screen -> (its series' versions, what it found)
 
     def update(self, now_ns: int) -> None:
         """Reads what the task files gained and drops what no screen reads any more."""
@@ -198,8 +214,15 @@ class LiveScreen:
             mine = tasks == task
             self.steps[task].add(end[mine], duration[mine], wait[mine], steps[mine], compute[mine])
             self.last_step[task] = max(self.last_step.get(task, 0), int(numbers[mine].max()))
+            self.steps_per_record[task] = int(_median(steps[mine]))
             self.newest_ns[task] = max(self.newest_ns.get(task, 0), int(end[mine].max()))
             self.first_ns.setdefault(task, int(end[mine].min()))
+
+    def training_step(self, task: str) -> int | None:
+        """The job's training step at ``task``'s newest step record (``live_transition.training_step``)."""
+        if task not in self.last_step:
+            return None
+        return training_step(self.last_step[task], self.steps_per_record.get(task, 1), closures=bool(self.results))
 
     def _fold_closures(self, batch: pa.RecordBatch) -> None:
         """A coordinator's closure records come within a second of each result, its step
@@ -233,8 +256,18 @@ class LiveScreen:
               "transfer": lambda self, batch: self._fold_links(batch, "transfer")}
 
     def candidates(self) -> list[tuple[str, str]]:
-        """The (kind, task) pairs the recent window shows, each worth confirming."""
-        return sorted(set(self._stragglers() + self._slow_results() + self._input_waits() + self._slow_links()))
+        """The (kind, task) pairs the recent window shows, each worth confirming. Each screen
+        runs again only when the rows it reads changed (step records come in batches every
+        few seconds from a coordinator, round trips at the probe's pace)."""
+        found = []
+        for name, screen, series in (("steps", lambda: self._stragglers() + self._input_waits(), self.steps),
+                                     ("results", self._slow_results, self.results),
+                                     ("links", self._slow_links, self.links)):
+            versions = (tuple((key, item.version) for key, item in series.items()), tuple(self.first_ns.items()))
+            if self._screened.get(name, (None,))[0] != versions:
+                self._screened[name] = (versions, screen())
+            found += self._screened[name][1]
+        return sorted(set(found))
 
     def worker_rows(self) -> dict[str, tuple[np.ndarray, ...]]:
         """Each worker's step records of the recent window: (end, duration, wait, steps, compute)."""

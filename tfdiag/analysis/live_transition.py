@@ -60,3 +60,17 @@ def message(state: str, kind: str, tasks: tuple[str, ...], title: str, speedup: 
     else:
         predicted = f"; predicted {speedup - 1:+.0%} if repaired".replace("%", " %")
     return f"tfdiag: {who}{kind} {since}: {title}{predicted}"
+
+
+def training_step(highest: int, steps_per_record: float, closures: bool) -> int:
+    """The job's training step that a window's highest ``step`` number stands for.
+
+    A ``step`` record's number is the worker's step, except under a ClusterCoordinator,
+    where it is the closure's id (counted over the whole job) and a closure runs
+    ``steps_per_record`` training steps: the job has then run about that many per closure
+    dispatched so far, what the user's ``optimizer.iterations`` counts.
+
+    >>> training_step(1_199, 1, closures=False), training_step(99, 10, closures=True)
+    (1199, 1000)
+    """
+    return (highest + 1) * max(int(round(steps_per_record)), 1) if closures else highest

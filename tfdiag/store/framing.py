@@ -33,14 +33,17 @@ def encode_frame(batch: pa.RecordBatch) -> bytes:
     return header + payload
 
 
-def decode_payload(payload: bytes) -> tuple[pa.Schema, list[pa.RecordBatch]]:
+def decode_payload(payload: bytes, kinds: frozenset[str] | None = None) -> tuple[pa.Schema, list[pa.RecordBatch]]:
     """The schema and every record batch of a frame's payload, each fully validated.
 
     ``RecordBatch.validate(full=True)`` checks offsets, lengths and UTF-8 of every
     column, so a damaged payload whose CRC was recomputed raises ``pa.ArrowInvalid``
-    here instead of crashing a compute kernel later.
+    here instead of crashing a compute kernel later. With ``kinds``, a frame of another
+    kind (its schema's ``kind`` metadata) comes back with no batches, unread.
     """
     reader = pa.ipc.open_stream(pa.py_buffer(payload))
+    if kinds is not None and (reader.schema.metadata or {}).get(b"kind", b"").decode() not in kinds:
+        return reader.schema, []
     batches = list(reader)
     for batch in batches:
         batch.validate(full=True)

@@ -230,7 +230,7 @@ class _Scanner:
     def _use_payload(self, position: int, end: int, payload: bytes, records: int) -> None:
         """Decodes and checks a frame whose CRC matched (so its length can be trusted)."""
         try:
-            schema, batches = decode_payload(payload)
+            schema, batches = decode_payload(payload, self.kinds)
             if self.kinds is not None and (schema.metadata or {}).get(b"kind", b"").decode() not in self.kinds:
                 self.result.end_offset = end  # a sound frame of a kind not asked for
                 return
