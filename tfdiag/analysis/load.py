@@ -4,9 +4,9 @@ The loader is incremental: ``RunLoader.refresh()`` reads only the bytes appended
 task file since the previous call, so a live run (and the TensorBoard tab) never
 re-reads what it already has. Step records are folded into ``step_stats`` as each frame
 is read (exact counters, histograms and a bounded set of rows); system and process
-samples, heartbeats and probes per file (``FOLDS``): what the loader holds does not grow with the
-run's length. A refresh folds only the new records and rebuilds the frames of kinds that
-got some; a large first read folds the files in parallel (``parallel_fold``). A file
+samples, heartbeats and probes per file (``FOLDS``): what it holds does not grow with
+the run's length. A refresh folds only the new records and rebuilds the frames of kinds
+that got some; a large first read folds the files in parallel (``parallel_fold``). A file
 that shrank or was replaced is read again from byte 0. A frame whose payload is one
 already loaded (a copied task file, a frame written twice) is counted once.
 ``WindowLoader`` keeps only a run's last seconds (``tfdiag.analysis.live``). Nothing in
@@ -251,8 +251,7 @@ class RunLoader:
         self._changed_kinds = set()
 
     def _offset(self, path: Path) -> int:
-        state = self._files.get(path)
-        return state.offset if state is not None else 0
+        return self._files[path].offset if path in self._files else 0
 
     def _take(self, path: Path, state: _TaskFile, result: ReadResult) -> bool:
         """Adds a read's frames to ``state``, counting a frame seen before only once."""
@@ -280,6 +279,7 @@ class RunLoader:
                 state.records.extend(_Kept(frame.kind, batch, source, frame.digest, self._last_ns(frame.kind, batch))
                                      for batch in conformed)
             self._changed_kinds.add(frame.kind)
+        self._steps.settle()  # what is kept of the steps no longer holds the frames just read
         state.skipped.extend(result.skipped)
         pending = [item for item in (result.truncated_tail, result.unread) if item is not None]
         changed = bool(result.frames or result.skipped) or pending != state.pending
