@@ -16,6 +16,7 @@ naming the file (the only error: ``RunNotFoundError``, not a run). No TensorFlow
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ import pyarrow.compute as pc
 
 from tfdiag.analysis.frames import conform, empty_frame, source_column, to_pandas
 from tfdiag.analysis.parallel_fold import parallel_folds
-from tfdiag.analysis.probe_fold import ProbeSample
+from tfdiag.analysis.probe_fold import ProbeSample, probe_histograms
 from tfdiag.analysis.step_stats import StepAccumulator
 from tfdiag.analysis.heartbeat_fold import HeartbeatTail
 from tfdiag.analysis.system_fold import JobProcessBuckets, SystemBuckets
@@ -75,6 +76,7 @@ class LoadedRun:
     warnings: list[str] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
     step_counters: pd.DataFrame | None = None  # step_stats.StepAccumulator.counters(): exact, whatever was kept
+    probe_histograms: pd.DataFrame | None = None  # probe_fold's, of every round trip; None: the rows are all
 
     def frame(self, kind: str) -> pd.DataFrame:
         """The records of ``kind``; an empty frame with the right columns if there are none."""
@@ -85,7 +87,6 @@ class LoadedRun:
     @property
     def skipped_records(self) -> int:
         return sum(item.records for item in self.skipped)
-
 
 class _Kept(NamedTuple):
     """A record batch the loader holds (``RunLoader``: every kind but steps; ``WindowLoader``: all)."""
@@ -319,8 +320,9 @@ class RunLoader:
         warnings += self._shared_writer_warnings()
         sources = sorted({self._files[path].task or _task_from_file_name(path) for path in files
                           if path in self._files})
+        probes = probe_histograms([state.folds["rpc"] for state in self._files.values() if "rpc" in state.folds])
         return LoadedRun(self.path, self._manifest.manifest, dict(self._frames), skipped, warnings, sources,
-                         self._step_counters)
+                         self._step_counters, probes)
 
     def _shared_writer_warnings(self) -> list[str]:
         files_of_task = defaultdict(list)
@@ -435,10 +437,8 @@ def _skip_warnings(skipped: list[SkippedRecords]) -> list[str]:
 
 
 def _stat(path: Path) -> os.stat_result | None:
-    try:
+    with contextlib.suppress(OSError):
         return path.stat()
-    except OSError:
-        return None
 
 
 def _task_from_file_name(path: Path) -> str:
