@@ -39,6 +39,7 @@ def _samples(times: np.ndarray, pid: int = 7) -> pa.RecordBatch:
 
 
 def _rows(fold) -> pa.Table:
+    fold.settle()  # as the loader does after each read
     return pa.Table.from_batches([batch for batch, _ in fold.batches()])
 
 

@@ -80,9 +80,7 @@ class LoadedRun:
 
     def frame(self, kind: str) -> pd.DataFrame:
         """The records of ``kind``; an empty frame with the right columns if there are none."""
-        if kind in self.frames:
-            return self.frames[kind]
-        return empty_frame(kind)
+        return self.frames[kind] if kind in self.frames else empty_frame(kind)
 
     @property
     def skipped_records(self) -> int:
@@ -280,7 +278,8 @@ class RunLoader:
                 state.records.extend(_Kept(frame.kind, batch, source, frame.digest, self._last_ns(frame.kind, batch))
                                      for batch in conformed)
             self._changed_kinds.add(frame.kind)
-        self._steps.settle()  # what is kept of the steps no longer holds the frames just read
+        for fold in [self._steps, *state.folds.values()]:  # under their caps again, frames let go
+            fold.settle()
         state.skipped.extend(result.skipped)
         pending = [item for item in (result.truncated_tail, result.unread) if item is not None]
         changed = bool(result.frames or result.skipped) or pending != state.pending
