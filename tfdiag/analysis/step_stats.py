@@ -62,20 +62,21 @@ def bucket_of(durations: np.ndarray) -> np.ndarray:
     return np.where(durations > 0, np.minimum(buckets, _BUCKETS - 1), 0)
 
 
-def _value_at_rank(counts: np.ndarray, cumulative: np.ndarray, rank: int) -> float:
+def _value_at_rank(counts: np.ndarray, cumulative: np.ndarray, rank: int, first_bucket: int = 0) -> float:
     """The ``rank``-th smallest value (0-based), spread evenly over its bucket's bounds."""
-    bucket = int(np.searchsorted(cumulative, rank + 1))
+    index = int(np.searchsorted(cumulative, rank + 1))
+    bucket = first_bucket + index
     if bucket == 0:
         return 0.0
     low = BUCKET_GROWTH ** (bucket - 1)
-    before = int(cumulative[bucket - 1]) if bucket else 0
-    return low + low * (BUCKET_GROWTH - 1) * (rank - before + 0.5) / int(counts[bucket])
+    before = int(cumulative[index - 1]) if index else 0
+    return low + low * (BUCKET_GROWTH - 1) * (rank - before + 0.5) / int(counts[index])
 
 
-def histogram_quantile(counts: np.ndarray, q: float) -> float:
-    """The ``q`` quantile of the values counted in ``counts``, interpolated between the two
-    nearest ranks as pandas does; each rank is read inside its bucket, so the result is
-    within ``PERCENTILE_RELATIVE_ERROR`` of the exact quantile.
+def histogram_quantile(counts: np.ndarray, q: float, first_bucket: int = 0) -> float:
+    """The ``q`` quantile of the values counted in ``counts`` (of buckets ``first_bucket``
+    on), interpolated between the two nearest ranks as pandas does; each rank is read
+    inside its bucket, so the result is within ``PERCENTILE_RELATIVE_ERROR`` of the exact quantile.
 
     >>> counts = np.bincount(bucket_of(np.array([100, 200, 300])), minlength=_BUCKETS)
     >>> abs(histogram_quantile(counts, 0.5) - 200) / 200 <= PERCENTILE_RELATIVE_ERROR
@@ -87,7 +88,7 @@ def histogram_quantile(counts: np.ndarray, q: float) -> float:
     cumulative = np.cumsum(counts)
     position = q * (total - 1)
     low, high = math.floor(position), math.ceil(position)
-    value_low, value_high = (_value_at_rank(counts, cumulative, rank) for rank in (low, high))
+    value_low, value_high = (_value_at_rank(counts, cumulative, rank, first_bucket) for rank in (low, high))
     return value_low + (value_high - value_low) * (position - low)
 
 
@@ -192,7 +193,7 @@ class StepAccumulator:
         group.examples += float(examples.sum(dtype="float64"))
         group.duration_sum += float(duration.sum(dtype="float64"))
         group.wait_sum += float(wait.sum(dtype="float64"))
-        group.histogram += np.bincount(bucket_of(duration), minlength=_BUCKETS)
+        group.histogram = group.histogram + np.bincount(bucket_of(duration), minlength=_BUCKETS)  # counters() shares it
         self._fold_times(group, table, begin, end)
         self._fold_sample(group, table)
         self._fold_recent(group, table)
@@ -330,7 +331,7 @@ class StepAccumulator:
                     "first_begin_ns": group.first_begin, "second_begin_ns": group.second_begin,
                     "last_begin_ns": group.last_begin, "last_end_ns": group.last_end,
                     "longest_gap_ns": group.longest_gap, "sampled": group.sampled,
-                    "histogram": group.histogram.copy(),
+                    "histogram": group.histogram,  # never changed in place (``_add``, ``_merge`` make new ones)
                     "segments": (group.segment_times, group.segment_sums), **first,
                 }
                 continue
