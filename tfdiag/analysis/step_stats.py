@@ -141,7 +141,7 @@ class StepAccumulator:
         self.recent_rows = recent_rows
         self.segments = segments
         self._groups: dict[tuple[str, str, str, str], _Group] = {}  # (file, source, task, clock)
-        self._unsettled: list[_Group] = []  # groups whose recent rows are a slice of a batch read
+        self._unsettled: dict[int, _Group] = {}  # the groups a read added to (``settle``), by id
 
     def add(self, file: str, source: str, batch: pa.RecordBatch) -> None:
         """Folds one batch of ``step`` records (the kind's columns, in order) that ``file``
@@ -180,6 +180,7 @@ class StepAccumulator:
         group = self._groups.get(key)
         if group is None:
             group = self._groups[key] = _Group()
+        self._unsettled[id(group)] = group
         table = table.append_column(_SEQUENCE, pa.array(np.arange(group.rows, group.rows + len(table), dtype="int64")))
         begin, end = _values(table["begin_ns"], 0), _values(table["end_ns"], 0)
         covered = np.maximum(_values(table["steps"], 1), 1)
@@ -270,9 +271,7 @@ class StepAccumulator:
         if len(table) > 2 * self.recent_rows:  # the batch alone holds them: its end, copied at ``settle``
             group.recent = deque([table.slice(len(table) - self.recent_rows)])
             group.recent_rows = self.recent_rows
-            if group.recent_copied:
-                group.recent_copied = False
-                self._unsettled.append(group)
+            group.recent_copied = False
             return
         group.recent.append(table)
         group.recent_rows += len(table)
@@ -284,12 +283,17 @@ class StepAccumulator:
             group.recent_rows = len(end)
 
     def settle(self) -> None:
-        """Copies the recent rows still held as a slice of a batch (each new batch's end is
-        one), so what is kept no longer holds the frames read: called after each read."""
-        for group in self._unsettled:
-            group.recent = deque(part.take(np.arange(len(part))) for part in group.recent)
-            group.recent_copied = True
-        self._unsettled = []
+        """After each read: each task's sample made one table (a batch adds a few rows as a
+        table of its own, and a small table's columns cost more than their rows), and its
+        recent rows copied where they are a slice of a batch read (each new batch's end
+        is), so what is kept no longer holds the frames read."""
+        for group in self._unsettled.values():
+            if len(group.sample) > 1:
+                group.sample = [pa.concat_tables(group.sample).combine_chunks()]
+            if not group.recent_copied:
+                group.recent = deque(part.take(np.arange(len(part))) for part in group.recent)
+                group.recent_copied = True
+        self._unsettled = {}
 
     def rows(self) -> pa.Table | None:
         """The rows kept, in the order each file logged them (one table of the kind's columns)."""
