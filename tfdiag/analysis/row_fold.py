@@ -52,9 +52,25 @@ class RowFold:
             self._compact()
 
     def settle(self) -> None:
-        """After a read: compacts when more than ``cap`` rows came since the last compaction."""
+        """After a read: compacts when more than ``cap`` rows came since the last compaction,
+        else makes each run of one writer's batches one batch (a collector flushes a row or
+        two a frame, and a small batch's columns cost more than their rows)."""
         if self._raw_rows > self.cap:
             self._compact()
+            return
+        runs: list[tuple[list[pa.RecordBatch], str]] = []
+        for batch, source in self._raw:
+            if runs and runs[-1][1] == source:
+                runs[-1][0].append(batch)
+            else:
+                runs.append(([batch], source))
+        if len(runs) == len(self._raw):
+            return
+        self._raw = []
+        for batches, source in runs:
+            if len(batches) > 1 and sum(batch.num_rows for batch in batches):
+                batches = pa.Table.from_batches(batches).combine_chunks().to_batches()
+            self._raw += [(batch, source) for batch in batches]
 
     def batches(self) -> list[tuple[pa.RecordBatch, str]]:
         """The rows held, each batch with its writing task."""
@@ -68,7 +84,8 @@ class RowFold:
         tables = {source: [table] for source, table in (self._kept or {}).items()}
         for batch, source in self._raw:
             tables.setdefault(source, []).append(self._fresh(pa.Table.from_batches([batch])))
-        self._kept = {source: self._compacted(pa.concat_tables(parts)) for source, parts in tables.items()}
+        self._kept = {source: self._compacted(pa.concat_tables(parts)).combine_chunks()
+                      for source, parts in tables.items()}
         self._raw, self._raw_rows = [], 0
 
     def _fresh(self, table: pa.Table) -> pa.Table:
