@@ -11,11 +11,22 @@ is used for ``/compare``.
     python benchmarks/plugin_routes.py /tmp/tfdiag-bench --workers 64 --steps 2000
 
 The issue's bar: every route answers within 200 ms for a 64-worker run once loaded.
+
+``--large RUN`` (a run ``synth.py`` wrote, e.g. the scale benchmark's day of 1,024
+workers) measures what a user of a long, wide run waits for: the **first view** (a new
+plugin, as when TensorBoard starts: ``/runs``, then ``/report`` and the charts the tab
+draws first, each until it answers 200; the tab retries a 503 while the run loads) and
+the **refresh of a growing run** (``synth.py --append`` adds ``--grow`` steps to every
+worker, then the next ``/report`` after the refresh interval, and those charts again).
+Targets: first view within 2 s, refresh within 200 ms (issue #33).
+
+    python benchmarks/plugin_routes.py --large /tmp/synth-day --grow 10
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -28,10 +39,13 @@ from werkzeug.test import Client
 
 from tfdiag.report.figures import FIGURES
 from tfdiag.tb_plugin.plugin import TfdiagPlugin
+from tfdiag.tb_plugin.runs import REFRESH_INTERVAL_S
 
 HERE = Path(__file__).resolve().parent
 PREFIX = "/data/plugin/tfdiag"
 TARGET_MS = 200.0
+FIRST_VIEW_MS, GROWN_VIEW_MS = 2000.0, 200.0
+FIRST_FIGURES = ("step_breakdown", "step_time")  # the charts at the top of the tab
 
 
 def ensure_run(path: Path, workers: int, steps: int, seed: int) -> None:
@@ -48,13 +62,64 @@ def time_get(client: Client, url: str) -> tuple[float, int]:
     return (time.perf_counter() - started) * 1e3, response.status_code
 
 
+def _until_ready(client: Client, url: str) -> float:
+    """Milliseconds until ``url`` answers 200, retried every 0.5 s while it answers 503 (loading)."""
+    started = time.perf_counter()
+    while True:
+        _, status = time_get(client, url)
+        if status == 200:
+            return (time.perf_counter() - started) * 1e3
+        if status != 503:
+            raise RuntimeError(f"{url} answered {status}")
+        time.sleep(0.5)
+
+
+def _view(client: Client, run: str) -> list[tuple[str, float]]:
+    """(route, ms) of the tab's view of ``run``: its report, then its first charts."""
+    urls = [("/report", f"{PREFIX}/report?run={run}")]
+    urls += [(f"/figure?name={name}", f"{PREFIX}/figure?run={run}&name={name}") for name in FIRST_FIGURES]
+    return [(label, _until_ready(client, url)) for label, url in urls]
+
+
+def large(run: Path, grow: int) -> int:
+    """First view and refresh of a growing run, on ``run`` (its parent is the logdir)."""
+    load = "/".join(f"{value:.1f}" for value in os.getloadavg())
+    plugin = TfdiagPlugin(base_plugin.TBContext(logdir=str(run.parent)))
+    client = Client(application.TensorBoardWSGI([plugin]))
+    started = time.perf_counter()
+    _until_ready(client, f"{PREFIX}/runs")
+    first = _view(client, run.name)
+    first_ms = (time.perf_counter() - started) * 1e3
+    steps = plugin._state(run.name).report().summary["steps"]
+    subprocess.run([sys.executable, str(HERE / "synth.py"), str(run), "--steps", str(grow), "--append"], check=True)
+    time.sleep(REFRESH_INTERVAL_S)
+    started = time.perf_counter()
+    again = _view(client, run.name)
+    again_ms = (time.perf_counter() - started) * 1e3
+    added = plugin._state(run.name).report().summary["steps"] - steps
+    print(f"{run.name}: {steps:,} step records; +{added:,} appended; load {load} → "
+          + "/".join(f"{value:.1f}" for value in os.getloadavg()) + "\n")
+    print("| view | " + " | ".join(f"`{label}` ms" for label, _ in first) + " | whole view ms | target ms |")
+    print("| --- |" + " ---: |" * (len(first) + 2))
+    for name, parts, total, target in (("first view", first, first_ms, FIRST_VIEW_MS),
+                                       (f"refresh (+{added:,} records)", again, again_ms, GROWN_VIEW_MS)):
+        print(f"| {name} | " + " | ".join(f"{ms:,.0f}" for _, ms in parts) + f" | {total:,.0f} | {target:,.0f} |")
+    return 0 if first_ms <= FIRST_VIEW_MS and again_ms <= GROWN_VIEW_MS else 1
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("logdir", help="logdir to hold the runs (created if missing)")
+    parser.add_argument("logdir", nargs="?", help="logdir to hold the runs (created if missing)")
+    parser.add_argument("--large", type=Path, metavar="RUN", help="first view and refresh of a large synthetic run")
+    parser.add_argument("--grow", type=int, default=10, help="with --large: steps appended to every worker")
     parser.add_argument("--workers", type=int, default=64)
     parser.add_argument("--steps", type=int, default=2000, help="steps per worker")
     parser.add_argument("--repeat", type=int, default=20, help="requests per route")
     args = parser.parse_args(argv)
+    if args.large:
+        return large(args.large, args.grow)
+    if not args.logdir:
+        parser.error("a logdir, or --large RUN")
     logdir = Path(args.logdir)
     base, new = "base", "new"
     ensure_run(logdir / base, args.workers, args.steps, seed=0)

@@ -3,7 +3,7 @@
 Every worker gets its own task file (as in a real run), with steps around ``--step-ms``,
 and its system sampler reports once a second of simulated time; with ``--real-cadence`` at
 the collectors' own cadence over the run's duration: a system sample every
-``SAMPLE_EVERY_S`` (2 s) and a heartbeat every ``HEARTBEAT_EVERY_S`` (5 s), each at a
+``SAMPLE_EVERY_S`` (2 s; ``--sample-s``) and a heartbeat every ``HEARTBEAT_EVERY_S`` (5 s), each at a
 step's begin. The chief's file holds
 the RPC probe as ``collectors/rpc_probe.py`` runs it: each worker → ps link probed once
 plain and once with a 1 MB payload when the probe functions are prepared, two more full
@@ -21,7 +21,7 @@ measured separately in ``benchmarks/scale.py --frame-cost``).
 
     python benchmarks/synth.py /tmp/big --workers 64 --steps 156250     # 10 million step records
     python benchmarks/synth.py /tmp/big --workers 64 --steps 1000 --append
-    python benchmarks/synth.py /tmp/day --workers 1024 --steps 97657 --step-ms 884 --real-cadence  # a day
+    python benchmarks/synth.py /tmp/day --workers 1024 --steps 97657 --step-ms 884 --real-cadence --sample-s 1  # a day
 """
 
 from __future__ import annotations
@@ -102,7 +102,8 @@ def _every(begins: np.ndarray, end_ns: int, period_ns: int) -> tuple[np.ndarray,
 
 
 def write_worker(run: str, index: int, first_step: int, begin_ns: int, steps: int, step_ms: float,
-                 frame_rows: int, seed: int, real_cadence: bool = False) -> tuple[int, int]:
+                 frame_rows: int, seed: int, real_cadence: bool = False,
+                 sample_s: float = SAMPLE_EVERY_S) -> tuple[int, int]:
     """Appends ``steps`` steps of ``worker:index`` (its system samples, and with
     ``real_cadence`` its heartbeats) to its task file.
 
@@ -116,7 +117,7 @@ def write_worker(run: str, index: int, first_step: int, begin_ns: int, steps: in
     numbers = np.arange(first_step, first_step + steps, dtype=np.int64)
     end_ns = int(begins[-1] + durations[-1])
     if real_cadence:  # at the collectors' periods, whatever the steps
-        sampled = _every(begins, end_ns, SAMPLE_EVERY_S * SECOND)
+        sampled = _every(begins, end_ns, int(sample_s * SECOND))
         beats = _every(begins, end_ns, int(HEARTBEAT_EVERY_S * SECOND))
     else:  # a system sample at the first step of each simulated second
         sampled = _first_of_each(begins, begin_ns, SECOND)
@@ -160,6 +161,8 @@ def main(argv=None) -> int:
     parser.add_argument("--append", action="store_true", help="grow an existing synthetic run")
     parser.add_argument("--real-cadence", action="store_true",
                         help="system samples every 2 s and heartbeats every 5 s, as the collectors write them")
+    parser.add_argument("--sample-s", type=float, default=SAMPLE_EVERY_S,
+                        help="with --real-cadence: the system sampler's period (1: the issue's 88 M samples a day)")
     args = parser.parse_args(argv)
     state_path = Path(args.run) / STATE_NAME
     if args.append:
@@ -170,11 +173,12 @@ def main(argv=None) -> int:
                                 "ps": [f"host-ps{i}:2222" for i in range(args.ps)]}, start_time_ns=START_NS)
         log_dir(args.run).mkdir(parents=True, exist_ok=True)
         state = {"next": [[0, START_NS]] * args.workers, "ps": args.ps, "probe": {"count": 0, "time_ns": START_NS},
-                 "real_cadence": args.real_cadence}
+                 "real_cadence": args.real_cadence, "sample_s": args.sample_s}
     started = time.perf_counter()
     with ProcessPoolExecutor(args.jobs) as pool:
         futures = [pool.submit(write_worker, args.run, index, first, begin, args.steps, args.step_ms,
-                               args.frame_rows, args.seed, state.get("real_cadence", False))
+                               args.frame_rows, args.seed, state.get("real_cadence", False),
+                               state.get("sample_s", SAMPLE_EVERY_S))
                    for index, (first, begin) in enumerate(state["next"])]
         state["next"] = [list(future.result()) for future in futures]
     write_probes(args.run, len(state["next"]), state["ps"], state["probe"], max(end for _, end in state["next"]),

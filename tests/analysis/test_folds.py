@@ -14,7 +14,9 @@ from tfdiag.analysis import parallel_fold
 from tfdiag.analysis.frames import conform
 from tfdiag.analysis.heartbeat_fold import RECENT_BEATS, HeartbeatTail
 from tfdiag.analysis.load import RunLoader
-from tfdiag.analysis.probe_fold import FASTEST_PROBES, ProbeSample
+from tfdiag.analysis.links import link_table
+from tfdiag.analysis.probe_fold import FASTEST_PROBES, ProbeSample, probe_histograms
+from tfdiag.analysis.step_stats import PERCENTILE_RELATIVE_ERROR
 from tfdiag.analysis.system_fold import JobProcessBuckets, SystemBuckets
 from tfdiag.events import KINDS
 
@@ -37,6 +39,7 @@ def _samples(times: np.ndarray, pid: int = 7) -> pa.RecordBatch:
 
 
 def _rows(fold) -> pa.Table:
+    fold.settle()  # as the loader does after each read
     return pa.Table.from_batches([batch for batch, _ in fold.batches()])
 
 
@@ -128,6 +131,27 @@ def test_probes_keep_the_fastest_round_trips_and_an_even_sample():
     kept_rtt = np.sort((rows["recv_ns"] - rows["send_ns"]).to_numpy())
     assert (kept_rtt[:FASTEST_PROBES] == np.sort(rtt)[:FASTEST_PROBES]).all()
     assert rows["send_ns"].max() == send[-1]
+
+
+def test_probe_histograms_count_every_round_trip_past_the_cap():
+    send = np.arange(20_000, dtype="int64") * SECOND
+    rtt = np.random.default_rng(1).gamma(4.0, 100_000, len(send)).astype("int64") + 50_000
+    payload = np.where(np.arange(len(send)) % 10 == 0, 1 << 20, 0)
+    rtt = rtt + payload * 8
+    rows = dict(src=["chief:0"] * len(send), dst=["ps:0"] * len(send), send_ns=send, remote_ns=send + rtt // 2,
+                recv_ns=send + rtt, payload_bytes=payload)
+    fold = ProbeSample(cap=500)
+    for start in range(0, len(send), 1000):
+        fold.add(_batch("rpc", **{name: values[start:start + 1000] for name, values in rows.items()}), "chief:0")
+    histograms = probe_histograms([fold])
+    assert sorted(histograms["probes"]) == [2_000, 18_000]  # every probe, though a few hundred rows are kept
+    exact = link_table(pa.Table.from_batches([_batch("rpc", **rows)]).to_pandas()).iloc[0]
+    folded = link_table(_rows(fold).to_pandas(), histograms).iloc[0]
+    assert folded["samples"] == exact["samples"] == 18_000
+    assert folded["rtt_min_ns"] == exact["rtt_min_ns"]
+    for name in ("rtt_p50_ns", "rtt_p95_ns", "rtt_p99_ns", "bandwidth_bps"):
+        assert folded[name] == pytest.approx(exact[name], rel=PERCENTILE_RELATIVE_ERROR), name
+    assert probe_histograms([ProbeSample(cap=500)]) is None  # under the cap the rows are every probe
 
 
 def _run(tmp_path, workers: int = 3):

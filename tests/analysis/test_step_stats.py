@@ -132,6 +132,18 @@ def test_records_of_several_tasks_in_one_batch_are_kept_apart():
     assert counters.loc["worker:1", "duration_sum"] == 20 * 6
 
 
+@pytest.mark.parametrize("tasks", [["ab", "ab"], ["a", "bab"], ["ab", None]], ids=["same", "joined-alike", "null"])
+def test_a_batch_is_one_task_only_when_every_row_names_it(tasks):
+    schema = KINDS["step"].arrow_schema()
+    rows = [dict(task=task, step=i, begin_ns=i * 10, end_ns=i * 10 + 5, clock_task="c") for i, task in enumerate(tasks)]
+    batch = pa.RecordBatch.from_pylist([dict(task="x", step=9, begin_ns=0, end_ns=1, clock_task="c")] + rows,
+                                       schema=schema).slice(1)  # a slice: its strings start past offset 0
+    accumulator = StepAccumulator()
+    accumulator.add("f.tfdiag", "chief:0", batch)
+    counted = accumulator.counters().groupby("task")["rows"].sum().to_dict()
+    assert counted == {task or "": 1 for task in tasks} if len(set(tasks)) > 1 else counted == {tasks[0]: 2}
+
+
 def test_the_longest_gap_between_steps_is_exact_when_rows_are_sampled(builder):
     """A pause (a checkpoint) between two steps that the sample leaves out is still measured."""
     run = builder().steps("worker:0", count=300, step_ms=20, idle_ms=1)

@@ -116,10 +116,12 @@ def counter_worker_table(counters: pd.DataFrame, offsets: dict[str, int]) -> pd.
     times = grouped.agg(start=("start", "min"), last_start=("last_start", "max"), first=("first", "min"),
                         last_end=("last_end", "max"))
     codes = pd.Index(sums.index).get_indexer(task)
-    histograms = np.zeros((len(sums), len(counters["histogram"].iloc[0])), "int64")
-    np.add.at(histograms, codes, np.stack(list(counters["histogram"])))
+    # Only the buckets some task counted: 1,024 tasks' whole histograms are 35 MB a copy.
+    lo, hi = _counted_buckets(list(counters["histogram"]) + list(counters["first_histogram"]))
+    histograms = np.zeros((len(sums), hi - lo), "int64")
+    np.add.at(histograms, codes, np.stack([row[lo:hi] for row in counters["histogram"]]))
     warm_histograms = np.zeros_like(histograms)
-    np.add.at(warm_histograms, codes, np.stack(list(counters["first_histogram"])) * warm[:, None])
+    np.add.at(warm_histograms, codes, np.stack([row[lo:hi] for row in counters["first_histogram"]]) * warm[:, None])
     # The warm-up is left out of the timing unless it is the worker's only record.
     several = (sums["rows"] > 1).to_numpy()
     histograms -= np.where(several[:, None], warm_histograms, 0)
@@ -133,8 +135,8 @@ def counter_worker_table(counters: pd.DataFrame, offsets: dict[str, int]) -> pd.
     table = pd.DataFrame({
         "task": sums.index.astype(str),
         "steps": sums["steps"].to_numpy(),
-        "p50_ns": [histogram_quantile(row, 0.5) for row in histograms],
-        "p95_ns": [histogram_quantile(row, 0.95) for row in histograms],
+        "p50_ns": [histogram_quantile(row, 0.5, lo) for row in histograms],
+        "p95_ns": [histogram_quantile(row, 0.95, lo) for row in histograms],
         "mean_ns": mean.to_numpy(),
         "period_ns": period.fillna(mean).to_numpy(),
         "input_wait_frac": (wait / duration.clip(lower=1.0)).to_numpy(),
@@ -217,3 +219,12 @@ def closure_tail_ns(steps: pd.DataFrame, closures: pd.DataFrame, quantile: float
         left_on=["task", "step"], right_on=["worker", "closure_id"])
     tail = (paired["result_ns"].astype("float64") - paired["end_ns"].astype("float64")).clip(lower=0.0)
     return tail.groupby(paired["task"]).quantile(quantile)
+
+
+def _counted_buckets(histograms: list[np.ndarray]) -> tuple[int, int]:
+    """The range [lo, hi) of buckets holding every count of ``histograms`` (0, 1 if none)."""
+    counted = [np.flatnonzero(row) for row in histograms]
+    counted = [row for row in counted if len(row)]
+    if not counted:
+        return 0, 1
+    return min(int(row[0]) for row in counted), max(int(row[-1]) for row in counted) + 1

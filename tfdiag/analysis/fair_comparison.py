@@ -34,7 +34,7 @@ import pandas as pd
 
 from tfdiag.analysis.faults import downtime_ns, time_away
 from tfdiag.analysis.groups import TaskGroups, mean_of, median_of
-from tfdiag.analysis.step_stats import window_counters
+from tfdiag.analysis.step_windows import window_counters
 
 # Timed step records (the warm-up record left out; a record may be a closure of several
 # steps) a worker needs to be judged, and each worker needs inside the overlap for the
@@ -80,7 +80,7 @@ def compared_workers(steps: pd.DataFrame, workers: pd.DataFrame | None = None, c
     The window runs from the latest first timed step start to the earliest last step end.
     A worker whose kept rows are a sample (``counters["sampled"]``, a long run) is read
     from its exact counters instead: over the window from its segments
-    (``step_stats.window_counters``), over the whole run from its ``workers`` row.
+    (``step_windows.window_counters``), over the whole run from its ``workers`` row.
     Columns: ``task``, ``records``, ``steps`` (training steps), ``p50_ns``, ``mean_ns``,
     ``period_ns`` (as ``breakdown.worker_table``), ``examples_per_step``,
     ``window_ns`` (0 when the whole run is compared). Works column by column, with masks:

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from tfdiag.analysis.groups import grouped_rows, median_of, quantile
+from tfdiag.analysis.step_stats import histogram_quantile
 
 # Fraction of a link's probes (the fastest ones) used for its clock-offset estimate: the
 # fastest round trips bound the offset tightest (Cristian's method).
@@ -35,8 +36,13 @@ def latency_probes(rpc: pd.DataFrame) -> pd.DataFrame:
     return rpc[rpc["payload_bytes"].fillna(0) == 0]
 
 
-def link_table(rpc: pd.DataFrame) -> pd.DataFrame:
+def link_table(rpc: pd.DataFrame, histograms: pd.DataFrame | None = None) -> pd.DataFrame:
     """Round-trip statistics and clock offset per (src, dst).
+
+    A link in ``histograms`` (``LoadedRun.probe_histograms``: the probes of a long run,
+    whose rows are a sample) takes ``samples``, ``rtt_min_ns`` and the percentiles from
+    its histogram of every round trip (percentiles within 1 %), and the bandwidth's two
+    medians likewise; the offset still comes from the rows (the fastest are all kept).
 
     Columns: ``src``, ``dst``, ``samples``, ``rtt_min_ns`` (what the path itself costs: load on
     either end only adds to it), ``rtt_p50_ns``, ``rtt_p95_ns``, ``rtt_p99_ns``,
@@ -61,20 +67,42 @@ def link_table(rpc: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=COLUMNS)
     bulk_pairs, bulk_rows = grouped_rows(np.where(payload > 0, pair, -1), len(src_names) * len(dst_names))
     bulk = dict(zip(bulk_pairs.tolist(), bulk_rows))
+    counted = _histograms(histograms)
     rows = []
     for code, own in zip(pairs.tolist(), ping_rows):
+        src, dst = str(src_names[code // len(dst_names)]), str(dst_names[code % len(dst_names)])
         own_rtt = rtt[own]
-        valid = own_rtt[~np.isnan(own_rtt)] if own_rtt.dtype.kind == "f" else own_rtt
-        p50 = quantile(own_rtt, 0.5)
+        plain = counted.get((src, dst, False))
+        if plain is not None:  # a long run's: every round trip, from the histogram
+            samples, rtt_min = plain[0], plain[1]
+            p50, p95, p99 = (histogram_quantile(plain[2], q) for q in (0.5, 0.95, 0.99))
+        else:
+            valid = own_rtt[~np.isnan(own_rtt)] if own_rtt.dtype.kind == "f" else own_rtt
+            samples, rtt_min = len(own), valid.min() if len(valid) else math.nan
+            p50, p95, p99 = (quantile(own_rtt, q) for q in (0.5, 0.95, 0.99))
         fastest = own[own_rtt <= quantile(own_rtt, FASTEST_FRACTION)]
         bandwidth = math.nan
         if code in bulk:  # the extra time a probe carrying N bytes takes over a plain one
-            extra_s = (median_of(rtt[bulk[code]].astype("float64")) - p50) / 1e9
+            loaded = counted.get((src, dst, True))
+            bulk_p50 = (histogram_quantile(loaded[2], 0.5) if loaded is not None
+                        else median_of(rtt[bulk[code]].astype("float64")))
+            extra_s = (bulk_p50 - p50) / 1e9
             bandwidth = median_of(payload[bulk[code]].astype("float64")) / extra_s if extra_s > 0 else math.nan
-        rows.append((str(src_names[code // len(dst_names)]), str(dst_names[code % len(dst_names)]), len(own),
-                     valid.min() if len(valid) else math.nan, p50, quantile(own_rtt, 0.95), quantile(own_rtt, 0.99),
-                     median_of(offset[fastest]), rtt[fastest].max() / 2 if len(fastest) else math.nan, bandwidth))
+        rows.append((src, dst, samples, rtt_min, p50, p95, p99, median_of(offset[fastest]),
+                     rtt[fastest].max() / 2 if len(fastest) else math.nan, bandwidth))
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _histograms(histograms: pd.DataFrame | None) -> dict[tuple[str, str, bool], tuple[int, int, np.ndarray]]:
+    """(src, dst, payload) -> (probes, fastest round trip, dense bucket counts) of ``probe_fold``'s histograms."""
+    if histograms is None:
+        return {}
+    counted = {}
+    for link in histograms.itertuples(index=False):
+        counts = np.zeros(int(link.buckets.max()) + 1, "int64")
+        counts[link.buckets] = link.counts
+        counted[(str(link.src), str(link.dst), bool(link.payload))] = (int(link.probes), int(link.rtt_min_ns), counts)
+    return counted
 
 
 LATENCY_COLUMNS = ["src", "dst", "samples", "rtt_min_ns", "rtt_p50_ns", "rtt_p99_ns", "source"]

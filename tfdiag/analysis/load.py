@@ -4,9 +4,9 @@ The loader is incremental: ``RunLoader.refresh()`` reads only the bytes appended
 task file since the previous call, so a live run (and the TensorBoard tab) never
 re-reads what it already has. Step records are folded into ``step_stats`` as each frame
 is read (exact counters, histograms and a bounded set of rows); system and process
-samples, heartbeats and probes per file (``FOLDS``): what the loader holds does not grow with the
-run's length. A refresh folds only the new records and rebuilds the frames of kinds that
-got some; a large first read folds the files in parallel (``parallel_fold``). A file
+samples, heartbeats and probes per file (``FOLDS``): what it holds does not grow with
+the run's length. A refresh folds only the new records and rebuilds the frames of kinds
+that got some; a large first read folds the files in parallel (``parallel_fold``). A file
 that shrank or was replaced is read again from byte 0. A frame whose payload is one
 already loaded (a copied task file, a frame written twice) is counted once.
 ``WindowLoader`` keeps only a run's last seconds (``tfdiag.analysis.live``). Nothing in
@@ -16,6 +16,7 @@ naming the file (the only error: ``RunNotFoundError``, not a run). No TensorFlow
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ import pyarrow.compute as pc
 
 from tfdiag.analysis.frames import conform, empty_frame, source_column, to_pandas
 from tfdiag.analysis.parallel_fold import parallel_folds
-from tfdiag.analysis.probe_fold import ProbeSample
+from tfdiag.analysis.probe_fold import ProbeSample, probe_histograms
 from tfdiag.analysis.step_stats import StepAccumulator
 from tfdiag.analysis.heartbeat_fold import HeartbeatTail
 from tfdiag.analysis.system_fold import JobProcessBuckets, SystemBuckets
@@ -75,17 +76,15 @@ class LoadedRun:
     warnings: list[str] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
     step_counters: pd.DataFrame | None = None  # step_stats.StepAccumulator.counters(): exact, whatever was kept
+    probe_histograms: pd.DataFrame | None = None  # probe_fold's, of every round trip; None: the rows are all
 
     def frame(self, kind: str) -> pd.DataFrame:
         """The records of ``kind``; an empty frame with the right columns if there are none."""
-        if kind in self.frames:
-            return self.frames[kind]
-        return empty_frame(kind)
+        return self.frames[kind] if kind in self.frames else empty_frame(kind)
 
     @property
     def skipped_records(self) -> int:
         return sum(item.records for item in self.skipped)
-
 
 class _Kept(NamedTuple):
     """A record batch the loader holds (``RunLoader``: every kind but steps; ``WindowLoader``: all)."""
@@ -251,8 +250,7 @@ class RunLoader:
         self._changed_kinds = set()
 
     def _offset(self, path: Path) -> int:
-        state = self._files.get(path)
-        return state.offset if state is not None else 0
+        return self._files[path].offset if path in self._files else 0
 
     def _take(self, path: Path, state: _TaskFile, result: ReadResult) -> bool:
         """Adds a read's frames to ``state``, counting a frame seen before only once."""
@@ -280,6 +278,8 @@ class RunLoader:
                 state.records.extend(_Kept(frame.kind, batch, source, frame.digest, self._last_ns(frame.kind, batch))
                                      for batch in conformed)
             self._changed_kinds.add(frame.kind)
+        for fold in [self._steps, *state.folds.values()]:  # under their caps again, frames let go
+            fold.settle()
         state.skipped.extend(result.skipped)
         pending = [item for item in (result.truncated_tail, result.unread) if item is not None]
         changed = bool(result.frames or result.skipped) or pending != state.pending
@@ -319,8 +319,9 @@ class RunLoader:
         warnings += self._shared_writer_warnings()
         sources = sorted({self._files[path].task or _task_from_file_name(path) for path in files
                           if path in self._files})
+        probes = probe_histograms([state.folds["rpc"] for state in self._files.values() if "rpc" in state.folds])
         return LoadedRun(self.path, self._manifest.manifest, dict(self._frames), skipped, warnings, sources,
-                         self._step_counters)
+                         self._step_counters, probes)
 
     def _shared_writer_warnings(self) -> list[str]:
         files_of_task = defaultdict(list)
@@ -435,10 +436,8 @@ def _skip_warnings(skipped: list[SkippedRecords]) -> list[str]:
 
 
 def _stat(path: Path) -> os.stat_result | None:
-    try:
+    with contextlib.suppress(OSError):
         return path.stat()
-    except OSError:
-        return None
 
 
 def _task_from_file_name(path: Path) -> str:

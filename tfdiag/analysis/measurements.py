@@ -109,7 +109,7 @@ class Measurements:
     @cached_property
     def links(self) -> pd.DataFrame:
         """``links.link_table``."""
-        return link_table(self.run.frame("rpc"))
+        return link_table(self.run.frame("rpc"), self.run.probe_histograms)
 
     @cached_property
     def link_latency(self) -> pd.DataFrame:

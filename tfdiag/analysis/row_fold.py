@@ -6,6 +6,13 @@ exactly as its rows. Past the cap it compacts, per writing task: what it kept be
 the rows since go through the kind's ``_compacted``, which returns a bounded table of the
 kind's columns (and any column of its own it keeps per row, dropped from what it shows).
 Rows that came after the last compaction are shown as they came, after the compacted ones.
+
+A wide run's cap is small (``cap_for``: what every file holds adds up), and a compaction
+costs about the same for 256 rows as for 2,048, so while one read goes on a fold takes up
+to ``ROWS`` rows before it compacts, and ``settle`` (the loader calls it after each read)
+brings what it holds back under ``cap``: a day of a sample a second is 40 compactions of
+a file, not 340. A file is read whole in the loader's process or in a fold process alike,
+so the serial and the parallel fold compact at the same rows.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ class RowFold:
 
     def __init__(self, cap: int | None = None):
         self.cap = cap or self.ROWS
+        self._read_cap = max(self.cap, self.ROWS)  # rows taken during one read before it compacts
         self._raw: list[tuple[pa.RecordBatch, str]] = []  # rows since the last compaction, in file order
         self._raw_rows = 0
         self._kept: dict[str, pa.Table] | None = None  # writing task -> its compacted rows; None: never compacted
@@ -40,8 +48,29 @@ class RowFold:
         """Folds a batch of the kind's records (its columns) written by ``source``."""
         self._raw.append((batch, source))
         self._raw_rows += batch.num_rows
+        if self._raw_rows > self._read_cap:
+            self._compact()
+
+    def settle(self) -> None:
+        """After a read: compacts when more than ``cap`` rows came since the last compaction,
+        else makes each run of one writer's batches one batch (a collector flushes a row or
+        two a frame, and a small batch's columns cost more than their rows)."""
         if self._raw_rows > self.cap:
             self._compact()
+            return
+        runs: list[tuple[list[pa.RecordBatch], str]] = []
+        for batch, source in self._raw:
+            if runs and runs[-1][1] == source:
+                runs[-1][0].append(batch)
+            else:
+                runs.append(([batch], source))
+        if len(runs) == len(self._raw):
+            return
+        self._raw = []
+        for batches, source in runs:
+            if len(batches) > 1 and sum(batch.num_rows for batch in batches):
+                batches = pa.Table.from_batches(batches).combine_chunks().to_batches()
+            self._raw += [(batch, source) for batch in batches]
 
     def batches(self) -> list[tuple[pa.RecordBatch, str]]:
         """The rows held, each batch with its writing task."""
@@ -55,7 +84,8 @@ class RowFold:
         tables = {source: [table] for source, table in (self._kept or {}).items()}
         for batch, source in self._raw:
             tables.setdefault(source, []).append(self._fresh(pa.Table.from_batches([batch])))
-        self._kept = {source: self._compacted(pa.concat_tables(parts)) for source, parts in tables.items()}
+        self._kept = {source: self._compacted(pa.concat_tables(parts)).combine_chunks()
+                      for source, parts in tables.items()}
         self._raw, self._raw_rows = [], 0
 
     def _fresh(self, table: pa.Table) -> pa.Table:
@@ -72,6 +102,9 @@ def group_codes(table: pa.Table, names: tuple[str, ...]) -> np.ndarray:
     a value of its own): rows of one group share it, and sorting by it sorts by group."""
     code = np.zeros(len(table), "int64")
     for name in names:
-        own = pc.dictionary_encode(table[name]).combine_chunks()
+        column = table[name]
+        if column.null_count == 0 and len(pc.unique(column)) == 1:  # a task file's usual case: one value
+            continue  # (a hash of the strings costs a third of encoding them)
+        own = pc.dictionary_encode(column).combine_chunks()
         code = code * (len(own.dictionary) + 1) + own.indices.fill_null(-1).to_numpy(zero_copy_only=False) + 1
     return code

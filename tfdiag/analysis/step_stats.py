@@ -17,7 +17,7 @@ of the rows themselves:
 And a timeline of *segments*: at most ``SEGMENTS`` runs of consecutive records per task,
 each with its exact counters (records, steps, examples, duration sum, first and last
 times) and the duration of one of its records, chosen by a hash of the record's index; a
-segment's length doubles with the task's records. ``window_counters`` reads a task's timing over any time window from them (the
+segment's length doubles with the task's records. ``step_windows.window_counters`` reads a task's timing over any time window from them (the
 straggler's overlap of every worker's steps): counts and sums exact for the segments
 inside the window, a segment across its edge counted by the share of its time inside.
 
@@ -62,20 +62,21 @@ def bucket_of(durations: np.ndarray) -> np.ndarray:
     return np.where(durations > 0, np.minimum(buckets, _BUCKETS - 1), 0)
 
 
-def _value_at_rank(counts: np.ndarray, cumulative: np.ndarray, rank: int) -> float:
+def _value_at_rank(counts: np.ndarray, cumulative: np.ndarray, rank: int, first_bucket: int = 0) -> float:
     """The ``rank``-th smallest value (0-based), spread evenly over its bucket's bounds."""
-    bucket = int(np.searchsorted(cumulative, rank + 1))
+    index = int(np.searchsorted(cumulative, rank + 1))
+    bucket = first_bucket + index
     if bucket == 0:
         return 0.0
     low = BUCKET_GROWTH ** (bucket - 1)
-    before = int(cumulative[bucket - 1]) if bucket else 0
-    return low + low * (BUCKET_GROWTH - 1) * (rank - before + 0.5) / int(counts[bucket])
+    before = int(cumulative[index - 1]) if index else 0
+    return low + low * (BUCKET_GROWTH - 1) * (rank - before + 0.5) / int(counts[index])
 
 
-def histogram_quantile(counts: np.ndarray, q: float) -> float:
-    """The ``q`` quantile of the values counted in ``counts``, interpolated between the two
-    nearest ranks as pandas does; each rank is read inside its bucket, so the result is
-    within ``PERCENTILE_RELATIVE_ERROR`` of the exact quantile.
+def histogram_quantile(counts: np.ndarray, q: float, first_bucket: int = 0) -> float:
+    """The ``q`` quantile of the values counted in ``counts`` (of buckets ``first_bucket``
+    on), interpolated between the two nearest ranks as pandas does; each rank is read
+    inside its bucket, so the result is within ``PERCENTILE_RELATIVE_ERROR`` of the exact quantile.
 
     >>> counts = np.bincount(bucket_of(np.array([100, 200, 300])), minlength=_BUCKETS)
     >>> abs(histogram_quantile(counts, 0.5) - 200) / 200 <= PERCENTILE_RELATIVE_ERROR
@@ -87,7 +88,7 @@ def histogram_quantile(counts: np.ndarray, q: float) -> float:
     cumulative = np.cumsum(counts)
     position = q * (total - 1)
     low, high = math.floor(position), math.ceil(position)
-    value_low, value_high = (_value_at_rank(counts, cumulative, rank) for rank in (low, high))
+    value_low, value_high = (_value_at_rank(counts, cumulative, rank, first_bucket) for rank in (low, high))
     return value_low + (value_high - value_low) * (position - low)
 
 
@@ -113,6 +114,7 @@ class _Group:
     sample_rows: int = 0
     recent: deque = field(default_factory=deque)
     recent_rows: int = 0
+    recent_copied: bool = True  # False: ``recent`` holds a slice of a batch read (``settle`` copies it)
     segment_length: int = 1
     # Per segment: first begin, last begin, last end, the duration (per step) of its sampled
     # record and that record's priority (``_priority``) ...
@@ -139,6 +141,7 @@ class StepAccumulator:
         self.recent_rows = recent_rows
         self.segments = segments
         self._groups: dict[tuple[str, str, str, str], _Group] = {}  # (file, source, task, clock)
+        self._unsettled: dict[int, _Group] = {}  # the groups a read added to (``settle``), by id
 
     def add(self, file: str, source: str, batch: pa.RecordBatch) -> None:
         """Folds one batch of ``step`` records (the kind's columns, in order) that ``file``
@@ -146,9 +149,9 @@ class StepAccumulator:
         if batch.num_rows == 0:
             return
         table = pa.Table.from_batches([batch])
-        tasks, clocks = pc.unique(table["task"]), pc.unique(table["clock_task"])
-        if len(tasks) == 1 and len(clocks) == 1:  # a worker's file: one task on its own clock
-            self._add((file, source, tasks[0].as_py() or "", clocks[0].as_py() or ""), table)
+        task, clock = _only_value(table["task"]), _only_value(table["clock_task"])
+        if task is not None and clock is not None:  # a worker's file: one task on its own clock
+            self._add((file, source, task, clock), table)
             return
         keys = pc.binary_join_element_wise(table["task"].fill_null(""), table["clock_task"].fill_null(""), "\x00")
         for key in pc.unique(keys).to_pylist():
@@ -177,6 +180,7 @@ class StepAccumulator:
         group = self._groups.get(key)
         if group is None:
             group = self._groups[key] = _Group()
+        self._unsettled[id(group)] = group
         table = table.append_column(_SEQUENCE, pa.array(np.arange(group.rows, group.rows + len(table), dtype="int64")))
         begin, end = _values(table["begin_ns"], 0), _values(table["end_ns"], 0)
         covered = np.maximum(_values(table["steps"], 1), 1)
@@ -190,7 +194,7 @@ class StepAccumulator:
         group.examples += float(examples.sum(dtype="float64"))
         group.duration_sum += float(duration.sum(dtype="float64"))
         group.wait_sum += float(wait.sum(dtype="float64"))
-        group.histogram += np.bincount(bucket_of(duration), minlength=_BUCKETS)
+        group.histogram = group.histogram + np.bincount(bucket_of(duration), minlength=_BUCKETS)  # counters() shares it
         self._fold_times(group, table, begin, end)
         self._fold_sample(group, table)
         self._fold_recent(group, table)
@@ -213,7 +217,7 @@ class StepAccumulator:
             candidates = [value for value in (group.second_begin, int(later.min()) if len(later) else None)
                           if value is not None]
             group.second_begin = min(candidates) if candidates else None
-        ends = np.sort(end)
+        ends = end if len(end) < 2 or bool((end[1:] >= end[:-1]).all()) else np.sort(end)  # as written: in order
         if group.previous_end is not None:
             ends = np.concatenate(([group.previous_end], ends))
         elif len(ends) > 1:  # the gap after a task's first (warm-up) record is not its rhythm
@@ -252,7 +256,9 @@ class StepAccumulator:
             group.segment_sums = np.add.reduceat(group.segment_sums, pairs, axis=0)
 
     def _fold_sample(self, group: _Group, table: pa.Table) -> None:
-        kept = table if group.stride == 1 else table.filter(_multiple_of(_values(table["step"], 0), group.stride))
+        # A take of the few rows kept, not a filter: a filter's cost is the batch's, a take's the rows'.
+        kept = table if group.stride == 1 else table.take(
+            np.flatnonzero(_multiple_of(_values(table["step"], 0), group.stride)))
         group.sample.append(kept)
         group.sample_rows += len(kept)
         while group.sample_rows > self.sampled_rows:
@@ -262,6 +268,11 @@ class StepAccumulator:
             group.sample, group.sample_rows = [whole], len(whole)
 
     def _fold_recent(self, group: _Group, table: pa.Table) -> None:
+        if len(table) > 2 * self.recent_rows:  # the batch alone holds them: its end, copied at ``settle``
+            group.recent = deque([table.slice(len(table) - self.recent_rows)])
+            group.recent_rows = self.recent_rows
+            group.recent_copied = False
+            return
         group.recent.append(table)
         group.recent_rows += len(table)
         while group.recent_rows - len(group.recent[0]) >= self.recent_rows:
@@ -270,6 +281,19 @@ class StepAccumulator:
             end = pa.concat_tables(list(group.recent)).slice(group.recent_rows - self.recent_rows)
             group.recent = deque([end.take(np.arange(len(end)))])
             group.recent_rows = len(end)
+
+    def settle(self) -> None:
+        """After each read: each task's sample made one table (a batch adds a few rows as a
+        table of its own, and a small table's columns cost more than their rows), and its
+        recent rows copied where they are a slice of a batch read (each new batch's end
+        is), so what is kept no longer holds the frames read."""
+        for group in self._unsettled.values():
+            if len(group.sample) > 1:
+                group.sample = [pa.concat_tables(group.sample).combine_chunks()]
+            if not group.recent_copied:
+                group.recent = deque(part.take(np.arange(len(part))) for part in group.recent)
+                group.recent_copied = True
+        self._unsettled = {}
 
     def rows(self) -> pa.Table | None:
         """The rows kept, in the order each file logged them (one table of the kind's columns)."""
@@ -311,7 +335,7 @@ class StepAccumulator:
                     "first_begin_ns": group.first_begin, "second_begin_ns": group.second_begin,
                     "last_begin_ns": group.last_begin, "last_end_ns": group.last_end,
                     "longest_gap_ns": group.longest_gap, "sampled": group.sampled,
-                    "histogram": group.histogram.copy(),
+                    "histogram": group.histogram,  # never changed in place (``_add``, ``_merge`` make new ones)
                     "segments": (group.segment_times, group.segment_sums), **first,
                 }
                 continue
@@ -375,6 +399,27 @@ def _multiple_of(steps: np.ndarray, stride: int) -> np.ndarray:
     return (steps & (stride - 1)) == 0  # strides are powers of two
 
 
+def _only_value(column: pa.ChunkedArray) -> str | None:
+    """The string every row of ``column`` holds ("" for all null), or None when they differ.
+
+    Compares the string buffers with numpy rather than hashing every row (``pc.unique``):
+    a worker's batch holds its own name thousands of times.
+    """
+    if column.null_count == len(column):
+        return ""
+    if column.null_count or column.num_chunks != 1 or column.type != pa.string():
+        unique = pc.unique(column)
+        return (unique[0].as_py() or "") if len(unique) == 1 else None
+    array = column.chunk(0)
+    offsets = np.frombuffer(array.buffers()[1], np.int32, len(array) + 1, array.offset * 4)
+    first = array[0].as_py()
+    encoded = first.encode()
+    if not np.array_equal(offsets - offsets[0], np.arange(len(array) + 1, dtype=np.int32) * len(encoded)):
+        return None
+    data = array.buffers()[2].slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+    return first if data.equals(pa.py_buffer(encoded * len(array))) else None
+
+
 def _values(column: pa.ChunkedArray, fill: int) -> np.ndarray:
     """An int64 column as numpy, nulls as ``fill``."""
     if column.null_count == len(column):
@@ -382,56 +427,3 @@ def _values(column: pa.ChunkedArray, fill: int) -> np.ndarray:
     if column.null_count:
         column = pc.fill_null(column, fill)
     return column.to_numpy()
-
-
-
-WINDOW_COLUMNS = ["task", "records", "steps", "p50_ns", "mean_ns", "period_ns", "examples", "first_begin_ns",
-                  "last_end_ns"]
-
-
-def window_counters(counters: pd.DataFrame, offsets: dict[str, int], start_ns: float, stop_ns: float) -> pd.DataFrame:
-    """Per task, its step records from ``start_ns`` to ``stop_ns`` (reference clock) read from
-    the segments of ``counters`` (``StepAccumulator.counters``).
-
-    A segment inside the window counts whole; one across an edge by the share of its time
-    (first begin to last end) inside, so counts and sums are exact but for the two edge
-    segments. The median is the weighted median of the segments' sampled records (one
-    record in every segment length); the period is the mean time between record starts
-    over the training steps a record covers, as ``breakdown.worker_table`` has it.
-    Columns: ``WINDOW_COLUMNS`` (``records``, ``steps``, ``examples`` may be fractional).
-
-    >>> accumulator = StepAccumulator(segments=4)
-    >>> accumulator.add("w.tfdiag", "worker:0", batch)  # doctest: +SKIP
-    >>> window_counters(accumulator.counters(), {}, 0, 10**9)  # doctest: +SKIP
-    """
-    rows = []
-    for task, group in counters.groupby("task", sort=True):
-        shift = np.concatenate([np.full(len(times), offsets.get(clock, 0)) for clock, (times, _)
-                                in zip(group["clock_task"], group["segments"])])
-        times = np.concatenate([times for times, _ in group["segments"]]).astype("float64")
-        sums = np.concatenate([sums for _, sums in group["segments"]])
-        first, last_begin, last_end = (times[:, column] - shift for column in range(3))
-        length = last_end - first
-        inside = np.clip(np.minimum(last_end, stop_ns) - np.maximum(first, start_ns), 0.0, None)
-        share = np.where(length > 0, inside / np.where(length > 0, length, 1.0),
-                         ((first >= start_ns) & (last_end <= stop_ns)).astype("float64"))
-        share = np.minimum(share, 1.0)
-        records, steps, examples, duration = (sums[:, column] @ share for column in range(4))
-        taken = share > 0
-        if records <= 0:
-            rows.append([task, 0.0, 0.0, np.nan, np.nan, np.nan, 0.0, np.nan, np.nan])
-            continue
-        window_first = max(float(first[taken].min()), start_ns)
-        window_last_begin = min(float(last_begin[taken].max()), stop_ns)
-        per_record = steps / records
-        period = (window_last_begin - window_first) / (records - 1) / per_record if records > 1 else np.nan
-        median = _weighted_median(times[taken, 3], sums[taken, 0] * share[taken])
-        rows.append([task, records, steps, median, duration / records, period, examples, window_first,
-                     min(float(last_end[taken].max()), stop_ns)])
-    return pd.DataFrame(rows, columns=WINDOW_COLUMNS)
-
-
-def _weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
-    order = np.argsort(values, kind="stable")
-    cumulative = np.cumsum(weights[order])
-    return float(values[order][np.searchsorted(cumulative, cumulative[-1] / 2)])

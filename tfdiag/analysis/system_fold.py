@@ -86,21 +86,23 @@ def _bucketed(table: pa.Table, width: int, means: tuple = MEANS, sums: tuple = S
     names = group_codes(table, ("task", "host"))
     pid = table["pid"].fill_null(-1).to_numpy()
     time = table["time_ns"].fill_null(0).to_numpy()
+    # Rows are only sorted as numpy indices: taking every column of the table in that order
+    # costs more than the rest of a compaction, and only each bucket's last row is kept.
     order = np.lexsort((time, pid, names))
-    table = table.take(order)
     names, pid = names[order], pid[order]
     new_process = np.r_[True, (names[1:] != names[:-1]) | (pid[1:] != pid[:-1])]
     bucket = time[order] // width
     bucket[new_process] = -1  # a process's first sample: a row of its own
     starts = np.flatnonzero(new_process | np.r_[True, bucket[1:] != bucket[:-1]])
     lasts = np.r_[starts[1:], len(table)] - 1
-    rows = table.take(lasts)
-    weight = table[_SAMPLES].to_numpy().astype("float64")
+    rows = table.take(order[lasts])
+    weight = table[_SAMPLES].to_numpy()[order].astype("float64")
     columns = {_SAMPLES: pa.array(np.add.reduceat(weight, starts).astype("int64"))}
     for name in means + sums:
-        if name not in table.column_names:  # a log from before the column: read as null, kept null
-            continue
-        values = table[name].to_numpy(zero_copy_only=False).astype("float64")
+        column = table[name] if name in rows.schema.names else None
+        if column is None or column.null_count == len(column):  # a log from before the column, or
+            continue  # a sampler without it: read as null, kept null (the last row's)
+        values = column.to_numpy(zero_copy_only=False)[order].astype("float64")
         known = ~np.isnan(values)
         if name in means:  # weighted by the samples each row stands for
             total = np.add.reduceat(np.where(known, values * weight, 0.0), starts)
@@ -109,9 +111,8 @@ def _bucketed(table: pa.Table, width: int, means: tuple = MEANS, sums: tuple = S
         else:
             result = np.add.reduceat(np.where(known, values, 0.0), starts)
             result[np.add.reduceat(known, starts) == 0] = np.nan
-        kind = table.schema.field(name).type
+        kind = column.type
         columns[name] = pa.array(result if pa.types.is_floating(kind) else np.nan_to_num(result).astype("int64"),
                                  kind, mask=np.isnan(result))
-    for name, column in columns.items():
-        rows = rows.set_column(rows.schema.get_field_index(name), name, column)
-    return rows
+    return pa.Table.from_arrays([columns.get(name, rows.column(name)) for name in rows.schema.names],
+                                schema=rows.schema)

@@ -5,7 +5,8 @@ import pytest
 from tests.runs import MS, START_NS
 from tfdiag.analysis import analyze
 from tfdiag.analysis.load import RunLoader
-from tfdiag.analysis.step_stats import StepAccumulator, window_counters
+from tfdiag.analysis.step_stats import StepAccumulator
+from tfdiag.analysis.step_windows import window_counters
 
 
 def _kinds(report):

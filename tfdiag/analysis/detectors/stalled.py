@@ -83,7 +83,11 @@ def detect(measured: Measurements) -> list[Finding]:
     alive = set(last_beat.index) - closed - set(stopped)
     reporting = np.isin(tasks, list(alive)) & beats["progress"].notna().to_numpy()
     subjects = sorted(set(beats["subject"].to_numpy()[reporting]))
-    states = [_progress_state(measured, beats, subject, now_ns) for subject in subjects]
+    # Each subject's rows found once, not by a scan of every row per subject (1,024 workers:
+    # a million step rows scanned a thousand times).
+    rows = {name: _rows_by(frame, column) for name, frame, column in (
+        ("steps", measured.steps, "task"), ("closures", measured.closures, "worker"), ("beats", beats, "subject"))}
+    states = [_progress_state(measured, beats, subject, now_ns, rows) for subject in subjects]
     stalled, progressing = _split(states, "threshold_ns")
     if not stalled:
         # A task that stopped answering explains a stall sooner than the floor would allow.
@@ -120,17 +124,29 @@ def _in_rhythm(beats: pd.DataFrame) -> pd.DataFrame:
     return beats.iloc[order[near[order]]]
 
 
-def _progress_state(measured: Measurements, beats: pd.DataFrame, subject: str, now_ns: int) -> dict:
-    """When ``subject`` last made progress, at which step, and how long it may pause."""
+def _rows_by(frame: pd.DataFrame | None, column: str) -> dict[str, np.ndarray]:
+    """Value of ``column`` -> the positions of its rows in ``frame``, ascending."""
+    if frame is None or frame.empty:
+        return {}
+    return {str(key): rows for key, rows in frame[column].groupby(frame[column], observed=True, sort=False).indices.items()}
+
+
+def _progress_state(measured: Measurements, beats: pd.DataFrame, subject: str, now_ns: int,
+                    rows: dict[str, dict[str, np.ndarray]]) -> dict:
+    """When ``subject`` last made progress, at which step, and how long it may pause
+    (``rows``: each frame's rows of each task, ``_rows_by``)."""
     steps = measured.steps
-    own = (steps["task"] == subject).to_numpy() if not steps.empty else np.zeros(0, bool)
-    ends = np.sort(steps["end_ns"].to_numpy()[own]) if own.any() else np.zeros(0)
+    none = np.zeros(0, "int64")
+    own = rows["steps"].get(subject, none)
+    ends = np.sort(steps["end_ns"].to_numpy()[own]) if len(own) else np.zeros(0)
     closures = measured.closures
     results = np.zeros(0)
     if closures is not None and not closures.empty:
-        mine = (closures["worker"] == subject).to_numpy() & closures["ok"].fillna(False).astype(bool).to_numpy()
+        mine = rows["closures"].get(subject, none)
+        mine = mine[closures["ok"].fillna(False).astype(bool).to_numpy()[mine]]
         results = closures["result_ns"].to_numpy()[mine]
-    counted = ((beats["subject"] == subject) & beats["progress"].notna()).to_numpy()
+    counted = rows["beats"].get(subject, none)
+    counted = counted[beats["progress"].notna().to_numpy()[counted]]
     beat_times, counts = beats["time_ns"].to_numpy()[counted], beats["progress"].to_numpy()[counted]
     by_time = np.argsort(beat_times, kind="quicksort")  # as sort_values("time_ns") orders them
     beat_times, counts = beat_times[by_time], counts[by_time]
@@ -148,7 +164,7 @@ def _progress_state(measured: Measurements, beats: pd.DataFrame, subject: str, n
         "task": subject,
         "since_ns": int(last_ns),
         "stalled_s": round((now_ns - last_ns) / 1e9, 1),
-        "last_step": int(steps["step"][own].max()) if own.any() else None,
+        "last_step": int(steps["step"].iloc[own].max()) if len(own) else None,
         "completed": int(final),
         "threshold_ns": stall_threshold_ns(intervals),
         "silent_threshold_ns": stall_threshold_ns(intervals, SILENT_STALL_FLOOR_S),
