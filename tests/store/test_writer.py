@@ -67,7 +67,8 @@ def test_a_killed_task_loses_at_most_the_last_second(tmp_path):
     )
     process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:
-        time.sleep(3)
+        process.stdout.readline()  # writing: timed from here, not from a start a loaded host may delay
+        time.sleep(2.5)
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=10)
         last_printed = int(process.stdout.read().split()[-1])
