@@ -68,6 +68,7 @@ HIDDEN_MAX_COST = 1.10
 # Worker 1 and ps 1: worker 0 of some jobs is the chief, which no kill may take.
 INJECTION_SPECS = {
     "input-delay": "input-delay=20",
+    "slow-input": "slow-input=1:40",  # one worker's pipeline (MultiWorkerMirroredStrategy's own kind)
     "slow-worker": "slow-worker=1:40",
     "shard-skew": "shard-skew=1:3",
     "hot-ps": "hot-ps=0",
@@ -84,6 +85,7 @@ VARIANTS = (
 # The planted cause: finding kind and the task it must name (None: any), from the spec.
 EXPECTED = {
     "input-delay": lambda index: ("input_bound", None),
+    "slow-input": lambda index: ("input_bound", f"worker:{index}"),
     "slow-worker": lambda index: ("straggler", f"worker:{index}"),
     "cpu-starve": lambda index: ("straggler", f"worker:{index}"),
     "shard-skew": lambda index: ("shard_imbalance", f"worker:{index}"),

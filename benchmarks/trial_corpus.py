@@ -31,7 +31,7 @@ def label_of(row: dict) -> dict:
             "fix": None if not trial["fix"] else {"description": row["result"].get("fix_description"),
                                                   "predicted": verdict["predicted"], "measured": verdict["measured"]},
             "recorded": {"recalled": verdict["recalled"], "false_alarms": verdict["false_alarms"]},
-            "load1": row["result"]["load1"]}
+            "load1": row["result"]["load1"], "cores": row["result"].get("cores", 2)}
 
 
 def save(row: dict, corpus: Path = CORPUS) -> Path:
@@ -50,7 +50,7 @@ def save(row: dict, corpus: Path = CORPUS) -> Path:
 
 def verdict_of(label: dict, findings: list[dict]) -> dict:
     """Recall and false alarms of a re-analysis (``findings``: the report's, as dicts)."""
-    _, hit, false_alarms = diagnosis(label["trial"], findings)
+    _, hit, false_alarms = diagnosis(label["trial"], findings, max(label["load1"]) > label["cores"])
     return {"recalled": None if label["planted_kind"] is None else hit is not None, "false_alarms": false_alarms}
 
 

@@ -6,7 +6,9 @@ Per trial (``judge``):
   the planted task (any task where the fault hit every worker); ``located`` when the kind
   is there on some task, ``recalled`` when on the right one;
 * **precision** — every warning-level finding must be explained by the plant: its kind in
-  ``EXPLAINS[fault]``, or ``host_contention`` with hogs running; any other is a false alarm;
+  ``EXPLAINS[fault]``, or ``host_contention`` while the host was shared (hogs running, or the
+  1-minute load average above the host's cores at the trial's start or end: other programs
+  ran beside the job); any other is a false alarm;
 * **ranking** — the planted finding is the primary (first) one;
 * **prediction** — where the fix ran: measured = the fix run's examples/s over the fault
   run's (each job's own summary line); error = |predicted − measured| / measured, with the
@@ -40,16 +42,22 @@ EXPLAINS = {
 Z95 = 1.959963984540054
 
 
-def diagnosis(trial: dict, findings: list[dict]) -> tuple[list[dict], dict | None, list[str]]:
+def diagnosis(trial: dict, findings: list[dict], shared: bool = False) -> tuple[list[dict], dict | None, list[str]]:
     """Of a run's findings: the planted kind's at warning level, the one naming the planted
-    task (None: missed), and the false alarms (warning-level findings the plant does not explain)."""
+    task (None: missed), and the false alarms (warning-level findings the plant does not
+    explain). ``shared``: other programs loaded the host (``host_contention`` is then true)."""
     warned = [f for f in findings if f["severity"] in WARNING]
     kind = EXPECTED_KIND.get(trial["fault"])
     task = trial["task"] or None  # no task: the fault hit every worker
     planted = [f for f in warned if f["kind"] == kind]
     hit = next((f for f in planted if task is None or task in f["tasks"]), None)
-    explained = EXPLAINS[trial["fault"]] | ({"host_contention"} if trial["hogs"] else set())
+    explained = EXPLAINS[trial["fault"]] | ({"host_contention"} if trial["hogs"] or shared else set())
     return planted, hit, [f"{f['kind']} {','.join(f['tasks'])}" for f in warned if f["kind"] not in explained]
+
+
+def shared_host(result: dict) -> bool:
+    """Other programs ran beside the trial: the load average exceeded the host's cores."""
+    return max(result["load1"]) > result.get("cores", 2)
 
 
 def judge(trial: dict, result: dict) -> dict:
@@ -57,7 +65,7 @@ def judge(trial: dict, result: dict) -> dict:
     fault = trial["fault"]
     findings = result["runs"]["fault"]["findings"]
     kind = EXPECTED_KIND.get(fault)
-    planted, hit, false_alarms = diagnosis(trial, findings)
+    planted, hit, false_alarms = diagnosis(trial, findings, shared_host(result))
     verdict = {"recalled": hit is not None if kind else None, "located": bool(planted) if kind else None,
                "named_tasks": sorted({t for f in planted for t in f["tasks"]}),
                "primary": bool(findings) and hit is not None and findings[0] is hit,

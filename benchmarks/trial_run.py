@@ -221,4 +221,5 @@ def run_trial(trial: Trial, workdir: Path) -> dict:
             load.append(os.getloadavg()[0])
             print(f"  {side}: exit {runs[side]['exit']}, {runs[side]['examples_per_s']} examples/s, "
                   f"{runs[side]['wall_s']} s, load {load[-1]:.1f}", file=sys.stderr, flush=True)
-    return {"runs": runs, "load1": load, "fix_description": fix_description(trial) if trial.fix else None}
+    return {"runs": runs, "load1": load, "cores": os.cpu_count(),
+            "fix_description": fix_description(trial) if trial.fix else None}

@@ -68,7 +68,7 @@ JOB_DEFS = {job.name: job for job in (
     JobDef("ps_fit", "sample", "ps_fit", 200, 4, _COMMON + ("proxy", "input", "shard-skew", "hot-ps", "kill")),
     JobDef("mwms_fit", "sample", "mwms_fit", 150, 4, _COMMON + ("input", "shard-skew", "kill"),
            synchronous=True, one_slow_input=True),
-    JobDef("tf1_session", "sample", "tf1_session", 1200, 32, _COMMON + ("proxy", "input", "shard-skew", "hot-ps", "kill")),
+    JobDef("tf1_session", "sample", "tf1_session", 400, 4, _COMMON + ("proxy", "input", "shard-skew", "hot-ps", "kill")),
     JobDef("mirrored", "sample", "mirrored", 200, 3, ("none", "input")),
     JobDef("ps_tutorial", "user", "ps_ctl", 500, 5, _COMMON + ("proxy", "stop")),
     JobDef("ps_embed", "user", "ps_ctl", 300, 6, _COMMON + ("proxy", "hot-ps", "exception")),
