@@ -14,13 +14,11 @@ unpartitioned, so it lands whole on the first ps (``ps:0``) — a hot ps; ``rais
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 import time
 
+from benchmarks.userjobs.runner import chief_trains
 from tfdiag.sample_jobs.jobs import JobConfig
-from tfdiag.sample_jobs.task import run_server, wait_for_cluster
 
 VOCABULARY, DIM, IDS, HIDDEN, BATCH = 200_000, 32, 16, 128, 256
 TASK_COMMAND = [sys.executable, "-u", "-m", "benchmarks.userjobs.ps_embed"]
@@ -86,15 +84,7 @@ def train(config: JobConfig) -> str:
 
 
 def main() -> int:
-    config = JobConfig.from_json(sys.argv[sys.argv.index("--config") + 1])
-    tf_config = json.loads(os.environ["TF_CONFIG"])
-    role, index = tf_config["task"]["type"], int(tf_config["task"]["index"])
-    if role != "chief":
-        run_server(role, index)
-        return 0
-    wait_for_cluster(tf_config["cluster"], "chief:0")
-    print(train(config), file=sys.stderr, flush=True)
-    return 0
+    return chief_trains(train, JobConfig.from_json(sys.argv[sys.argv.index("--config") + 1]))
 
 
 if __name__ == "__main__":
