@@ -97,7 +97,8 @@ def wilson(successes: int, n: int) -> tuple[float, float]:
 
 
 def _f1(tp: int, fp: int, fn: int) -> float:
-    return 2 * tp / (2 * tp + fp + fn) if tp else 0.0
+    """F1; NaN where the kind was neither planted nor reported (a resample without it)."""
+    return 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else math.nan
 
 
 def per_kind(rows: list[dict], resamples: int = 2000) -> list[dict]:
@@ -113,12 +114,13 @@ def per_kind(rows: list[dict], resamples: int = 2000) -> list[dict]:
         planted = [r for r in rows if EXPECTED_KIND.get(r["trial"]["fault"]) == kind]
         located = [r for r in planted if r["verdict"]["located"]]
         rng = random.Random(0)
-        boot = sorted(_f1(*(sum(m[i] for m in sample) for i in range(3)))
-                      for sample in ([rng.choice(marks) for _ in marks] for _ in range(resamples)))
+        boot = sorted(f1 for f1 in (_f1(*(sum(m[i] for m in sample) for i in range(3)))
+                                    for sample in ([rng.choice(marks) for _ in marks] for _ in range(resamples)))
+                      if not math.isnan(f1))
         table.append({"kind": kind, "planted": len(planted), "tp": tp, "fp": fp, "fn": fn,
                       "precision": tp / (tp + fp) if tp + fp else math.nan, "precision_ci": wilson(tp, tp + fp),
                       "recall": tp / (tp + fn) if tp + fn else math.nan, "recall_ci": wilson(tp, tp + fn),
-                      "f1": _f1(tp, fp, fn), "f1_ci": (boot[int(0.025 * resamples)], boot[int(0.975 * resamples) - 1]),
+                      "f1": _f1(tp, fp, fn), "f1_ci": (quantile(boot, 0.025), quantile(boot, 0.975)),
                       "localised": sum(r["verdict"]["recalled"] for r in located), "located": len(located)})
     return table
 
