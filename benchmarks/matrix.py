@@ -7,9 +7,14 @@ analyses the run (``tfdiag.analysis.engine.analyze``), checks the primary findin
 and task against the planted cause, then runs the job again with the recommended change
 (the ``--tune`` of ``sample_jobs/advice.py``, or the fault removed where the advice is to
 repair a host or a link) and compares the measured speed-up with the predicted one
-(error = |predicted − measured| / measured). A clean cell is right when no finding is at
-warning level or above, and so is a cell whose job absorbs what was planted (``HIDDEN``,
-with the measurement that shows it; no fix is run for it). A job whose planted causes need
+(error = |predicted − measured| / measured). A cell with a planted cause is right when its
+primary finding names it *and* the prediction is within ``PREDICTION_TOLERANCE`` (25 %) of
+the measured speed-up (a kind that predicts nothing by design, ``NO_PREDICTION``, needs
+none; one that should predict and did not, or a fix not measured, is wrong). A clean cell
+is right when no finding is at warning level or above. A cell whose job absorbs what was
+planted (``HIDDEN``) is measured, not asserted: the clean job runs interleaved with it,
+and it is right when no finding reaches warning level and the fault cost less than
+``HIDDEN_MAX_COST`` (the clean run's examples/s over the cell's). A job whose planted causes need
 a longer run than ``--steps`` to show runs more steps in every cell (``JOB_MIN_STEPS``,
 with the reason; marked ‡ under the table).
 
@@ -50,11 +55,20 @@ DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- matrix:begin -->", "<!-- matrix:end -->"
 RUN_TIMEOUT_S = 900
 WORKERS, PS = 2, 2
+# A cell is right only when its prediction is within this share of the measured speed-up
+# (issue 32: a finding whose advice is 74 % off is not a right diagnosis).
+PREDICTION_TOLERANCE = 0.25
+# Kinds that carry no predicted speed-up by design (docs/findings.md, "How a speed-up is
+# predicted"): a hung job has no throughput to scale; a starved worker's fix is outside the job.
+NO_PREDICTION = frozenset({"stalled", "host_contention"})
+# A planted fault the job absorbs costs less than this (clean examples/s over the cell's, measured in the same run).
+HIDDEN_MAX_COST = 1.10
 
 # The spec each listed --inject kind runs with (the kinds come from ``JobSpec.injections``).
 # Worker 1 and ps 1: worker 0 of some jobs is the chief, which no kill may take.
 INJECTION_SPECS = {
     "input-delay": "input-delay=20",
+    "slow-input": "slow-input=1:40",  # one worker's pipeline (MultiWorkerMirroredStrategy's own kind)
     "slow-worker": "slow-worker=1:40",
     "shard-skew": "shard-skew=1:3",
     "hot-ps": "hot-ps=0",
@@ -71,6 +85,7 @@ VARIANTS = (
 # The planted cause: finding kind and the task it must name (None: any), from the spec.
 EXPECTED = {
     "input-delay": lambda index: ("input_bound", None),
+    "slow-input": lambda index: ("input_bound", f"worker:{index}"),
     "slow-worker": lambda index: ("straggler", f"worker:{index}"),
     "cpu-starve": lambda index: ("straggler", f"worker:{index}"),
     "shard-skew": lambda index: ("shard_imbalance", f"worker:{index}"),
@@ -79,8 +94,9 @@ EXPECTED = {
     "kill-worker": lambda index: ("task_failure", f"worker:{index}"),
 }
 
-# Cells where the job hides what was planted, so the right diagnosis is no warning: (job,
-# cell name) -> why, as measured. Each is a fault the job absorbs, not one the detector misses.
+# Cells where the job is expected to hide what was planted, so the right diagnosis is no
+# warning: (job, cell name) -> why, from an earlier measurement. Each run of the matrix
+# measures it again (the clean job beside the cell) and the cell counts right only if it holds.
 HIDDEN = {
     ("mwms_fit", "input-delay"): (
         "the job does not wait for its input: tf-keras `model.fit` under MultiWorkerMirroredStrategy "
@@ -167,7 +183,9 @@ class Cell:
         so is one the job takes no ``--tune`` for (``shard-skew`` under PS and TF1: every
         worker then reads the same batch), so that its prediction is measured too."""
         kind = self.expected[0]
-        if kind is None:  # a clean or hidden cell: nothing to fix
+        if self.hidden:  # measured against the clean job: what the fault costs
+            return (), "fault removed (hidden: measured)"
+        if kind is None:  # a clean cell: nothing to fix
             return (), ""
         if kind not in TUNE_FOR_FINDING:
             return (), "fault removed"
@@ -228,27 +246,45 @@ def measure(cell: Cell, workdir: Path, steps: int, repeats: int) -> dict:
     return runs
 
 
+def verdict(cell: Cell, findings: list[dict], named: bool, error: float | None,
+            measured: float | None) -> tuple[bool, str]:
+    """Whether a cell is right, and why not: a hidden cell quiet and measured cheap, a clean
+    cell quiet, a planted cause named as primary and predicted within the tolerance."""
+    quiet = not any(f["severity"] in ("warning", "critical") for f in findings)
+    kind = cell.expected[0]
+    if cell.hidden:
+        cheap = measured is not None and measured < HIDDEN_MAX_COST
+        return (True, "") if quiet and cheap else (False, "hidden: a warning, or it cost")
+    if kind is None:
+        return (True, "") if quiet else (False, "a warning")
+    if not named:
+        return False, "not named"
+    if kind in NO_PREDICTION:
+        return True, ""
+    if error is None:
+        return False, "no prediction" if measured else "fix not measured"
+    return (True, "") if error <= PREDICTION_TOLERANCE else (False, "prediction off")
+
+
 def score(cell: Cell, runs: dict) -> dict:
     """Analyses the cell's first run and scores diagnosis and prediction."""
     report = analyze(runs["base"][0]["logdir"])
     findings = [f.to_dict() for f in report.findings]
     primary = findings[0] if findings else None
     kind, task = cell.expected
-    if kind is None:
-        ok = not any(f["severity"] in ("warning", "critical") for f in findings)
-    else:
-        ok = primary is not None and primary["kind"] == kind and (task is None or task in primary["tasks"])
-    predicted = primary["recommendation"]["predicted_speedup"] if primary and ok and kind else None
+    named = primary is not None and primary["kind"] == kind and (task is None or task in primary["tasks"])
+    predicted = primary["recommendation"]["predicted_speedup"] if named else None
     rates = {side: [r["examples_per_s"] for r in runs[side]] for side in runs}
-    measured = statistics.median(rates["fixed"]) / statistics.median(rates["base"]) if rates["fixed"] else None
+    measured = statistics.median(rates["fixed"]) / statistics.median(rates["base"]) if rates.get("fixed") else None
     error = abs(predicted - measured) / measured if predicted and measured else None
+    ok, why = verdict(cell, findings, named, error, measured)
     # The advisor holds a prediction to what the host's idle CPU allows (docs/findings.md);
     # on a host other jobs keep busy that bound is theirs, so the unbounded model is shown too.
     bound = (primary or {}).get("evidence", {}).get("host_cpu_limit") or {}
     unbounded = bound.get("unlimited_speedup") if predicted else None
     unbounded_error = abs(unbounded - measured) / measured if unbounded and measured else None
     return {**asdict(cell), "expected": _label(kind, task, cell.hidden), "hidden": cell.hidden,
-            "found": _found(findings), "ok": ok,
+            "found": _found(findings), "ok": ok, "why": "" if ok else why,
             "fix": cell.fix[1], "predicted": predicted, "measured": measured, "error": error,
             "unbounded": unbounded, "unbounded_error": unbounded_error,
             "findings": [{k: f[k] for k in ("kind", "severity", "tasks", "evidence", "recommendation")}
@@ -280,14 +316,16 @@ def markdown(rows: list[dict], header: str) -> str:
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in rows:
         spec = row["spec"].replace("{quarter}", "(steps/4)") or "clean"
+        verdict = "yes" if row["ok"] else f"NO ({row['why']})" if row.get("why") else "NO"
         lines.append(f"| {row['job']} | {spec}{' (outside)' if row['name'] == 'cpu-starve' else ''} "
-                     f"| {row['expected']} | {row['found']} | {'yes' if row['ok'] else 'NO'} | {row['fix']} "
+                     f"| {row['expected']} | {row['found']} | {verdict} | {row['fix']} "
                      f"| {_number(row['predicted'], '.2f')} | {_number(row['measured'], '.2f')} "
                      f"| {_number(row['error'], '.0%')} | {_number(row.get('unbounded'), '.2f')} "
                      f"({_number(row.get('unbounded_error'), '.0%')}) |")
     errors = [row["error"] for row in rows if row["error"] is not None]
     unbounded = [row["unbounded_error"] for row in rows if row.get("unbounded_error") is not None]
-    lines += ["", f"Primary finding right: {sum(row['ok'] for row in rows)} of {len(rows)} cells."
+    lines += ["", f"Right (named, and predicted within {PREDICTION_TOLERANCE:.0%} where the kind predicts): "
+              f"{sum(row['ok'] for row in rows)} of {len(rows)} cells."
               + (f" Median prediction error: {statistics.median(errors):.0%} over {len(errors)} cells;"
                  f" worst {max(errors):.0%}." if errors else "")
               + (f" Without the host-CPU bound: median {statistics.median(unbounded):.0%}." if unbounded else "")]

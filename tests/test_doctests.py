@@ -27,6 +27,8 @@ MODULES = [
     "tfdiag.report.json_format",
     "tfdiag.report.markdown",
     "tfdiag.report.safe_text",
+    "benchmarks.trial_space",
+    "benchmarks.trial_judge",
 ]
 
 

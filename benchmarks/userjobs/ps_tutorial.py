@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
 
 from benchmarks.harness import faults
-from benchmarks.userjobs.runner import UserRun, run_user_job
+from benchmarks.userjobs.runner import UserRun, chief_trains, run_user_job
 from tfdiag.sample_jobs.jobs import JobConfig
-from tfdiag.sample_jobs.task import run_server, wait_for_cluster
 
 FEATURES, HIDDEN, BATCH, EXAMPLES = 32, 128, 128, 4096
 # What every task runs (the launcher appends ``--config JSON``).
@@ -93,14 +91,7 @@ def train(config: JobConfig) -> str:
 
 def run_task(config: JobConfig) -> int:
     """This process's part, as ``TF_CONFIG`` names it: the chief trains, the rest serve."""
-    tf_config = json.loads(os.environ["TF_CONFIG"])
-    role, index = tf_config["task"]["type"], int(tf_config["task"]["index"])
-    if role != "chief":
-        run_server(role, index)
-        return 0
-    wait_for_cluster(tf_config["cluster"], "chief:0")
-    print(train(config), file=sys.stderr, flush=True)
-    return 0
+    return chief_trains(train, config)
 
 
 def run_job(logdir: str, *, workers: int = 2, ps: int = 2, steps: int = 300, steps_per_closure: int = 1,

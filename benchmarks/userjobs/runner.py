@@ -77,6 +77,22 @@ def run_user_job(command: list[str], logdir: str | Path, *, shape: str, steps: i
     return UserRun(logdir, summary[2] if summary else None, analyze_json(logdir), os.getloadavg()[0])
 
 
+def chief_trains(train, config: JobConfig) -> int:
+    """A ParameterServerStrategy user job's task, as ``TF_CONFIG`` names it: the chief runs
+    ``train(config)`` (which returns the summary line) once the cluster is up; ps and
+    workers serve."""
+    from tfdiag.sample_jobs.task import run_server, wait_for_cluster
+
+    tf_config = json.loads(os.environ["TF_CONFIG"])
+    role, index = tf_config["task"]["type"], int(tf_config["task"]["index"])
+    if role != "chief":
+        run_server(role, index)
+        return 0
+    wait_for_cluster(tf_config["cluster"], "chief:0")
+    print(train(config), file=sys.stderr, flush=True)
+    return 0
+
+
 def run_cluster(config: JobConfig, log: Path, timeout_s: float, task_command=None, while_running=None):
     """Starts ``config``'s local cluster (its tasks run ``task_command`` when given), waits
     at most ``timeout_s`` for it and stops it; returns the exit code and the parsed summary

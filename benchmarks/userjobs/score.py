@@ -19,9 +19,13 @@ faulty run's (medians over ``--repeat``), each job's own summary line.
    ``stalled`` naming worker:1, found by ``tfdiag analyze`` while the job hangs; then
    the job is stopped and its processes killed.
 
-The clean run of each job (the runs the faults are removed from) must have no finding at
-warning level or above, unless the change that finding advises was measured to pay
-(``CONFIRMED_GAIN``): the tutorial-style loop, one step per closure, is coordinator-bound.
+A case is right only when every measured change's prediction is within
+``matrix.PREDICTION_TOLERANCE`` (25 %) of its measured speed-up (the hung case's
+``stalled`` predicts nothing by design, ``matrix.NO_PREDICTION``). The clean run of each
+job (the runs the faults are removed from) must have no finding at warning level or above,
+unless the change that finding advises was measured to pay (``CONFIRMED_GAIN``) and its
+prediction is within the same 25 %: the tutorial-style loop, one step per closure, is
+coordinator-bound.
 
     .venv/bin/python -m benchmarks.userjobs.score --workdir /tmp/users
     .venv/bin/python -m benchmarks.userjobs.score --workdir /tmp/users --rescore   # analyse the kept runs again
@@ -46,6 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.harness import faults
+from benchmarks.matrix import PREDICTION_TOLERANCE
 from benchmarks.userjobs import mwms_dict_fit, ps_tutorial
 from benchmarks.userjobs.runner import UserRun, analyze_json, run_user_job
 from tfdiag.analysis.detectors.stalled import STALL_FLOOR_S
@@ -172,7 +177,7 @@ def score(case: Case, results: dict) -> dict:
     for change, (run, advised_by) in case.fixes.items():
         finding = next((f for f in findings if f["kind"] == advised_by), None)
         fixes[change] = {
-            "advised_by": advised_by,
+            "advised_by": advised_by, "reported": finding is not None,
             "predicted": finding and finding["recommendation"].get("predicted_speedup"),
             "measured": _median_rate(results[run]) / fault_rate if fault_rate else None,
         }
@@ -180,6 +185,9 @@ def score(case: Case, results: dict) -> dict:
     gains_most = own is None or own["measured"] is None or all(
         own["measured"] >= other["measured"] for other in fixes.values() if other["measured"] is not None)
     checks = {"named": rank is not None, "primary where its fix gains most": (rank == 1) == gains_most}
+    for change, fix in fixes.items():  # the planted kind's own change, and any other a reported finding advised
+        if fix["advised_by"] == kind or fix["reported"]:
+            checks[f"{change}: predicted within {PREDICTION_TOLERANCE:.0%}"] = _within(fix)
     if case.nonzero_rate:
         checks["examples/s not 0"] = bool(report["summary"].get("examples_per_s"))
     if case.input_wait:
@@ -207,9 +215,18 @@ def score_clean(name: str, results: dict) -> dict:
                              "measured": _median_rate(results[CLEAN[name][change][0]]) / rate}
         if not (change in fixes and fixes[change]["measured"] >= CONFIRMED_GAIN):
             false_alarms.append(_named(finding))
+        elif not _within(fixes[change]):
+            false_alarms.append(f"{_named(finding)} (predicted {_x(fixes[change]['predicted'])}, "
+                                f"measured {_x(fixes[change]['measured'])})")
     return {"case": f"clean: {name.split()[0]}", "expected": "no false warning", "warnings": false_alarms,
             "primary": _named(findings[0]) if findings else "none", "clean_fixes": fixes, "ok": not false_alarms,
             "job_rate": rate, "loads": [r["load"] for r in results[name]]}
+
+
+def _within(fix: dict) -> bool:
+    """The prediction is within ``PREDICTION_TOLERANCE`` of the measured speed-up."""
+    predicted, measured = fix["predicted"], fix["measured"]
+    return bool(predicted and measured) and abs(predicted - measured) / measured <= PREDICTION_TOLERANCE
 
 
 def _named(finding: dict) -> str:

@@ -1,0 +1,178 @@
+"""Judges a trial's findings against what was planted, and aggregates many trials.
+
+Per trial (``judge``):
+
+* **recall** — the planted kind (``trial_run.EXPECTED_KIND``) at warning or above naming
+  the planted task (any task where the fault hit every worker); ``located`` when the kind
+  is there on some task, ``recalled`` when on the right one;
+* **precision** — every warning-level finding must be explained by the plant: its kind in
+  ``EXPLAINS[fault]``, or ``host_contention`` while the host was shared (hogs running, or the
+  1-minute load average above the host's cores at the trial's start or end: other programs
+  ran beside the job); any other is a false alarm;
+* **ranking** — the planted finding is the primary (first) one;
+* **prediction** — where the fix ran: measured = the fix run's examples/s over the fault
+  run's (each job's own summary line); error = |predicted − measured| / measured, with the
+  planted finding's prediction.
+
+The effect of a fault, for the targets' bins: a stop duty cycle's strength (the slowdown of
+the task's wall time), else the measured speed-up of a fix that removed the fault; unmeasured otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+
+from benchmarks.trial_run import EXPECTED_KIND
+
+WARNING = ("warning", "critical")
+# The finding kinds a planted fault explains, beside its own: what the fault also makes true.
+EXPLAINS = {
+    "none": set(),
+    "stop-duty": {"straggler"},
+    "proxy": {"slow_link", "communication_bound"},
+    "input": {"input_bound", "straggler"},
+    "shard-skew": {"shard_imbalance", "straggler"},
+    "hot-ps": {"ps_hotspot", "slow_link", "communication_bound"},
+    "kill": {"task_failure", "stalled", "straggler"},
+    "stop": {"stalled", "task_failure"},
+    "exception": {"task_failure", "stalled"},
+}
+Z95 = 1.959963984540054
+
+
+def diagnosis(trial: dict, findings: list[dict], shared: bool = False) -> tuple[list[dict], dict | None, list[str]]:
+    """Of a run's findings: the planted kind's at warning level, the one naming the planted
+    task (None: missed), and the false alarms (warning-level findings the plant does not
+    explain). ``shared``: other programs loaded the host (``host_contention`` is then true)."""
+    warned = [f for f in findings if f["severity"] in WARNING]
+    kind = EXPECTED_KIND.get(trial["fault"])
+    task = trial["task"] or None  # no task: the fault hit every worker
+    planted = [f for f in warned if f["kind"] == kind]
+    hit = next((f for f in planted if task is None or task in f["tasks"]), None)
+    explained = EXPLAINS[trial["fault"]] | ({"host_contention"} if trial["hogs"] or shared else set())
+    return planted, hit, [f"{f['kind']} {','.join(f['tasks'])}" for f in warned if f["kind"] not in explained]
+
+
+def shared_host(result: dict) -> bool:
+    """Other programs ran beside the trial: the load average exceeded the host's cores."""
+    return max(result["load1"]) > result.get("cores", 2)
+
+
+def judge(trial: dict, result: dict) -> dict:
+    """The verdict of one trial: recall, false alarms, rank, prediction error, effect."""
+    fault = trial["fault"]
+    findings = result["runs"]["fault"]["findings"]
+    kind = EXPECTED_KIND.get(fault)
+    planted, hit, false_alarms = diagnosis(trial, findings, shared_host(result))
+    verdict = {"recalled": hit is not None if kind else None, "located": bool(planted) if kind else None,
+               "named_tasks": sorted({t for f in planted for t in f["tasks"]}),
+               "primary": bool(findings) and hit is not None and findings[0] is hit,
+               "false_alarms": false_alarms, "predicted": hit and hit["predicted"],
+               "measured": None, "error": None, "effect": trial.get("strength") if fault == "stop-duty" else None}
+    fix = result["runs"].get("fix")
+    base = result["runs"]["fault"]["examples_per_s"]
+    if fix and fix["examples_per_s"] and base:
+        verdict["measured"] = fix["examples_per_s"] / base
+        if verdict["predicted"]:
+            verdict["error"] = abs(verdict["predicted"] - verdict["measured"]) / verdict["measured"]
+        if verdict["effect"] is None and result.get("fix_description") == "fault removed":
+            verdict["effect"] = round(verdict["measured"], 3)
+    return verdict
+
+
+def wilson(successes: int, n: int) -> tuple[float, float]:
+    """The Wilson score 95 % interval of a proportion.
+
+    >>> [round(x, 3) for x in wilson(19, 20)]
+    [0.764, 0.991]
+    """
+    if n == 0:
+        return (math.nan, math.nan)
+    p = successes / n
+    centre = (p + Z95**2 / (2 * n)) / (1 + Z95**2 / n)
+    half = Z95 * math.sqrt(p * (1 - p) / n + Z95**2 / (4 * n * n)) / (1 + Z95**2 / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def _f1(tp: int, fp: int, fn: int) -> float:
+    """F1; NaN where the kind was neither planted nor reported (a resample without it)."""
+    return 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else math.nan
+
+
+def per_kind(rows: list[dict], resamples: int = 2000) -> list[dict]:
+    """Per finding kind: precision, recall (Wilson intervals), F1 (bootstrap interval over
+    trials), localisation. A trial counts once per kind: TP when the kind was planted and
+    recalled; FN when planted and missed; FP when reported at warning level unexplained."""
+    kinds = sorted({EXPECTED_KIND[r["trial"]["fault"]] for r in rows if r["trial"]["fault"] in EXPECTED_KIND}
+                   | {alarm.split()[0] for r in rows for alarm in r["verdict"]["false_alarms"]})
+    table = []
+    for kind in kinds:
+        marks = [_marks(r, kind) for r in rows]
+        tp, fp, fn = (sum(m[i] for m in marks) for i in range(3))
+        planted = [r for r in rows if EXPECTED_KIND.get(r["trial"]["fault"]) == kind]
+        located = [r for r in planted if r["verdict"]["located"]]
+        rng = random.Random(0)
+        boot = sorted(f1 for f1 in (_f1(*(sum(m[i] for m in sample) for i in range(3)))
+                                    for sample in ([rng.choice(marks) for _ in marks] for _ in range(resamples)))
+                      if not math.isnan(f1))
+        table.append({"kind": kind, "planted": len(planted), "tp": tp, "fp": fp, "fn": fn,
+                      "precision": tp / (tp + fp) if tp + fp else math.nan, "precision_ci": wilson(tp, tp + fp),
+                      "recall": tp / (tp + fn) if tp + fn else math.nan, "recall_ci": wilson(tp, tp + fn),
+                      "f1": _f1(tp, fp, fn), "f1_ci": (quantile(boot, 0.025), quantile(boot, 0.975)),
+                      "localised": sum(r["verdict"]["recalled"] for r in located), "located": len(located)})
+    return table
+
+
+def _marks(row: dict, kind: str) -> tuple[int, int, int]:
+    """(TP, FP, FN) of one trial for one kind."""
+    verdict, planted = row["verdict"], EXPECTED_KIND.get(row["trial"]["fault"]) == kind
+    if planted:
+        return (1, 0, 0) if verdict["recalled"] else (0, 0, 1)
+    unexplained = any(alarm.split()[0] == kind for alarm in verdict["false_alarms"])
+    return (0, int(unexplained), 0)
+
+
+def quantile(values: list[float], q: float) -> float:
+    """The ``q`` quantile by linear interpolation (numpy's default)."""
+    values = sorted(values)
+    position = q * (len(values) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(values) - 1)
+    return values[low] + (values[high] - values[low]) * (position - low)
+
+
+def summary(rows: list[dict]) -> dict:
+    """The figures the targets are read against."""
+    faulty = [r for r in rows if r["trial"]["fault"] != "none"]
+    clean = [r for r in rows if r["trial"]["fault"] == "none"]
+
+    def recall_of(selected):
+        hits = sum(bool(r["verdict"]["recalled"]) for r in selected)
+        return {"n": len(selected), "hits": hits, "ci": wilson(hits, len(selected))}
+
+    def bin_of(r):
+        effect = r["verdict"]["effect"]
+        return "unmeasured" if effect is None else ">=1.5x" if effect >= 1.5 else "1.2-1.5x" if effect >= 1.2 else "<1.2x"
+
+    bins = {}
+    for r in faulty:
+        bins.setdefault(bin_of(r), []).append(r)
+    clean_alarms = {hogs: [r for r in clean if bool(r["trial"]["hogs"]) == hogs] for hogs in (False, True)}
+    precise = [r for r in rows if not r["verdict"]["false_alarms"]]
+    errors = [r["verdict"]["error"] for r in rows if r["verdict"]["error"] is not None]
+    recalled = [r for r in faulty if r["verdict"]["recalled"]]
+    return {
+        "trials": len(rows), "faulty": len(faulty), "clean": len(clean),
+        "recall_by_effect": {name: recall_of(group) for name, group in sorted(bins.items())},
+        "trial_precision": {"n": len(rows), "hits": len(precise), "ci": wilson(len(precise), len(rows))},
+        "clean_false_alarms": {("with hogs" if hogs else "without hogs"): {
+            "n": len(group), "alarms": sum(bool(r["verdict"]["false_alarms"]) for r in group),
+            "ci": wilson(sum(bool(r["verdict"]["false_alarms"]) for r in group), len(group))}
+            for hogs, group in clean_alarms.items()},
+        "primary": {"n": len(recalled), "hits": sum(r["verdict"]["primary"] for r in recalled),
+                    "ci": wilson(sum(r["verdict"]["primary"] for r in recalled), len(recalled))},
+        "prediction_error": {"n": len(errors), "median": statistics.median(errors) if errors else None,
+                             "p90": quantile(errors, 0.9) if errors else None},
+    }

@@ -1,0 +1,225 @@
+"""Runs one drawn trial (``trial_space.Trial``) on a local cluster: hogs, the fault, its fix.
+
+Every fault comes from outside the job or from the job's own code path: the launcher's
+injections (``--inject`` of the sample jobs; its delaying proxy for user jobs too), a stop
+duty cycle or a stop sent to a task's process (``benchmarks/harness/faults.py``), the user
+jobs' own options (a slow reader, a raised exception). Background hogs are busy-loop
+processes started before the job and killed after it. The fix run, when drawn, runs the
+same job with the trial's fix: the sample job's ``--tune`` for the planted kind
+(``sample_jobs/advice.py``) with the fault kept, or the fault removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from benchmarks.harness import faults
+from benchmarks.trial_space import DUTY_ON_MS, Trial
+from benchmarks.userjobs import gen_fit, ps_embed, ps_tutorial, tf1_feed
+from benchmarks.userjobs.runner import run_cluster
+from tfdiag.analysis.detectors.stalled import STALL_FLOOR_S
+from tfdiag.analysis.engine import analyze
+from tfdiag.sample_jobs.advice import tune_options
+from tfdiag.sample_jobs.jobs import JOBS, JobConfig
+from tfdiag.sample_jobs.proxy import SWITCH_ENV_VAR
+
+RUN_TIMEOUT_S = 240
+FAILING_TIMEOUT_S = 120  # a job whose task raised may hang in a collective: ended after this
+HUNG_STEPS_FACTOR = 50  # a job to be hung runs far more steps than the stop lets it
+HANG_GIVE_UP_S = 100.0
+USER_COMMANDS = {"ps_embed": ps_embed.TASK_COMMAND, "gen_fit": gen_fit.TASK_COMMAND,
+                 "tf1_feed": tf1_feed.TASK_COMMAND, "ps_tutorial": ps_tutorial.TASK_COMMAND}
+# The finding each fault must produce (docs/benchmarks.md, "Randomized trials").
+EXPECTED_KIND = {"stop-duty": "straggler", "proxy": "slow_link", "input": "input_bound",
+                 "shard-skew": "shard_imbalance", "hot-ps": "ps_hotspot", "kill": "task_failure",
+                 "stop": "stalled", "exception": "task_failure"}
+
+
+def _inject(trial: Trial, steps: int) -> tuple[str, ...]:
+    """The launcher's ``--inject`` entries of the fault (the proxy serves user jobs too)."""
+    index = int(trial.task.rpartition(":")[2] or 0)
+    if trial.fault == "proxy":
+        return (faults.slow_ps(index, trial.ms),)
+    if trial.spec.kind != "sample":
+        return ()
+    if trial.fault == "input":
+        return (f"slow-input={index}:{trial.ms:.1f}" if trial.task else f"input-delay={trial.ms:.1f}",)
+    if trial.fault == "shard-skew":
+        return (f"shard-skew={index}:{trial.strength:.2f}",)
+    if trial.fault == "hot-ps":
+        return ("hot-ps=0",)
+    if trial.fault == "kill":
+        return (f"kill-worker=1@{steps // 4}+restart",)
+    return ()
+
+
+def _extra(trial: Trial, steps: int) -> dict:
+    """The user job's options of the fault (``JobConfig.extra``)."""
+    index = int(trial.task.rpartition(":")[2] or 0)
+    extra = {"steps_per_closure": 1} if trial.job == "ps_tutorial" else {}
+    if trial.fault == "input":
+        extra.update(slow_worker=index, input_ms=trial.ms)
+    elif trial.fault == "hot-ps":
+        extra["hot_ps"] = True
+    elif trial.fault == "exception":
+        extra.update(raise_at=steps // 3, raise_worker=index)
+    return extra
+
+
+def config_for(trial: Trial, logdir: Path, side: str) -> JobConfig:
+    """The job's configuration for the fault run (``side="fault"``) or the fix run (``"fix"``)."""
+    spec = trial.spec
+    steps = spec.steps * (HUNG_STEPS_FACTOR if trial.fault == "stop" else 1)
+    ps = 2 if spec.shape in ("ps_ctl", "ps_fit", "tf1_session") else 0
+    if spec.kind == "user":
+        extra = _extra(trial if side == "fault" else dataclasses.replace(trial, fault="none"), steps)
+        inject = _inject(trial, steps) if side == "fault" else ()
+        return JobConfig(spec.shape, str(logdir), steps=steps, ps=ps, workers=2, inject=inject, extra=extra)
+    inject, tune = _inject(trial, steps), ()
+    if side == "fix":
+        base = JobConfig(trial.job, str(logdir), steps=steps, ps=ps, workers=2)
+        tune = tune_options(EXPECTED_KIND.get(trial.fault), base)
+        inject = inject if tune else ()  # a tuning is tried on the fault; otherwise the fault is removed
+    return JobConfig(trial.job, str(logdir), steps=steps, ps=ps if JOBS[trial.job].ps else 0, workers=2,
+                     inject=inject, tune=tune)
+
+
+def fix_description(trial: Trial) -> str:
+    config = config_for(trial, Path("-"), "fix")
+    return " ".join(f"--tune {t}" for t in config.tune) or "fault removed"
+
+
+def _training_started(logdir: Path, timeout_s: float = 180.0) -> None:
+    """Until a task file under ``logdir`` holds records (the collectors are writing)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if any(p.stat().st_size > 0 for p in (logdir / "plugins" / "tfdiag").glob("*.tfdiag")):
+            return
+        time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def _after_onset(trial: Trial, logdir: Path, start, stop):
+    """``start()`` now, or at the mid-run onset on a thread; ``stop(handle)`` on exit."""
+    handles, done = [], threading.Event()
+
+    def later():
+        _training_started(logdir)
+        if not done.wait(trial.spec.onset_s):
+            handles.append(start())
+
+    if trial.onset == "mid":
+        thread = threading.Thread(target=later, daemon=True)
+        thread.start()
+    else:
+        handles.append(start())
+    try:
+        yield
+    finally:
+        done.set()
+        if trial.onset == "mid":
+            thread.join()
+        for handle in handles:
+            stop(handle)
+
+
+def while_running(trial: Trial, logdir: Path, hung: dict):
+    """The outside fault of the fault run, as ``run_cluster``'s ``while_running``."""
+    if trial.fault == "stop-duty":
+        off_ms = DUTY_ON_MS * (trial.strength - 1)
+        return lambda cluster: _after_onset(
+            trial, logdir, lambda: faults.cpu_quota(cluster.tasks[trial.task].process.pid, DUTY_ON_MS, off_ms),
+            lambda quota: quota.stop())
+    if trial.fault == "proxy" and trial.onset == "mid":
+        switch = logdir / "proxy-delay-on"
+        return lambda cluster: _after_onset(trial, logdir, lambda: switch.touch(),
+                                            lambda _: switch.unlink(missing_ok=True))
+    if trial.fault == "stop":
+        return lambda cluster: _hang(cluster, trial, logdir, hung)
+    return None
+
+
+@contextlib.contextmanager
+def _hang(cluster, trial: Trial, logdir: Path, hung: dict):
+    """Stops the task mid-run and keeps it stopped; analyses the hung run until ``stalled``
+    appears (or ``HANG_GIVE_UP_S``), keeps that report in ``hung``, then ends the job."""
+    _training_started(logdir)
+    time.sleep(trial.spec.onset_s)
+    with faults.stall(cluster.tasks[trial.task].process.pid):
+        stopped = time.monotonic()
+        time.sleep(STALL_FLOOR_S + 5)
+        while True:
+            report = analyze(logdir).to_dict()
+            hung.update(report=report, after_s=round(time.monotonic() - stopped, 1))
+            if any(f["kind"] == "stalled" for f in report["findings"]) or time.monotonic() - stopped > HANG_GIVE_UP_S:
+                break
+            time.sleep(5)
+        cluster.interrupt(signal.SIGTERM)
+        yield
+
+
+@contextlib.contextmanager
+def hogs(count: int):
+    """``count`` busy-loop processes beside the job; killed (by pid) on exit."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield [p.pid for p in procs]
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
+def run_side(trial: Trial, side: str, workdir: Path) -> dict:
+    """Runs the fault or fix run of a trial; its logdir, job rate, exit code, wall time and report."""
+    logdir = workdir / f"seed-{trial.seed}-{side}"
+    shutil.rmtree(logdir, ignore_errors=True)
+    logdir.mkdir(parents=True)
+    config = config_for(trial, logdir, side)
+    hung: dict = {}
+    fault_side = side == "fault"
+    command = USER_COMMANDS.get(trial.job)
+    timeout = FAILING_TIMEOUT_S if fault_side and trial.fault == "exception" else RUN_TIMEOUT_S
+    mid_proxy = fault_side and trial.fault == "proxy" and trial.onset == "mid"
+    if mid_proxy:  # the launcher's proxy delays only while this file exists
+        os.environ[SWITCH_ENV_VAR] = str(logdir / "proxy-delay-on")
+    started = time.monotonic()
+    try:
+        code, summary = run_cluster(config, logdir / "launcher.log", timeout, task_command=command,
+                                    while_running=while_running(trial, logdir, hung) if fault_side else None)
+    finally:
+        os.environ.pop(SWITCH_ENV_VAR, None)
+    wall_s = time.monotonic() - started
+    report = hung.get("report") or analyze(logdir).to_dict()
+    return {"logdir": str(logdir), "config": {"inject": list(config.inject), "tune": list(config.tune),
+                                              "extra": config.extra, "steps": config.steps},
+            "exit": code, "examples_per_s": summary[2] if summary else None, "wall_s": round(wall_s, 1),
+            "found_after_s": hung.get("after_s"),
+            "findings": [{k: f[k] for k in ("kind", "severity", "tasks", "title")}
+                         | {"predicted": f["recommendation"]["predicted_speedup"]} for f in report["findings"]]}
+
+
+def run_trial(trial: Trial, workdir: Path) -> dict:
+    """Both runs of a trial (the fix only when drawn, in the drawn order), beside its hogs."""
+    sides = ["fault", "fix"] if trial.fix else ["fault"]
+    if trial.fix and trial.fix_first:
+        sides.reverse()
+    load = [os.getloadavg()[0]]
+    runs = {}
+    with hogs(trial.hogs):
+        for side in sides:
+            runs[side] = run_side(trial, side, workdir)
+            load.append(os.getloadavg()[0])
+            print(f"  {side}: exit {runs[side]['exit']}, {runs[side]['examples_per_s']} examples/s, "
+                  f"{runs[side]['wall_s']} s, load {load[-1]:.1f}", file=sys.stderr, flush=True)
+    return {"runs": runs, "load1": load, "cores": os.cpu_count(),
+            "fix_description": fix_description(trial) if trial.fix else None}

@@ -1,0 +1,157 @@
+"""The declared space of ``benchmarks/trials.py``: what a seed draws, and the holdout.
+
+A trial is drawn from its seed alone (``draw(seed)``, ``random.Random(seed)``), so a seed
+names the same trial on every machine and a results file can be resumed or re-run.
+
+Space, in the order it is drawn:
+
+* **job** — the bundled sample jobs (``ps_ctl``, ``ps_fit``, ``mwms_fit``,
+  ``tf1_session``, ``mirrored``) and user-style jobs: the three written for this
+  benchmark (``ps_embed``, ``gen_fit``, ``tf1_feed``: HOLDOUT, never used to fit anything)
+  drawn half of the time, and ``ps_tutorial``, on which thresholds were fitted.
+* **fault** — among those the job takes (``JobSpec``/``UserJob.faults``):
+  ``none``; ``stop-duty`` (SIGSTOP/SIGCONT from outside on a random worker: it runs
+  ``DUTY_ON_MS`` in every ``DUTY_ON_MS * strength``, strength uniform in 1.2-5); ``proxy``
+  (a delaying proxy of 2-40 ms round trip in front of a random ps); ``input`` (slow input
+  of 5-60 ms a batch: every worker, or one worker where the job can slow one);
+  ``shard-skew`` (a worker gets 1.5-4x the data); ``hot-ps`` (a large unpartitioned
+  variable on ps 0); ``kill`` (worker 1 killed a quarter into the run and restarted);
+  ``stop`` (a worker stopped mid-run and kept stopped: a hung job, analysed while it hangs);
+  ``exception`` (the user's code raises on a worker, or the coordinator, mid-run).
+* **onset** — ``start`` or ``mid`` (the fault switched on ``JobDef.onset_s`` after the
+  job's first records: a third of its run; in TF1 jobs after the non-chief worker's 30-s
+  wait for the chief's variables) for ``stop-duty`` and ``proxy``; ``kill``, ``stop`` and
+  ``exception`` are mid-run by nature, the other faults start with the job.
+* **hogs** — 0, 1 or 2 busy-loop processes beside the job (its whole run).
+* **fix** — for a faulty trial whose fix can be run, with probability ``FIX_SHARE``: the
+  fix run interleaved with the fault run (order drawn), measuring the real speed-up.
+
+Not in the space yet: a delaying proxy in front of a worker (the launcher's proxy sits in
+front of ps only), a cgroup CPU quota (the stop duty cycle stands for it), faults on a ps
+process (stop, kill), slow compute planted inside a user job, GPU faults.
+
+HOLDOUT: every trial of a fresh job, and every trial of seed ``HOLDOUT_SEEDS`` or above.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass
+
+HOLDOUT_SEEDS = 1000
+FRESH_JOBS = ("ps_embed", "gen_fit", "tf1_feed")
+FIX_SHARE = 0.4
+DUTY_ON_MS = 25.0
+STRENGTH = (1.2, 5.0)
+PROXY_MS = (2.0, 40.0)
+INPUT_MS = (5.0, 60.0)
+SKEW = (1.5, 4.0)
+
+
+@dataclass(frozen=True)
+class JobDef:
+    """One job of the space: how it runs and which faults it takes."""
+
+    name: str
+    kind: str  # "sample" (tfdiag sample) or "user" (a script of benchmarks/userjobs)
+    shape: str  # the sample job whose cluster layout it has
+    steps: int  # short: tens of seconds of training on the 2-core host
+    onset_s: float  # a mid-run onset: seconds after the first records (TF1: after the non-chief's 30-s wait)
+    faults: tuple[str, ...]
+    synchronous: bool = False
+    one_slow_input: bool = False  # its input can be slowed on one worker
+
+
+_COMMON = ("none", "stop-duty")
+JOB_DEFS = {job.name: job for job in (
+    JobDef("ps_ctl", "sample", "ps_ctl", 400, 4, _COMMON + ("proxy", "input", "shard-skew", "hot-ps", "kill", "stop")),
+    JobDef("ps_fit", "sample", "ps_fit", 200, 4, _COMMON + ("proxy", "input", "shard-skew", "hot-ps", "kill")),
+    JobDef("mwms_fit", "sample", "mwms_fit", 150, 4, _COMMON + ("input", "shard-skew", "kill"),
+           synchronous=True, one_slow_input=True),
+    JobDef("tf1_session", "sample", "tf1_session", 400, 4, _COMMON + ("proxy", "input", "shard-skew", "hot-ps", "kill")),
+    JobDef("mirrored", "sample", "mirrored", 200, 3, ("none", "input")),
+    JobDef("ps_tutorial", "user", "ps_ctl", 500, 5, _COMMON + ("proxy", "stop")),
+    JobDef("ps_embed", "user", "ps_ctl", 900, 6, _COMMON + ("proxy", "hot-ps", "exception")),
+    JobDef("gen_fit", "user", "mwms_fit", 150, 5, _COMMON + ("input", "exception"),
+           synchronous=True, one_slow_input=True),
+    JobDef("tf1_feed", "user", "tf1_session", 1500, 32, _COMMON + ("proxy", "input", "exception"), one_slow_input=True),
+)}
+# ps_embed ran 300 steps up to seed 1012 (results record each run's steps): its 5.6 s of
+# training ended before a mid-run onset 6 s after the first records (seeds 1011, 1012).
+# Draw weights of the faults (relative); "stop" hangs a job for a minute, so it is rare.
+FAULT_WEIGHTS = {"none": 4, "stop-duty": 5, "proxy": 3, "input": 3, "shard-skew": 2, "hot-ps": 2,
+                 "kill": 2, "stop": 1, "exception": 2}
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One drawn trial; ``task`` is the task the fault is planted on ("" for none or every worker)."""
+
+    seed: int
+    job: str
+    fault: str
+    task: str
+    strength: float | None  # stop-duty: the slowdown of the task's wall time; skew: data factor
+    ms: float | None  # proxy round trip, input cost per batch
+    onset: str  # "start" or "mid"
+    hogs: int
+    fix: bool
+    fix_first: bool
+
+    @property
+    def holdout(self) -> bool:
+        return self.job in FRESH_JOBS or self.seed >= HOLDOUT_SEEDS
+
+    @property
+    def spec(self) -> JobDef:
+        return JOB_DEFS[self.job]
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "holdout": self.holdout}
+
+    def label(self) -> str:
+        detail = (f" x{self.strength:.2f}" if self.strength else "") + (f" {self.ms:.0f}ms" if self.ms else "")
+        return (f"seed {self.seed}: {self.job} {self.fault}{' ' + self.task if self.task else ''}{detail}"
+                f" onset={self.onset} hogs={self.hogs}{' +fix' if self.fix else ''}")
+
+
+def draw(seed: int) -> Trial:
+    """The trial seed ``seed`` names."""
+    rng = random.Random(seed)
+    fresh = rng.random() < 0.5
+    names = FRESH_JOBS if fresh else tuple(n for n in JOB_DEFS if n not in FRESH_JOBS)
+    job = JOB_DEFS[rng.choice(names)]
+    fault = rng.choices(job.faults, weights=[FAULT_WEIGHTS[f] for f in job.faults])[0]
+    worker = rng.randrange(2)
+    task, strength, ms, onset = "", None, None, "start"
+    if fault == "stop-duty":
+        task, strength, onset = f"worker:{worker}", round(rng.uniform(*STRENGTH), 2), rng.choice(("start", "mid"))
+    elif fault == "proxy":
+        task, ms, onset = f"ps:{rng.randrange(2)}", round(rng.uniform(*PROXY_MS), 1), rng.choice(("start", "mid"))
+    elif fault == "input":
+        ms = round(rng.uniform(*INPUT_MS), 1)
+        task = f"worker:{worker}" if job.one_slow_input else ""
+    elif fault == "shard-skew":
+        task, strength = "worker:1", round(rng.uniform(*SKEW), 2)
+    elif fault == "hot-ps":
+        task = "ps:0"
+    elif fault in ("kill", "stop"):
+        task, onset = "worker:1", "mid"
+    elif fault == "exception":
+        task, onset = ("chief:0" if job.name == "ps_embed" else "worker:1"), "mid"
+    hogs = rng.choice((0, 0, 1, 2))
+    fixable = fault not in ("none", "stop", "exception")
+    fix = fixable and rng.random() < FIX_SHARE
+    return Trial(seed, job.name, fault, task, strength, ms, onset, hogs, fix, rng.random() < 0.5)
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``"A..B"`` (inclusive) or ``"A,B,C"`` as a list of seeds.
+
+    >>> parse_seeds("3..5"), parse_seeds("7,9")
+    ([3, 4, 5], [7, 9])
+    """
+    if ".." in text:
+        low, high = text.split("..")
+        return list(range(int(low), int(high) + 1))
+    return [int(part) for part in text.split(",") if part]

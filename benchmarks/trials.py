@@ -1,0 +1,168 @@
+"""Randomized trials: precision, recall and prediction error of tfdiag's diagnosis.
+
+Each seed draws one trial from the declared space (``benchmarks/trial_space.py``: job,
+fault, strength, onset, background hogs, whether the fix runs), runs it on a local
+cluster (``benchmarks/trial_run.py``), analyses the fault run and judges it
+(``benchmarks/trial_judge.py``). One JSON line per trial is appended to ``--results``
+right after it ran, so a batch can stop anywhere and the next resumes: seeds already in
+the file are skipped. ``--report`` aggregates the file (``--holdout`` keeps only the
+holdout trials) and prints the Markdown tables of docs/benchmarks.md.
+
+    tools/loopback-only .venv/bin/python -m benchmarks.trials --seeds 1000..1009 \\
+        --results benchmarks/results/trials.jsonl --workdir /tmp/trials
+    .venv/bin/python -m benchmarks.trials --report --holdout --results benchmarks/results/trials.jsonl
+    .venv/bin/python -m benchmarks.trials --list --seeds 1000..1049   # the drawn trials, nothing run
+
+``--budget-s`` stops a batch before a trial would start past it (trials run under a shared
+lock in batches: ``flock /tmp/tfdiag-bench.lock ...``). Exit status 3: every seed was done already.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.trial_judge import judge, per_kind, summary
+from benchmarks.trial_space import FRESH_JOBS, HOLDOUT_SEEDS, draw, parse_seeds
+
+
+# The targets of issue 32 beside the figures they bound (recall by the fault's effect).
+TARGETS = {">=1.5x": "≥ 0.95 (and precision ≥ 0.95)", "1.2-1.5x": "≥ 0.8"}
+
+
+def load_results(path: Path) -> list[dict]:
+    """The trials of a results file, each judged again by today's rules."""
+    if not path.exists():
+        return []
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    for row in rows:
+        row["verdict"] = judge(row["trial"], row["result"])
+    return rows
+
+
+def run_batch(seeds: list[int], results: Path, workdir: Path, budget_s: float | None) -> int:
+    from benchmarks.trial_run import run_trial  # imports TensorFlow's launcher only to run
+
+    done = {row["trial"]["seed"] for row in load_results(results)}
+    todo = [seed for seed in seeds if seed not in done]
+    if not todo:
+        print(f"every seed is in {results}", file=sys.stderr)
+        return 3
+    started = time.monotonic()
+    results.parent.mkdir(parents=True, exist_ok=True)
+    for number, seed in enumerate(todo, 1):
+        if budget_s and time.monotonic() - started > budget_s:
+            print(f"budget of {budget_s:.0f} s spent: {len(todo) - number + 1} trials left", file=sys.stderr)
+            break
+        trial = draw(seed)
+        print(f"[{number}/{len(todo)}] {trial.label()} (load {os.getloadavg()[0]:.1f})", file=sys.stderr, flush=True)
+        try:
+            result = run_trial(trial, workdir)
+        except (RuntimeError, OSError, ValueError) as error:  # a trial that cannot run is recorded, not scored
+            print(f"  seed {seed} failed: {error}", file=sys.stderr, flush=True)
+            result = {"error": str(error)}
+        row = {"trial": trial.to_dict(), "result": result, "ended": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        with results.open("a") as out:
+            out.write(json.dumps(row, default=str) + "\n")
+        if "error" not in result:
+            verdict = judge(row["trial"], result)
+            print(f"  recalled={verdict['recalled']} false_alarms={verdict['false_alarms']} "
+                  f"predicted={verdict['predicted']} measured={verdict['measured']}", file=sys.stderr, flush=True)
+    return 0
+
+
+def _p(value) -> str:
+    return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.2f}"
+
+
+def _ci(pair) -> str:
+    return f"{_p(pair[0])}–{_p(pair[1])}"
+
+
+def report(rows: list[dict], title: str) -> str:
+    """The Markdown tables of a set of judged trials."""
+    kinds = per_kind(rows)
+    lines = [title, "", "| kind | planted | TP | FP | FN | precision (95 % CI) | recall (95 % CI) | F1 (95 % CI) "
+             "| right task when found |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for k in kinds:
+        lines.append(f"| {k['kind']} | {k['planted']} | {k['tp']} | {k['fp']} | {k['fn']} | {_p(k['precision'])} "
+                     f"({_ci(k['precision_ci'])}) | {_p(k['recall'])} ({_ci(k['recall_ci'])}) | {_p(k['f1'])} "
+                     f"({_ci(k['f1_ci'])}) | {k['localised']} of {k['located']} |")
+    s = summary(rows)
+    lines += ["", "| figure | measured | 95 % CI | target (issue 32, on the holdout) |", "| --- | --- | --- | --- |"]
+    for name, group in s["recall_by_effect"].items():
+        lines.append(f"| recall, faults of effect {name} | {group['hits']} of {group['n']} | {_ci(group['ci'])} "
+                     f"| {TARGETS.get(name, '–')} |")
+    tp = s["trial_precision"]
+    lines.append(f"| trials without a false alarm | {tp['hits']} of {tp['n']} | {_ci(tp['ci'])} | precision ≥ 0.95 |")
+    for name, group in s["clean_false_alarms"].items():
+        target = "≤ 2 %" if name == "with hogs" else "–"
+        lines.append(f"| clean runs {name} with a false alarm | {group['alarms']} of {group['n']} | {_ci(group['ci'])} "
+                     f"| {target} |")
+    primary = s["primary"]
+    lines.append(f"| planted finding ranked first, when found | {primary['hits']} of {primary['n']} | {_ci(primary['ci'])} | – |")
+    error = s["prediction_error"]
+    lines.append(f"| prediction error, fix runs: median / p90 | {_pct(error['median'])} / {_pct(error['p90'])} "
+                 f"over {error['n']} | – | ≤ 10 % / ≤ 25 % |")
+    return "\n".join(lines)
+
+
+def _pct(value) -> str:
+    return "–" if value is None else f"{value:.1%}"
+
+
+def trial_table(rows: list[dict]) -> str:
+    """One line per trial: what was planted and what was found."""
+    lines = ["| seed | job | fault | task | strength / ms | onset | hogs | found (warning+) | recalled | false alarms "
+             "| predicted | measured | load |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for row in rows:
+        t, v = row["trial"], row["verdict"]
+        found = "; ".join(f"{f['kind']} {','.join(f['tasks'])}" for f in row["result"]["runs"]["fault"]["findings"]
+                          if f["severity"] in ("warning", "critical")) or "none"
+        size = t["strength"] if t["strength"] else t["ms"] if t["ms"] else ""
+        load = "–".join(f"{x:.1f}" for x in row["result"]["load1"][:: max(1, len(row["result"]["load1"]) - 1)])
+        lines.append(f"| {t['seed']} | {t['job']} | {t['fault']} | {t['task'] or '–'} | {size} | {t['onset']} | {t['hogs']} "
+                     f"| {found} | {'–' if v['recalled'] is None else 'yes' if v['recalled'] else 'NO'} "
+                     f"| {', '.join(v['false_alarms']) or '–'} | {_p(v['predicted'])} | {_p(v['measured'])} | {load} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", help="A..B (inclusive) or A,B,C")
+    parser.add_argument("--results", type=Path, default=Path("benchmarks/results/trials.jsonl"))
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/tfdiag-trials"), help="every run's logdir")
+    parser.add_argument("--budget-s", type=float, help="start no trial after this many seconds of the batch")
+    parser.add_argument("--report", action="store_true", help="aggregate --results; run nothing")
+    parser.add_argument("--holdout", action="store_true", help=f"--report: only holdout trials ({', '.join(FRESH_JOBS)}, "
+                                                                f"seeds >= {HOLDOUT_SEEDS})")
+    parser.add_argument("--trials", action="store_true", help="--report: also one line per trial")
+    parser.add_argument("--list", action="store_true", help="print the trials --seeds draws; run nothing")
+    args = parser.parse_args(argv)
+    if args.list:
+        for seed in parse_seeds(args.seeds or ""):
+            print(draw(seed).label())
+        return 0
+    if args.report:
+        rows = [r for r in load_results(args.results) if "error" not in r["result"]]
+        if args.holdout:
+            rows = [r for r in rows if r["trial"]["holdout"]]
+        if not rows:
+            print(f"no judged trials in {args.results}", file=sys.stderr)
+            return 2
+        print(report(rows, f"{len(rows)} trials{' (holdout)' if args.holdout else ''} from `{args.results}`"))
+        if args.trials:
+            print("\n" + trial_table(rows))
+        return 0
+    if not args.seeds:
+        parser.error("--seeds is needed to run trials")
+    return run_batch(parse_seeds(args.seeds), args.results, args.workdir, args.budget_s)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""benchmarks/trials.py: a seed names one trial; a trial is judged by what was planted."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.trial_judge import judge, per_kind, summary, wilson
+from benchmarks.trial_space import FRESH_JOBS, HOLDOUT_SEEDS, JOB_DEFS, draw, parse_seeds
+
+
+def trial(fault="stop-duty", task="worker:1", hogs=0, **more):
+    return {"seed": 1, "job": "ps_ctl", "fault": fault, "task": task, "strength": 2.0, "ms": None,
+            "onset": "start", "hogs": hogs, "fix": False, "fix_first": False, "holdout": False, **more}
+
+
+def result(findings, load=(1.0, 1.0), fix_rate=None, fix_description=None):
+    runs = {"fault": {"findings": findings, "examples_per_s": 100.0}}
+    if fix_rate:
+        runs["fix"] = {"findings": [], "examples_per_s": fix_rate}
+    return {"runs": runs, "load1": list(load), "cores": 2, "fix_description": fix_description}
+
+
+def finding(kind, tasks, severity="warning", predicted=None):
+    return {"kind": kind, "tasks": tasks, "severity": severity, "title": "", "predicted": predicted}
+
+
+def test_a_seed_always_draws_the_same_trial_inside_the_declared_space():
+    assert draw(1234) == draw(1234)
+    trials = [draw(seed) for seed in parse_seeds("1000..1199")]
+    assert {t.job for t in trials} == set(JOB_DEFS)
+    assert all(t.fault in t.spec.faults for t in trials)
+    assert all(1.2 <= t.strength <= 5 for t in trials if t.fault == "stop-duty")
+    assert all(2 <= t.ms <= 40 for t in trials if t.fault == "proxy")
+    assert all(t.holdout == (t.job in FRESH_JOBS or t.seed >= HOLDOUT_SEEDS) for t in trials)
+    assert not any(t.fix for t in trials if t.fault in ("none", "stop", "exception"))
+
+
+def test_recall_needs_the_planted_kind_on_the_planted_task_at_warning_level():
+    assert judge(trial(), result([finding("straggler", ["worker:1"])]))["recalled"]
+    wrong_task = judge(trial(), result([finding("straggler", ["worker:0"])]))
+    assert wrong_task["located"] and not wrong_task["recalled"]
+    assert not judge(trial(), result([finding("straggler", ["worker:1"], "info")]))["recalled"]
+    # Slow input on every worker: any worker named is right.
+    assert judge(trial("input", ""), result([finding("input_bound", ["worker:0"])]))["recalled"]
+
+
+def test_a_warning_the_plant_does_not_explain_is_a_false_alarm():
+    findings = [finding("straggler", ["worker:1"]), finding("coordinator_bound", ["worker:0"]),
+                finding("host_contention", ["worker:0"]), finding("slow_link", ["ps:0"], "info")]
+    assert judge(trial(), result(findings))["false_alarms"] == ["coordinator_bound worker:0", "host_contention worker:0"]
+    # host_contention is true while hogs run, or other programs load the host past its cores.
+    assert judge(trial(hogs=1), result(findings))["false_alarms"] == ["coordinator_bound worker:0"]
+    assert judge(trial(), result(findings, load=(1.5, 3.1)))["false_alarms"] == ["coordinator_bound worker:0"]
+    assert judge(trial("none", ""), result([finding("straggler", ["worker:1"])]))["false_alarms"] == ["straggler worker:1"]
+
+
+def test_prediction_error_and_effect_come_from_the_fix_run():
+    verdict = judge(trial("proxy", "ps:1"), result([finding("slow_link", ["ps:1"], predicted=1.5)], fix_rate=200.0,
+                                                   fix_description="fault removed"))
+    assert verdict["measured"] == 2.0 and verdict["error"] == pytest.approx(0.25) and verdict["effect"] == 2.0
+    # A duty cycle's effect is its declared strength, whatever the fix measured.
+    assert judge(trial(), result([], fix_rate=120.0, fix_description="fault removed"))["effect"] == 2.0
+
+
+def test_per_kind_and_summary_count_true_and_false_positives():
+    rows = [{"trial": trial(), "result": result([finding("straggler", ["worker:1"])])},
+            {"trial": trial(), "result": result([])},
+            {"trial": trial("none", "", hogs=1), "result": result([finding("straggler", ["worker:0"])])},
+            {"trial": trial("none", ""), "result": result([])}]
+    for row in rows:
+        row["verdict"] = judge(row["trial"], row["result"])
+    (straggler,) = per_kind(rows)
+    assert (straggler["tp"], straggler["fp"], straggler["fn"]) == (1, 1, 1)
+    assert straggler["precision"] == 0.5 and straggler["recall"] == 0.5
+    figures = summary(rows)
+    assert figures["clean_false_alarms"]["with hogs"]["alarms"] == 1
+    assert figures["clean_false_alarms"]["without hogs"]["alarms"] == 0
+    assert figures["recall_by_effect"][">=1.5x"]["hits"] == 1
+
+
+def test_wilson_interval_stays_inside_0_and_1():
+    assert wilson(0, 5)[0] == 0.0 and wilson(5, 5)[1] == 1.0
+    low, high = wilson(19, 20)
+    assert low < 0.95 < high
