@@ -10,12 +10,17 @@ import textwrap
 import time
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from tfdiag.events import KINDS
 from tfdiag.store import TaskWriter, read_task_file
 from tfdiag.store import writer as writer_module
 from tfdiag.store.framing import encode_frame
+from tfdiag.store.writer import DEFAULT_FLUSH_INTERVAL_S
+
+# What a killed writer may lose beyond its flush interval: the last flush's write, on a busy host.
+FLUSH_WRITE_SLACK_S = 1.0
 
 
 def _rows(path, kind="step"):
@@ -48,19 +53,18 @@ def test_background_thread_flushes_without_close(tmp_path):
     writer.close()
 
 
-def test_a_killed_task_loses_at_most_the_last_second(tmp_path):
+def test_a_killed_task_loses_only_what_came_since_its_last_flush(tmp_path):
     script = textwrap.dedent(
         f"""
         import time
         from tfdiag.store import TaskWriter
         writer = TaskWriter({str(tmp_path)!r}, "worker:0")
         step = 0
-        start = time.monotonic()
         while True:
             writer.append("step", task="worker:0", step=step, begin_ns=time.time_ns(), end_ns=time.time_ns(),
                           input_wait_ns=0, examples=1, clock_task="worker:0")
             step += 1
-            if step % 100 == 0:
+            if step == 100:
                 print(step, flush=True)
             time.sleep(0.001)
         """
@@ -69,15 +73,18 @@ def test_a_killed_task_loses_at_most_the_last_second(tmp_path):
     try:
         process.stdout.readline()  # writing: timed from here, not from a start a loaded host may delay
         time.sleep(2.5)
+        killed_ns = time.time_ns()
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=10)
-        last_printed = int(process.stdout.read().split()[-1])
     finally:
         process.kill()
-    written = _rows(tmp_path / "plugins" / "tfdiag" / "worker-0.tfdiag")
-    # At about 1 ms per step (sleep plus append), one second is at most ~1000 steps.
-    assert written > 0
-    assert last_printed - written <= 1000
+    batches = read_task_file(tmp_path / "plugins" / "tfdiag" / "worker-0.tfdiag").batches["step"]
+    assert batches
+    newest_ns = max(pc.max(batch.column("begin_ns")).as_py() for batch in batches)
+    # What came in since the last flush began is lost, and that flush's own write: a flush
+    # interval plus the write and the thread's wait for a core (1.1-1.4 s of steps once
+    # in a full make test on 2 cores, when this check counted steps at an assumed 1 ms each).
+    assert (killed_ns - newest_ns) / 1e9 <= DEFAULT_FLUSH_INTERVAL_S + FLUSH_WRITE_SLACK_S
 
 
 def test_unwritable_logdir_drops_records_without_raising(tmp_path, caplog):

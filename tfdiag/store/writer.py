@@ -55,8 +55,9 @@ class TaskWriter:
       file at the same path (recreating the folder), logged once.
     * A write that hangs (a stuck network filesystem): ``close`` gives up after
       ``CLOSE_TIMEOUT_S`` and drops what is buffered; training is never held longer.
-    * The task is killed (SIGKILL): at most the last ``flush_interval_s`` of records is
-      lost; a frame torn by the kill is cut off when a writer next opens the file.
+    * The task is killed (SIGKILL): the records since the last flush began are lost
+      (``flush_interval_s`` and that flush's write); a frame torn by the kill is cut off
+      when a writer next opens the file.
 
     Example:
         >>> writer = TaskWriter("logs/run1", "worker:0")  # doctest: +SKIP
