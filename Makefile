@@ -27,9 +27,11 @@ demo: install
 	$(BIN)/tfdiag demo
 
 # Tests start TensorFlow servers, which listen on all interfaces: run them where only loopback exists.
-# The slowest 15 are listed at the end: the suite is meant to take at most 12 minutes on a 2-core machine.
+# Two pytest-xdist workers, a test file each at a time; a test marked `alone` runs with no other beside it
+# (tests/turns.py). The slowest 15 are listed at the end: the suite is meant to take at most 12 minutes on a
+# 2-core machine.
 test: install
-	tools/loopback-only $(PYTHON) -m pytest -q -p no:cacheprovider --durations=15
+	tools/loopback-only $(PYTHON) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=15
 
 test-fast: install
 	tools/loopback-only $(PYTHON) -m pytest -q -p no:cacheprovider -m "not cluster"

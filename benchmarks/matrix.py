@@ -5,7 +5,7 @@ and variants that change what a detector sees (the slow worker as CPU starvation
 outside the job, the slow ps link at a second latency) — the benchmark runs the job,
 analyses the run (``tfdiag.analysis.engine.analyze``), checks the primary finding's kind
 and task against the planted cause, then runs the job again with the recommended change
-(the ``--tune`` of ``sample_jobs/advice.py``, or the fault removed where the advice is to
+(the ``--tune`` of ``src/tfdiag/sample_jobs/advice.py``, or the fault removed where the advice is to
 repair a host or a link) and compares the measured speed-up with the predicted one
 (error = |predicted − measured| / measured). A cell with a planted cause is right when its
 primary finding names it *and* the prediction is within ``PREDICTION_TOLERANCE`` (25 %) of

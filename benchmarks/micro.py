@@ -1,6 +1,6 @@
 """Micro-benchmarks: what one mechanism of the collectors costs, a case each.
 
-Each case measures the figure a constant or a design choice of ``collectors/`` rests on
+Each case measures the figure a constant or a design choice of ``src/tfdiag/collectors/`` rests on
 (``benchmarks/costs/``); ``python benchmarks/micro.py CASE --help`` describes one.
 
     python benchmarks/micro.py closure_outputs --rounds 6 --closures 1000   # under tools/loopback-only

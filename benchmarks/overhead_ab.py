@@ -7,7 +7,7 @@ collectors (A) and one with collector components on (B), in the same processes, 
 same model and warm state. Each pair's throughput ratio B/A cancels the slow drift of
 the machine's load; the result is their geometric mean with a 95 % confidence interval.
 
-Components (``collectors/budget.py`` declares what each may cost): on ``ps_ctl``
+Components (``src/tfdiag/collectors/budget.py`` declares what each may cost): on ``ps_ctl``
 ``closure_timing`` (the in-graph timestamps of a closure), ``results`` (the wrapper's
 bookkeeping, the result thread, its batched timing fetch and the records; needs
 ``closure_timing``), ``probe``, ``system``, ``heartbeat`` and ``writer`` (records
@@ -414,7 +414,7 @@ def main(argv=None) -> int:
     switches.add_argument("--without", nargs="+", metavar="COMPONENT", help="B phases run all but these")
     switches.add_argument("--calibrate", action="store_true", help="both phases of every pair plain (A/A)")
     parser.add_argument("--fetch-every", type=float, default=None, metavar="S",
-                        help="ps_ctl: the result thread's timing copies (collectors/closure_recorder.py FETCH_EVERY_S)")
+                        help="ps_ctl: the result thread's timing copies (src/tfdiag/collectors/closure_recorder.py FETCH_EVERY_S)")
     parser.add_argument("--logdir", default=None, help="where the run goes (default: a temp dir)")
     parser.add_argument("--mwms-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--config", help=argparse.SUPPRESS)  # an mwms_fit worker's JobConfig

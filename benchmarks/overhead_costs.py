@@ -1,6 +1,6 @@
 """What an overhead A/B's phases cost (``overhead_ab.py``): this process's CPU per phase,
 and the per-component cost model, each collector component's measured CPU against what
-``collectors/budget.py`` declares it may cost, with its table for docs/benchmarks.md."""
+``src/tfdiag/collectors/budget.py`` declares it may cost, with its table for docs/benchmarks.md."""
 
 from __future__ import annotations
 

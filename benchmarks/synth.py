@@ -5,7 +5,7 @@ and its system sampler reports once a second of simulated time; with ``--real-ca
 the collectors' own cadence over the run's duration: a system sample every
 ``SAMPLE_EVERY_S`` (2 s; ``--sample-s``) and a heartbeat every ``HEARTBEAT_EVERY_S`` (5 s), each at a
 step's begin. The chief's file holds
-the RPC probe as ``collectors/rpc_probe.py`` runs it: each worker → ps link probed once
+the RPC probe as ``src/tfdiag/collectors/rpc_probe.py`` runs it: each worker → ps link probed once
 plain and once with a 1 MB payload when the probe functions are prepared, two more full
 passes, then one link a second, in turn. Records are built as Arrow batches with numpy and framed
 by ``tfdiag.store.framing.encode_frame``, the function ``TaskWriter`` frames its records
@@ -46,7 +46,7 @@ SECOND = 1_000_000_000
 GAP_NS = 1_000_000  # between one step's end and the next one's begin
 PAYLOAD_BYTES = 1 << 20  # what the probe's payload passes move
 STATE_NAME = "synth.json"
-SAMPLE_EVERY_S = 2  # collectors/system.py's cadence (not imported: the analysis side never imports collectors)
+SAMPLE_EVERY_S = 2  # src/tfdiag/collectors/system.py's cadence (not imported: the analysis side never imports collectors)
 
 
 def _batch(kind: str, task: str, columns: dict) -> pa.RecordBatch:

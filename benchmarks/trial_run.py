@@ -6,7 +6,7 @@ duty cycle or a stop sent to a task's process (``benchmarks/harness/faults.py``)
 jobs' own options (a slow reader, a raised exception). Background hogs are busy-loop
 processes started before the job and killed after it. The fix run, when drawn, runs the
 same job with the trial's fix: the sample job's ``--tune`` for the planted kind
-(``sample_jobs/advice.py``) with the fault kept, or the fault removed.
+(``src/tfdiag/sample_jobs/advice.py``) with the fault kept, or the fault removed.
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ import pytest
 
 from tests.runs import MS, START_NS, RunBuilder
 
+pytest_plugins = ["tests.turns"]
+
 BASE_STEP_MS = 20.0
 IDLE_MS = 1.0
 

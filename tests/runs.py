@@ -159,7 +159,7 @@ class RunBuilder:
     def heartbeats(self, task="chief:0", until_ms=60_000.0, every_ms=5_000.0, subjects=(), in_flight=None,
                    closed=False):
         """``heartbeat`` rows of writer ``task`` from the run's start to ``until_ms``, every ``every_ms``,
-        as ``collectors/heartbeat.py`` writes them: its own row (with ``in_flight``, a pair
+        as ``src/tfdiag/collectors/heartbeat.py`` writes them: its own row (with ``in_flight``, a pair
         (closures, oldest dispatch in ms), when given) and one per subject, counting that
         subject's ``steps`` records ended by the beat (a subject equal to ``task`` goes on its
         own row); ``closed`` marks the last beat as the clean-close marker."""

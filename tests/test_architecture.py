@@ -2,7 +2,7 @@
 
 Every module's imports are parsed (module-level and inside functions, since collectors
 import TensorFlow lazily), resolved to dotted names through ``pyproject.toml``'s
-``package-dir`` (``collectors/`` is ``tfdiag.collectors``), and held to the rules: which
+``package-dir`` (``src/tfdiag/collectors/`` is ``tfdiag.collectors``), and held to the rules: which
 room may import which, where TensorFlow may be imported, and no cycles among tfdiag
 modules. TensorFlow's and Keras's private state is reached from ``tf_internals`` only.
 Each rule is also shown to fail on a tiny module tree that breaks it.
@@ -87,15 +87,11 @@ class Import:
 
 
 def package_dirs(root: Path) -> dict[str, Path]:
-    """``{"tfdiag.collectors": root / "collectors", "tfdiag.analysis": root / "tfdiag/analysis", ...}``:
-    every package ``pyproject.toml`` lists, in the folder its ``package-dir`` maps it to."""
+    """``{"tfdiag.collectors": root / "src/tfdiag/collectors", ...}``: every package
+    ``pyproject.toml`` lists, in the folder its ``package-dir`` root (``src``) puts it."""
     config = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
-    mapped = config["package-dir"]
-    folders = {}
-    for package in config["packages"]:
-        base = max((name for name in mapped if _under(package, name)), key=len)
-        folders[package] = root / mapped[base] / package[len(base):].lstrip(".").replace(".", "/")
-    return folders
+    source_root = root / config["package-dir"][""]
+    return {package: source_root / package.replace(".", "/") for package in config["packages"]}
 
 
 def module_files(packages: dict[str, Path]) -> dict[str, Path]:
@@ -303,55 +299,55 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> list[Import]:
 
 BROKEN_TREES = {
     "analysis imports TensorFlow lazily": (
-        {"tfdiag/analysis/engine.py": "def analyze():\n    import tensorflow as tf\n"},
+        {"src/tfdiag/analysis/engine.py": "def analyze():\n    import tensorflow as tf\n"},
         rule_violations, "tfdiag.analysis.engine (line 2) imports tensorflow"),
     "a collector imports TensorFlow at import time": (
-        {"collectors/system.py": "import psutil\nimport tensorflow as tf\n"},
+        {"src/tfdiag/collectors/system.py": "import psutil\nimport tensorflow as tf\n"},
         rule_violations, "tfdiag.collectors.system (line 2) imports tensorflow"),
     "the record contract imports the store": (
-        {"tfdiag/events.py": "from tfdiag.store import writer\n"},
+        {"src/tfdiag/events.py": "from tfdiag.store import writer\n"},
         rule_violations, "tfdiag.events (line 1) imports tfdiag.store"),
     "a renderer imports a collector (relative import)": (
-        {"tfdiag/report/text.py": "from ..collectors import hook\n", "collectors/hook.py": ""},
+        {"src/tfdiag/report/text.py": "from ..collectors import hook\n", "src/tfdiag/collectors/hook.py": ""},
         rule_violations, "tfdiag.report.text (line 1) imports tfdiag.collectors"),
     "the live-findings thread imports the analysis at module level": (
-        {"collectors/live_thread.py": "from tfdiag.analysis.live_monitor import LiveMonitor\n"},
+        {"src/tfdiag/collectors/live_thread.py": "from tfdiag.analysis.live_monitor import LiveMonitor\n"},
         rule_violations, "tfdiag.collectors.live_thread (line 1) imports tfdiag.analysis.live_monitor"),
     "another collector imports the live analysis lazily": (
-        {"collectors/system.py": "def sample():\n    from tfdiag.analysis.live_monitor import LiveMonitor\n"},
+        {"src/tfdiag/collectors/system.py": "def sample():\n    from tfdiag.analysis.live_monitor import LiveMonitor\n"},
         rule_violations, "tfdiag.collectors.system (line 2) imports tfdiag.analysis.live_monitor"),
     "the live-findings thread imports more of the analysis": (
-        {"collectors/live_thread.py": "def run():\n    from tfdiag.analysis import engine\n"},
+        {"src/tfdiag/collectors/live_thread.py": "def run():\n    from tfdiag.analysis import engine\n"},
         rule_violations, "tfdiag.collectors.live_thread (line 2) imports tfdiag.analysis: "),
     "the CLI reaches TensorFlow through analysis": (
-        {"tfdiag/cli.py": "from tfdiag.analysis import engine\n",
-         "tfdiag/analysis/engine.py": "from tfdiag.analysis import gpu\n", "tfdiag/analysis/gpu.py": "import keras\n"},
+        {"src/tfdiag/cli.py": "from tfdiag.analysis import engine\n",
+         "src/tfdiag/analysis/engine.py": "from tfdiag.analysis import gpu\n", "src/tfdiag/analysis/gpu.py": "import keras\n"},
         heavy_imports_at_start, "tfdiag.cli -> tfdiag.analysis.engine -> tfdiag.analysis.gpu -> keras"),
     "two modules import each other": (
-        {"tfdiag/analysis/findings.py": "from tfdiag.analysis.detectors import KINDS\n",
-         "tfdiag/analysis/detectors/__init__.py": "def kinds():\n    from tfdiag.analysis import findings\n"},
+        {"src/tfdiag/analysis/findings.py": "from tfdiag.analysis.detectors import KINDS\n",
+         "src/tfdiag/analysis/detectors/__init__.py": "def kinds():\n    from tfdiag.analysis import findings\n"},
         import_cycles, "tfdiag.analysis.findings"),
 }
 
 
 PRIVATE_STATE_TREES = {
     "a sample job imports tensorflow.python": (
-        {"sample_jobs/common.py": "def sleep():\n    from tensorflow.python.data.experimental.ops import testing\n"},
+        {"src/tfdiag/sample_jobs/common.py": "def sleep():\n    from tensorflow.python.data.experimental.ops import testing\n"},
         "tfdiag.sample_jobs.common (line 2) reaches tensorflow.python.data.experimental.ops.testing"),
     "a sample job reads a strategy's private attribute": (
-        {"sample_jobs/ps_ctl.py": "def count(strategy):\n    return strategy.extended._num_ps\n"},
+        {"src/tfdiag/sample_jobs/ps_ctl.py": "def count(strategy):\n    return strategy.extended._num_ps\n"},
         "tfdiag.sample_jobs.ps_ctl (line 2) reaches strategy.extended._num_ps"),
     "a collector sets a private attribute": (
-        {"collectors/callback.py": "def wire(model, coordinator):\n    model._cluster_coordinator = coordinator\n"},
+        {"src/tfdiag/collectors/callback.py": "def wire(model, coordinator):\n    model._cluster_coordinator = coordinator\n"},
         "tfdiag.collectors.callback (line 2) reaches model._cluster_coordinator"),
     "a collector reads private state through getattr": (
-        {"collectors/live_thread.py": "def model_of(callback):\n    return getattr(callback, '_model', None)\n"},
+        {"src/tfdiag/collectors/live_thread.py": "def model_of(callback):\n    return getattr(callback, '_model', None)\n"},
         "tfdiag.collectors.live_thread (line 2) reaches callback._model"),
     "the plugin imports tf_keras's sources": (
-        {"tb_plugin/plugin.py": "import tf_keras.src.engine.training\n"},
+        {"src/tfdiag/tb_plugin/plugin.py": "import tf_keras.src.engine.training\n"},
         "tfdiag.tb_plugin.plugin (line 1) reaches tf_keras.src.engine.training"),
     "a renderer imports another module's private helper": (
-        {"tfdiag/report/text.py": "from ..analysis.engine import _measure\n"},
+        {"src/tfdiag/report/text.py": "from ..analysis.engine import _measure\n"},
         "tfdiag.report.text (line 1) reaches ..analysis.engine._measure"),
 }
 
@@ -370,20 +366,20 @@ def test_each_check_finds_its_violation(tmp_path, files, check, expected):
 
 def test_a_tree_that_keeps_the_rules_passes_every_check(tmp_path):
     imports = _tree(tmp_path, {
-        "tfdiag/analysis/engine.py": "from tfdiag.store import reader\nfrom tfdiag import events\n",
-        "collectors/callback.py": "def begin():\n    import tensorflow as tf\n",
-        "collectors/hook.py": "import tensorflow as tf\n",
-        "collectors/live_thread.py": "def run():\n    from tfdiag.analysis.live_monitor import LiveMonitor\n",
+        "src/tfdiag/analysis/engine.py": "from tfdiag.store import reader\nfrom tfdiag import events\n",
+        "src/tfdiag/collectors/callback.py": "def begin():\n    import tensorflow as tf\n",
+        "src/tfdiag/collectors/hook.py": "import tensorflow as tf\n",
+        "src/tfdiag/collectors/live_thread.py": "def run():\n    from tfdiag.analysis.live_monitor import LiveMonitor\n",
     })
     assert imports and rule_violations(imports) == heavy_imports_at_start(imports) == import_cycles(imports) == []
 
 
 def test_a_tree_that_reaches_private_state_through_tf_internals_passes(tmp_path):
     root = _project(tmp_path, {
-        "collectors/tf_internals.py": ("def sleep(strategy):\n    from tensorflow.python.data.experimental.ops import testing\n"
+        "src/tfdiag/collectors/tf_internals.py": ("def sleep(strategy):\n    from tensorflow.python.data.experimental.ops import testing\n"
                                        "    return strategy.extended._num_ps, getattr(strategy, '_cluster_resolver')\n"),
-        "collectors/tf_formats.py": "from tensorflow.python.framework import text_format\n",
-        "collectors/callback.py": ("class Callback:\n    def begin(self):\n        self._model = getattr(self, '_x', None)\n"
+        "src/tfdiag/collectors/tf_formats.py": "from tensorflow.python.framework import text_format\n",
+        "src/tfdiag/collectors/callback.py": ("class Callback:\n    def begin(self):\n        self._model = getattr(self, '_x', None)\n"
                                    "        return type(self).__name__, os._exit\n"),
     })
     assert private_accesses(root) == []

@@ -13,7 +13,7 @@ import pytest
 from tfdiag.cli import main
 from tfdiag.store import log_dir
 
-# The JSON report's sections (Report.to_dict; tb_plugin/http_api.md, "GET /report").
+# The JSON report's sections (Report.to_dict; src/tfdiag/tb_plugin/http_api.md, "GET /report").
 REPORT_KEYS = ["schema_version", "run", "summary", "workers", "rpc", "shards", "gpus", "faults", "findings"]
 
 

@@ -14,7 +14,7 @@ import pytest
 from tfdiag.cli import main
 from tfdiag.sample_jobs import run_sample
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.alone]
 
 STEPS = 200
 

@@ -117,7 +117,7 @@ def timing_copy(args) -> int:
     On ps_ctl's servers, ``N`` timed closures run (their outputs left on the workers, as
     when the caller drops them), then one ``closure_timing.fetch_stats`` of all ``N`` is
     timed: the calling thread's and the process's CPU (TensorFlow's threads included) per
-    closure, for each size in turn, interleaved. ``collectors/closure_recorder.py`` sizes
+    closure, for each size in turn, interleaved. ``src/tfdiag/collectors/closure_recorder.py`` sizes
     ``FETCH_EVERY_S`` by it: a copy costs nearly the same whatever it carries.
     """
     load = os.getloadavg()[0]
@@ -158,7 +158,7 @@ def timing_ops_arguments(parser) -> None:
     parser.add_argument("--threads", type=int, default=1, help="TensorFlow's inter- and intra-op threads")
     parser.add_argument("--model-size", type=int, default=16, help="hidden width")
     parser.add_argument("--batch", type=int, default=16, help="examples per step")
-    parser.add_argument("--baseline", help="git revision whose collectors/closure_timing.py to compare too")
+    parser.add_argument("--baseline", help="git revision whose src/tfdiag/collectors/closure_timing.py to compare too")
 
 
 def timing_ops(args) -> int:
@@ -186,7 +186,7 @@ def timing_ops(args) -> int:
     plain = ps_ctl.make_train_steps(tf, strategy, model, ps_ctl.slow_workers(config, 0), args.steps)
     functions = {"plain": plain, "instrumented": closure_timing.instrument(plain)}
     if args.baseline:
-        functions["baseline"] = baseline_module(args.baseline, "collectors/closure_timing.py").instrument(plain)
+        functions["baseline"] = baseline_module(args.baseline, "src/tfdiag/collectors/closure_timing.py").instrument(plain)
     iterator = iter(ps_ctl.make_dataset_fn(tf, config)())
     for function in functions.values():  # traced and warm
         function(iterator)

@@ -194,8 +194,8 @@ def collector_cost(args) -> int:
     """The CPU of the background collectors' fixed work: a system sample, a timed wake-up, a flush.
 
     Each figure is measured for the code of this checkout and, side by side in the same run,
-    for the same module at ``--baseline`` (a git revision; its ``collectors/system.py`` and
-    ``tfdiag/store/writer.py`` are loaded from git), in alternating blocks (A, B, A, B, ...)
+    for the same module at ``--baseline`` (a git revision; its ``src/tfdiag/collectors/system.py`` and
+    ``src/tfdiag/store/writer.py`` are loaded from git), in alternating blocks (A, B, A, B, ...)
     so that both see the same load. CPU is the measuring thread's own
     (``time.thread_time_ns``), or the sampler thread's (its CPU clock).
 
@@ -218,8 +218,8 @@ def collector_cost(args) -> int:
     print(f"load average {os.getloadavg()[0]:.1f} at the start", flush=True)
     samplers, writers = {"current": system}, {"current": writer}
     if args.baseline:
-        samplers = {"baseline": baseline_module(args.baseline, "collectors/system.py")} | samplers
-        writers = {"baseline": baseline_module(args.baseline, "tfdiag/store/writer.py")} | writers
+        samplers = {"baseline": baseline_module(args.baseline, "src/tfdiag/collectors/system.py")} | samplers
+        writers = {"baseline": baseline_module(args.baseline, "src/tfdiag/store/writer.py")} | writers
     chosen = args.only or ["sample", "wake", "flush"]
     if "sample" in chosen:
         measure_sample(samplers, args)

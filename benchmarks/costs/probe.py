@@ -136,7 +136,7 @@ def probe_cadence(args) -> int:
     """The RPC probe's adaptive cadence on recorded round trips: how far it slows down.
 
     Replays each run's probe records (those without payload, in the order they were sent)
-    through the prober's cadence rule (``collectors/rpc_probe.py``): one pass over the
+    through the prober's cadence rule (``src/tfdiag/collectors/rpc_probe.py``): one pass over the
     run's links every ``links`` readings. Per run: the passes, the share of them at
     ``MAX_SLOWDOWN`` and the mean slowdown (the probe's cost is about its fixed-cadence
     cost divided by it). Any recorded run with probe records replays.

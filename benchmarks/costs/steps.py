@@ -22,7 +22,7 @@ def stamp_cost(args) -> int:
     """What the ``model.fit`` step stamps cost per step: process CPU, stamped against plain.
 
     One process, ``mwms_fit``'s model and input (tf-keras, no strategy), two train
-    functions of the same model: plain and stamped (``collectors/step_input.py``:
+    functions of the same model: plain and stamped (``src/tfdiag/collectors/step_input.py``:
     ``tf.timestamp()`` at the function's start, at the element's arrival and once the
     gradients exist, and one ``FIFOQueue`` enqueue, drained once a block as the callback
     drains it about once a second), in short alternating blocks (plain first in even

@@ -3,7 +3,7 @@
 One training step per ``coordinator.schedule`` (``--steps-per-closure`` to change it), a
 per-worker dataset of dict elements ``{"features": ..., "label": ...}``, a ``tf.Module``
 model, and nothing of tfdiag but the public ``instrument_coordinator``. Its structure
-differs from ``sample_jobs/ps_ctl.py`` on purpose: this is what a user's job looks like.
+differs from ``src/tfdiag/sample_jobs/ps_ctl.py`` on purpose: this is what a user's job looks like.
 
 It runs as the tasks of a local cluster (``LocalCluster(task_command=...)``): the chief
 runs the loop, ps and workers run servers. Faults come from outside the job

@@ -2,7 +2,7 @@
 
 What every user job of this folder shares: a user job is a script every task runs with
 the same arguments, telling its role from ``TF_CONFIG`` (as on a real cluster); the
-launcher of the sample jobs (``sample_jobs/launcher.py``) starts it on free loopback
+launcher of the sample jobs (``src/tfdiag/sample_jobs/launcher.py``) starts it on free loopback
 ports with one ``TF_CONFIG`` per task and appends ``--config JSON`` (the job's
 ``JobConfig``: steps, ``extra`` options), which the script may read or ignore. ``shape``
 names the sample job whose cluster the script expects: ``tf1_session`` (ps + workers,

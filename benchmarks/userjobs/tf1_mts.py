@@ -2,7 +2,7 @@
 
 Not a sample job: nothing here knows about ``--inject``; faults come from outside
 (``benchmarks/userjobs/runner.py`` puts a delaying proxy in front of a ps). Unlike
-``sample_jobs/tf1_session.py`` (tf.data input, dense MLP, plain SGD) it is a small
+``src/tfdiag/sample_jobs/tf1_session.py`` (tf.data input, dense MLP, plain SGD) it is a small
 wide-and-deep click model: numpy batches fed through placeholders (``feed_dict``), an
 embedding table partitioned over the ps tasks (``fixed_size_partitioner``) looked up with
 ``embedding_lookup_sparse``-style ids, a dense tower, and Adagrad (whose accumulators are

@@ -1,4 +1,4 @@
-"""cgroup throttled time (collectors/cgroup_throttling.py), on a real CPU quota where one can be set."""
+"""cgroup throttled time (src/tfdiag/collectors/cgroup_throttling.py), on a real CPU quota where one can be set."""
 
 from __future__ import annotations
 

@@ -84,6 +84,7 @@ def test_a_failing_in_flight_reader_costs_beats_not_the_caller(tmp_path, fast_be
 STALL_JOB = Path(__file__).with_name("stall_job.py")
 
 
+@pytest.mark.alone
 @pytest.mark.cluster
 def test_a_frozen_worker_is_named_stalled_while_the_job_hangs(tmp_path):
     """SIGSTOPs worker:1 of a live ParameterServerStrategy job; the coordinator's beats name it

@@ -1,4 +1,4 @@
-"""The job's processes on this host (collectors/job_processes.py), counted by a real sampler."""
+"""The job's processes on this host (src/tfdiag/collectors/job_processes.py), counted by a real sampler."""
 
 from __future__ import annotations
 

@@ -56,6 +56,7 @@ def test_the_interval_comes_from_the_argument_then_the_environment(monkeypatch, 
     assert live_thread.interval_from(option) == expected
 
 
+@pytest.mark.alone
 def test_the_thread_announces_a_straggler_records_it_and_declares_its_cost(tmp_path, capsys, monkeypatch):
     """The announcement is one plain line on stderr even under a root logging set-up (which
     would prefix it with a level and a logger name)."""
@@ -88,6 +89,7 @@ def test_the_thread_announces_a_straggler_records_it_and_declares_its_cost(tmp_p
     assert f"{cost['evaluations']} evaluations every 0.3 s or more" in note["message"]
 
 
+@pytest.mark.alone
 def test_ticks_are_spaced_to_stay_within_the_live_share_of_a_core(tmp_path, monkeypatch):
     """Asked for every 0.01 s, ticks come only as often as a 1 % share of a core (and a
     burst of 5 ms) pays for: over the thread's life its CPU stays within the share plus
@@ -117,6 +119,7 @@ def test_the_share_comes_from_the_environment_else_the_budget(monkeypatch, env, 
     assert live_thread.core_share() == expected
 
 
+@pytest.mark.alone
 @pytest.mark.cluster
 def test_a_worker_starved_mid_run_is_announced_within_30_s(tmp_path, monkeypatch):
     """ps_ctl with live findings on by default; 12 s after both workers

@@ -11,7 +11,7 @@ from tfdiag.analysis.load import load_run
 
 from .chief import run_as_chief
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.alone]
 
 JOB = Path(__file__).with_name("probe_job.py")
 SECONDS = 4

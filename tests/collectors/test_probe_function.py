@@ -1,4 +1,4 @@
-"""The probe's tf.function (collectors/probe_function.py): its three timestamps, in order."""
+"""The probe's tf.function (src/tfdiag/collectors/probe_function.py): its three timestamps, in order."""
 
 from __future__ import annotations
 

@@ -89,7 +89,8 @@ def test_dead_target_is_found_noted_once_backed_off_and_others_still_probed(monk
 
 def test_relayed_probes_skip_a_dead_relay(monkeypatch):
     writer = FakeWriter("chief:0")
-    prober = RpcProber(writer, "chief:0", ["worker:0", "worker:1", "ps:0"], interval_s=0.01, payload_every=0,
+    # A second's interval: its back-off outlasts the test's two rounds, however loaded the host.
+    prober = RpcProber(writer, "chief:0", ["worker:0", "worker:1", "ps:0"], interval_s=1.0, payload_every=0,
                        relays=[("worker:0", "ps:0"), ("worker:1", "ps:0")], legs_per_round=5)
     calls = []
     monkeypatch.setattr(prober, "probe", fake_probe(calls, down={"worker:1"}))
@@ -181,6 +182,7 @@ def test_prepare_stops_at_the_first_late_probe(monkeypatch):
         release.set()
 
 
+@pytest.mark.alone
 def test_prepare_stays_within_its_budget(monkeypatch):
     writer = FakeWriter("chief:0")
     prober = RpcProber(writer, "chief:0", ["ps:0", "ps:1", "ps:2", "ps:3"], interval_s=0.01, payload_every=0)

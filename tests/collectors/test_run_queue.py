@@ -1,4 +1,4 @@
-"""Run-queue wait from schedstat (collectors/run_queue.py), read from this very process's /proc."""
+"""Run-queue wait from schedstat (src/tfdiag/collectors/run_queue.py), read from this very process's /proc."""
 
 from __future__ import annotations
 
@@ -50,6 +50,7 @@ def test_a_gone_process_is_left_out():
     assert set(waits.take([process.pid, os.getpid()])) == {os.getpid()}
 
 
+@pytest.mark.alone
 def test_the_busiest_other_process_is_named_from_the_second_scan_and_only_on_a_busy_host():
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:

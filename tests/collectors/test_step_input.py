@@ -133,6 +133,7 @@ def test_no_gradients_stamp_under_xla(tmp_path, monkeypatch):
     assert "apply_gradients" not in vars(model.optimizer)
 
 
+@pytest.mark.alone
 @pytest.mark.cluster
 def test_a_fast_worker_stamps_its_gradients_before_waiting_for_a_slow_peer(tmp_path, monkeypatch):
     # mwms_fit with worker 1 sleeping 30 ms in its forward pass: worker 0 computes in a few

@@ -1,4 +1,4 @@
-"""Timed wake-ups (collectors/stopped_processes.py): a stopped process wakes late."""
+"""Timed wake-ups (src/tfdiag/collectors/stopped_processes.py): a stopped process wakes late."""
 
 from __future__ import annotations
 

@@ -197,6 +197,7 @@ def test_strategy_switch_runs_the_other_strategy(tmp_path):
     assert set(workers_of(result.logdir)) == {"worker:0", "worker:1"}
 
 
+@pytest.mark.alone
 def test_slow_ps_adds_round_trip_latency_measured_outside_tfdiag(tmp_path):
     config = JobConfig("ps_ctl", str(tmp_path), ps=2, workers=1, inject=("slow-ps=1:25",))
     cluster = LocalCluster(config)

@@ -64,6 +64,7 @@ def test_clean_run_records_both_workers(tmp_path):
     assert sorted(manifest["cluster"]) == ["chief", "ps", "worker"] and manifest["task"] == "chief:0"
 
 
+@pytest.mark.alone
 def test_injections_show_in_step_records(tmp_path):
     result = run(tmp_path, "injected", inject=["slow-worker=1:40", "input-delay=20"])
     steps, _ = load(result.logdir)

@@ -53,6 +53,7 @@ def test_background_thread_flushes_without_close(tmp_path):
     writer.close()
 
 
+@pytest.mark.alone
 def test_a_killed_task_loses_only_what_came_since_its_last_flush(tmp_path):
     script = textwrap.dedent(
         f"""

@@ -1,4 +1,4 @@
-"""The tab answers every run, however damaged, and one run never breaks another (tb_plugin/runs.py).
+"""The tab answers every run, however damaged, and one run never breaks another (src/tfdiag/tb_plugin/runs.py).
 
 Each damaged run sits in a logdir beside a good run and is asked for over HTTP through
 TensorBoard's WSGI router: every route answers 200 with JSON, the report carries the

@@ -134,7 +134,7 @@ def test_figures_lists_every_figure_once_in_view_order(client):
 
 def test_the_frontend_names_no_figure_itself():
     """The chart list comes from /figures only: no figure name is spelled in the JS."""
-    static = Path(__file__).parents[2] / "tb_plugin" / "static"
+    static = Path(__file__).parents[2] / "src" / "tfdiag" / "tb_plugin" / "static"
     for script in static.glob("*.js"):
         text = script.read_text()
         assert not [name for name in FIGURES if f"'{name}'" in text or f'"{name}"' in text], script.name
@@ -380,7 +380,7 @@ def test_static_files(client, name, mimetype):
     assert response.mimetype == mimetype
     assert response.headers["X-Content-Type-Options"] == "nosniff"
     body = response.get_data(as_text=True)
-    assert body == (Path(__file__).parents[2] / "tb_plugin" / "static" / name).read_text()
+    assert body == (Path(__file__).parents[2] / "src" / "tfdiag" / "tb_plugin" / "static" / name).read_text()
     # A revalidation with the ETag answers 304.
     again = client.get(f"{PREFIX}/{name}", headers={"If-None-Match": response.headers["ETag"]})
     assert again.status_code == 304

@@ -310,6 +310,7 @@ def open_entry_page(browser, url: str, screenshot: Path) -> None:
         page.screenshot(path=str(screenshot), full_page=True)
 
 
+@pytest.mark.alone
 @pytest.mark.cluster
 def test_tab_on_a_sample_job_run(tmp_path):
     """A real ps_ctl run with a slow worker: the tab's top card names the straggler."""

@@ -1,7 +1,7 @@
 """Tasks that stopped answering: the ``liveness`` checks of tasks that run no collector.
 
 A ps of a TF1 session job writes nothing; the task that writes the manifest asks its
-server for its status every few seconds (``collectors/liveness.py``). A task whose every
+server for its status every few seconds (``src/tfdiag/collectors/liveness.py``). A task whose every
 check since a moment failed, and at least ``MIN_UNANSWERED`` of them, is *silent* since
 then: frozen or hung when the checks went unanswered (``DEADLINE_EXCEEDED``), gone when
 nothing listened (``UNAVAILABLE``).

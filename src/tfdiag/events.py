@@ -22,7 +22,7 @@ SCHEMA_VERSION = 1
 
 # Values the collectors and the analysis must agree on.
 
-# Every task that runs a collector writes a heartbeat this often (``collectors/heartbeat.py``);
+# Every task that runs a collector writes a heartbeat this often (``src/tfdiag/collectors/heartbeat.py``);
 # the analysis judges a silent task by it (``stalled`` counts missed beats in these).
 HEARTBEAT_EVERY_S = 5.0
 # A sampler's timed wake-up this much later than asked counts as late, its process stopped:

@@ -5,7 +5,7 @@ long as the slowest worker's: the cross-worker reduction of the gradients waits 
 last worker to produce its own. The step records of ``model.fit`` carry, per worker and
 step, ``input_wait_ns`` (from the train function's start to its input element) and
 ``compute_ns`` (from the element to this worker's own gradients, stamped in-graph before
-the reduction: ``collectors/step_input.py``). A worker's *own time* is their sum; the rest
+the reduction: ``src/tfdiag/collectors/step_input.py``). A worker's *own time* is their sum; the rest
 of its step is the reduction, the update and the step's overhead, plus, on every worker
 but the slowest, the wait for the slowest. So, in the mean::
 
@@ -28,7 +28,7 @@ A worker's process that is *stopped* — a container CPU quota's throttling, ``S
 stalls every step it is stopped in, mostly while it waits in the all-reduce, where its
 peers wait too: its compute stamps barely change (``mwms_fit`` with worker 1 stopped 40 ms
 of every 100 ms: mean compute 9.0 against 5.8 ms, medians about equal) and no step time
-singles it out. Its system sampler does (``collectors/system.py``): the share of its timed
+singles it out. Its system sampler does (``src/tfdiag/collectors/system.py``): the share of its timed
 wake-ups that came ``events.LATE_WAKE_S`` or more late estimates the share of time the process could not
 run, and the cgroup's throttled time (v2 ``throttled_usec``, v1 ``throttled_time``) counts a
 quota's throttling directly

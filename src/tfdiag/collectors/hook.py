@@ -19,7 +19,7 @@ TensorFlow's ``WorkerCacheLogger`` sets on every RecvTensor entry, so sizes come
 A traced step is slower than a plain one (the step stats of every partition travel to
 the master), so the default traces one step in ``DEFAULT_TRACE_EVERY``.
 
-Each step's ``input_wait_ns`` is its wait for its batch (``collectors/session_input.py``):
+Each step's ``input_wait_ns`` is its wait for its batch (``src/tfdiag/collectors/session_input.py``):
 the in-graph ``IteratorGetNext`` bracketed with ``tf.timestamp()`` ops fetched with the
 step, or, for a run that feeds data, the time since the previous run ended (the step's
 ``begin_ns`` then starts there, so the wait is inside the step).
@@ -64,7 +64,7 @@ class DiagnosticsHook(tf.compat.v1.train.SessionRunHook):
         trace_every: trace one step in this many (0: never).
         system_interval_s: seconds between system samples of this host (``None``: off).
         live_interval_s: seconds between live screens of the run's recent records, in the
-            chief (the task that writes the manifest; ``collectors/live_thread.py``); 0: off;
+            chief (the task that writes the manifest; ``src/tfdiag/collectors/live_thread.py``); 0: off;
             None (the default): the ``TFDIAG_LIVE_FINDINGS`` environment variable (``off``
             turns them off), else on, every 2 s.
 
@@ -92,7 +92,7 @@ class DiagnosticsHook(tf.compat.v1.train.SessionRunHook):
         self.transfers_recorded = 0
         self.task_session: TaskSession | None = None  # from begin() to close()
         self._writer = None  # the task session's
-        self._progress = None  # the heartbeat's step counter (collectors/heartbeat.py)
+        self._progress = None  # the heartbeat's step counter (src/tfdiag/collectors/heartbeat.py)
         self._queue: queue.Queue | None = None
         self._parser: threading.Thread | None = None
         self._failed = False

@@ -4,7 +4,7 @@ A TF1 worker has no coordinator to report its failure: when its process is kille
 started again, the only traces are in its own file. Each process's ``DiagnosticsHook``
 writes a ``session`` record when it creates its session, and the heartbeat thread writes
 a clean-close row (``closed`` true) when the process releases its collectors normally
-(``collectors/heartbeat.py``). A task with two sessions and no clean close between them
+(``src/tfdiag/collectors/heartbeat.py``). A task with two sessions and no clean close between them
 stopped without closing — killed, crashed, preempted — and came back. This holds even
 when the first process died before its first step (a non-chief still waiting for the
 chief), where no step record shows anything.

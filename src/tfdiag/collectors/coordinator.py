@@ -178,7 +178,7 @@ def instrument_coordinator(coordinator, logdir, examples_per_step: int | None = 
             variables the scheduled functions read: their placement is recorded as
             ``schedule`` traces each function; each variable is recorded once.
         live_interval_s: seconds between live screens of the run's recent records
-            (``collectors/live_thread.py``; findings printed on stderr and written as
+            (``src/tfdiag/collectors/live_thread.py``; findings printed on stderr and written as
             ``live_finding`` records); 0: off; None (the default): the ``TFDIAG_LIVE_FINDINGS``
             environment variable (``off`` turns them off), else on, every 2 s.
 

@@ -17,7 +17,7 @@ pandas with the rest of the analysis on the first confirmation, never when
 (``docs/architecture.md``, "Import rules"). An error stops the thread after one warning;
 training never sees it.
 
-Cost: held to the ``live`` share of a core in ``collectors/budget.py`` (or
+Cost: held to the ``live`` share of a core in ``src/tfdiag/collectors/budget.py`` (or
 ``$TFDIAG_LIVE_CPU_SHARE``) with a credit: the share accrues with the thread's life, up to
 ``BURST_CPU_S`` ahead, and each tick spends its CPU (``time.thread_time_ns``). Screens run
 every ``interval_s``, spaced further only when they alone would take more than
@@ -56,7 +56,7 @@ DEFAULT_INTERVAL_S = 2.0
 ENV_VAR = "TFDIAG_LIVE_FINDINGS"
 # Read when the thread starts: the share of one core the evaluations may use (a fraction,
 # e.g. 0.01), for a user who wants findings every few seconds and will pay for them;
-# unset: the ``live`` budget of collectors/budget.py.
+# unset: the ``live`` budget of src/tfdiag/collectors/budget.py.
 SHARE_ENV_VAR = "TFDIAG_LIVE_CPU_SHARE"
 STOP_TIMEOUT_S = 10.0
 # CPU seconds the thread may spend ahead of its share: the confirmations of an onset and

@@ -33,7 +33,7 @@ except ImportError:  # pragma: no cover - Keras 3 is a dependency of TensorFlow 
 
 # Steps are buffered and written (with their input-wait stamps, read in one call) this
 # often: a drain costs a few hundred µs, a drain per step would cost more than the step's
-# other hooks together (collectors/step_input.py).
+# other hooks together (src/tfdiag/collectors/step_input.py).
 WRITE_EVERY_NS = 1_000_000_000
 
 
@@ -58,7 +58,7 @@ class DiagnosticsCallback(_KerasCallback):
 
     Both Kerases call ``next()`` on the input iterator inside the compiled train function,
     so no Python hook sees the wait for input: the callback wraps the model's
-    ``train_step`` (``collectors/step_input.py``) so that an in-graph stamp says when this
+    ``train_step`` (``src/tfdiag/collectors/step_input.py``) so that an in-graph stamp says when this
     worker's element arrived and another when the train function started; ``input_wait_ns``
     is the time between the two (0 when
     the model is XLA-compiled and no stamp comes, and in the first step, whose time before
@@ -101,7 +101,7 @@ class DiagnosticsCallback(_KerasCallback):
             (MultiWorkerMirroredStrategy); 0: off.
         allreduce_bytes: size of the probe all-reduce.
         live_interval_s: seconds between live screens of the run's recent records, in the
-            task that writes the manifest (``collectors/live_thread.py``: findings printed on
+            task that writes the manifest (``src/tfdiag/collectors/live_thread.py``: findings printed on
             stderr and written as ``live_finding`` records); 0: off; None (the default): the
             ``TFDIAG_LIVE_FINDINGS`` environment variable (``off`` turns them off), else on,
             every 2 s.
@@ -171,7 +171,7 @@ class DiagnosticsCallback(_KerasCallback):
         self._begin_ns = 0
         self._buffered: list[tuple[int, int, int]] = []  # (step, begin_ns, end_ns) not yet written
         self._written_ns = 0
-        self._progress = None  # the heartbeat's step counter (collectors/heartbeat.py)
+        self._progress = None  # the heartbeat's step counter (src/tfdiag/collectors/heartbeat.py)
 
     def on_train_begin(self, logs=None):
         self._reset()

@@ -1,6 +1,6 @@
 """Whether the workers got the CPU they asked for: run-queue wait shares and busy neighbours.
 
-From the samplers' schedstat readings (``collectors/run_queue.py``): a sampling process's
+From the samplers' schedstat readings (``src/tfdiag/collectors/run_queue.py``): a sampling process's
 own in its ``system`` records (``run_ms``, ``runq_wait_ms``), the job's other processes'
 in ``job_process`` records (a ParameterServerStrategy coordinator's workers and ps). Per
 task, over the samples taken while it stepped (a sample covers the time since the

@@ -255,7 +255,7 @@ def _stalled_finding(measured, beats, now_ns, stalled, progressing, stopped, las
 
 
 def _stacks_files(measured: Measurements, tasks: list[str]) -> dict[str, str]:
-    """The Python stacks the stalled tasks wrote of themselves (``collectors/stacks.py``), by task."""
+    """The Python stacks the stalled tasks wrote of themselves (``src/tfdiag/collectors/stacks.py``), by task."""
     paths = {task: stacks_path(measured.run.path, task) for task in tasks}
     return {task: str(path) for task, path in paths.items() if path.is_file()}
 

@@ -37,7 +37,7 @@ SCAN_OTHERS_CORES = 0.25
 # each the difference since the previous one; a reading costs one file per thread (40-80
 # in a TensorFlow process), a scan one per process on the host: 3-4 ms a sample on a ps_ctl
 # coordinator, 0.36 % of a core at a sample every 2 s, where the whole sampler may take
-# 0.2 % (collectors/budget.py, benchmarks/system_sample_cost.py: the sample itself 1.7 ms,
+# 0.2 % (src/tfdiag/collectors/budget.py, benchmarks/system_sample_cost.py: the sample itself 1.7 ms,
 # a reading of two workers 1.8 ms, a scan 2.8 ms). So the job processes are read every
 # READ_EVERY_SAMPLES-th sample (every 4 s at the default 2 s: ps_ctl's 600 steps, 12-25 s
 # of stepping, still get 3 or more readings) and the host scanned every

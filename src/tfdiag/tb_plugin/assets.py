@@ -14,7 +14,7 @@ import plotly.offline
 JS = "text/javascript; charset=utf-8"
 CSS = "text/css; charset=utf-8"
 
-# Route -> (file name under tb_plugin/static/, content type). Only these are served.
+# Route -> (file name under src/tfdiag/tb_plugin/static/, content type). Only these are served.
 STATIC_FILES: dict[str, tuple[str, str]] = {
     "/index.js": ("index.js", JS),
     "/model.js": ("model.js", JS),

@@ -69,7 +69,7 @@ COMPONENTS: dict[str, Budget] = {
     # A sample costs a few hundred µs (benchmarks/micro.py collector_cost): one every 2 s is
     # about 0.1 % of a core; a synchronous worker's 10 timed wake-ups a second about as much.
     # On a ps_ctl coordinator, with the workers' schedstat every 2nd sample and the host scan
-    # every 6th (collectors/run_queue.py), 3.1-3.5 ms a sample on a loaded 2-core host:
+    # every 6th (src/tfdiag/collectors/run_queue.py), 3.1-3.5 ms a sample on a loaded 2-core host:
     # 0.16-0.18 % (benchmarks/system_sample_cost.py).
     "system": Budget(core_share=0.002, what="system sampler: a sample every 2 s (and 10 timed wake-ups a second on sync workers)"),
     "heartbeat": Budget(core_share=0.0002, what="heartbeat rows every 5 s"),
@@ -84,7 +84,7 @@ COMPONENTS: dict[str, Budget] = {
     # Three in-graph stamps a step, drained once a second (benchmarks/micro.py stamp_cost).
     "step_input": Budget(per_step_us=20, jobs=("fit",),
                          what="in-graph input-arrival and gradients stamps, read in batches"),
-    # collectors/live_thread.py spaces its ticks so that their CPU stays within this share
+    # src/tfdiag/collectors/live_thread.py spaces its ticks so that their CPU stays within this share
     # (plus a burst): a costlier tick makes the next one come later, never cost more
     # (TFDIAG_LIVE_CPU_SHARE gives more). Screens every 2 s at 2-4 ms take 0.1-0.2 %; the
     # rest pays for confirming an onset (a few analyses of 100-200 ms) now and then.

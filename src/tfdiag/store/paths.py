@@ -20,7 +20,7 @@ from tfdiag.events import task_file_stem
 
 PLUGIN_DIR = os.path.join("plugins", "tfdiag")
 LOG_SUFFIX = ".tfdiag"
-STACKS_SUFFIX = ".stacks"  # a task's Python stacks, written when it is stuck (collectors/stacks.py)
+STACKS_SUFFIX = ".stacks"  # a task's Python stacks, written when it is stuck (src/tfdiag/collectors/stacks.py)
 
 
 class NotARegularFile(OSError):

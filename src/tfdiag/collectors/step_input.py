@@ -43,7 +43,7 @@ after it; clean, both computed about 4 ms with 19.4 ms after.
 that waits inside ``apply_gradients`` leaves ``compute_ns`` short; a slow forward pass
 makes it long) and the two-worker run.
 
-Cost (``benchmarks/micro.py stamp_cost``; budget ``step_input`` in ``collectors/budget.py``): the
+Cost (``benchmarks/micro.py stamp_cost``; budget ``step_input`` in ``src/tfdiag/collectors/budget.py``): the
 earlier stamp, a ``tf.py_function`` per replica per step (a host callback into Python,
 under the GIL), took 270 µs of CPU a step of ``mwms_fit``'s model on a loaded machine.
 These stamps, process CPU of the same model's train function with and without them in

@@ -1,4 +1,4 @@
-"""The JSON report (``Report.to_dict``, described field by field in tb_plugin/http_api.md): strict JSON.
+"""The JSON report (``Report.to_dict``, described field by field in src/tfdiag/tb_plugin/http_api.md): strict JSON.
 
 Non-finite numbers become ``null`` in ``tfdiag.analysis.json_values.jsonable``, the one
 function every JSON surface uses. Output is ASCII: control characters and undecodable

@@ -55,7 +55,7 @@ DEMO_SLOW_MS = 40
 DEMO_ONSET_FRACTION = 0.4  # of the steps
 DEMO_STEPS = 4000  # about 40-60 s of training on a 2-core machine
 # The share of a core the demo's live findings may use (``TFDIAG_LIVE_CPU_SHARE``): at the
-# default share (collectors/budget.py) a confirmation's analysis (~0.2 s of CPU) is followed
+# default share (src/tfdiag/collectors/budget.py) a confirmation's analysis (~0.2 s of CPU) is followed
 # by a minute's pause, so on a loaded 2-core host an onset can go unannounced for longer than
 # the demo runs; the demo pays for announcements within seconds.
 DEMO_LIVE_CPU_SHARE = "0.02"
