@@ -49,8 +49,12 @@ def save(row: dict, corpus: Path = CORPUS) -> Path:
 
 
 def verdict_of(label: dict, findings: list[dict]) -> dict:
-    """Recall and false alarms of a re-analysis (``findings``: the report's, as dicts)."""
+    """Recall and false alarms of a re-analysis (``findings``: the report's, as dicts). A run
+    labelled with no planted kind though a fault was planted (its fix measured no gain: the
+    label's ``note``) must not report the fault's kind at warning level either."""
     _, hit, false_alarms = diagnosis(label["trial"], findings, max(label["load1"]) > label["cores"])
+    if label["planted_kind"] is None and hit is not None:
+        false_alarms.append(f"{hit['kind']} {','.join(hit['tasks'])}")
     return {"recalled": None if label["planted_kind"] is None else hit is not None, "false_alarms": false_alarms}
 
 

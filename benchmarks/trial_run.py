@@ -203,9 +203,13 @@ def run_side(trial: Trial, side: str, workdir: Path) -> dict:
     return {"logdir": str(logdir), "config": {"inject": list(config.inject), "tune": list(config.tune),
                                               "extra": config.extra, "steps": config.steps},
             "exit": code, "examples_per_s": summary[2] if summary else None, "wall_s": round(wall_s, 1),
-            "found_after_s": hung.get("after_s"),
-            "findings": [{k: f[k] for k in ("kind", "severity", "tasks", "title")}
-                         | {"predicted": f["recommendation"]["predicted_speedup"]} for f in report["findings"]]}
+            "found_after_s": hung.get("after_s"), "findings": findings_of(report)}
+
+
+def findings_of(report: dict) -> list[dict]:
+    """A report's findings as a results file keeps them: kind, severity, tasks, title, prediction."""
+    return [{k: f[k] for k in ("kind", "severity", "tasks", "title")}
+            | {"predicted": f["recommendation"]["predicted_speedup"]} for f in report["findings"]]
 
 
 def run_trial(trial: Trial, workdir: Path) -> dict:

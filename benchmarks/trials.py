@@ -6,11 +6,14 @@ cluster (``benchmarks/trial_run.py``), analyses the fault run and judges it
 (``benchmarks/trial_judge.py``). One JSON line per trial is appended to ``--results``
 right after it ran, so a batch can stop anywhere and the next resumes: seeds already in
 the file are skipped. ``--report`` aggregates the file (``--holdout`` keeps only the
-holdout trials) and prints the Markdown tables of docs/benchmarks.md.
+holdout trials: ``trial_space.is_holdout``, whatever the file recorded) and prints the
+Markdown tables of docs/benchmarks.md; ``--reanalyse`` first analyses each fault run still
+kept in its logdir again with the current code (a ``stop`` trial keeps the report taken
+while it hung).
 
     tools/loopback-only .venv/bin/python -m benchmarks.trials --seeds 1000..1009 \\
         --results benchmarks/results/trials.jsonl --workdir /tmp/trials
-    .venv/bin/python -m benchmarks.trials --report --holdout --results benchmarks/results/trials.jsonl
+    .venv/bin/python -m benchmarks.trials --report --holdout --reanalyse --results benchmarks/results/trials.jsonl
     .venv/bin/python -m benchmarks.trials --list --seeds 1000..1049   # the drawn trials, nothing run
 
 ``--budget-s`` stops a batch before a trial would start past it (trials run under a shared
@@ -28,21 +31,38 @@ import time
 from pathlib import Path
 
 from benchmarks.trial_judge import judge, per_kind, summary
-from benchmarks.trial_space import FRESH_JOBS, HOLDOUT_SEEDS, draw, parse_seeds
+from benchmarks.trial_space import FRESH_JOBS, HOLDOUT_SEEDS, TUNED_SEEDS, draw, is_holdout, parse_seeds
 
 
 # The targets of issue 32 beside the figures they bound (recall by the fault's effect).
 TARGETS = {">=1.5x": "≥ 0.95 (and precision ≥ 0.95)", "1.2-1.5x": "≥ 0.8"}
 
 
-def load_results(path: Path) -> list[dict]:
-    """The trials of a results file, each judged again by today's rules."""
+def load_results(path: Path, reanalyse: bool = False) -> list[dict]:
+    """The trials of a results file, each judged again by today's rules; with ``reanalyse``,
+    each kept fault run's findings first made again by today's analysis (``reanalysed``)."""
     if not path.exists():
         return []
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     for row in rows:
+        row["trial"]["holdout"] = is_holdout(row["trial"]["seed"], row["trial"]["job"])
+        if reanalyse and "error" not in row["result"]:
+            row["reanalysed"] = reanalysed(row)
         row["verdict"] = judge(row["trial"], row["result"])
     return rows
+
+
+def reanalysed(row: dict) -> bool:
+    """Replaces the fault run's findings with the current analysis of its logdir, if still kept."""
+    from benchmarks.trial_run import findings_of
+    from tfdiag.analysis.engine import analyze
+
+    run = row["result"]["runs"]["fault"]
+    files = Path(run["logdir"]) / "plugins" / "tfdiag"
+    if row["trial"]["fault"] == "stop" or not files.is_dir():
+        return False
+    run["findings"] = findings_of(analyze(run["logdir"]).to_dict())
+    return True
 
 
 def run_batch(seeds: list[int], results: Path, workdir: Path, budget_s: float | None) -> int:
@@ -112,6 +132,32 @@ def report(rows: list[dict], title: str) -> str:
     return "\n".join(lines)
 
 
+def header(rows: list[dict], holdout: bool) -> str:
+    """The line above the tables: how many trials, which seeds, the load they ran under."""
+    fresh = sum(r["trial"]["job"] in FRESH_JOBS for r in rows)
+    loads = [x for r in rows for x in r["result"]["load1"]]
+    cores = max(r["result"].get("cores", 2) for r in rows)
+    again = sum(bool(r.get("reanalysed")) for r in rows)
+    return (f"**{len(rows)} {'holdout ' if holdout else ''}trials** ({fresh} of them on the fresh jobs), seeds "
+            f"{seed_ranges(sorted(r['trial']['seed'] for r in rows))}; 1-minute load average {min(loads):.1f}–"
+            f"{max(loads):.1f} on {cores} cores" + (f"; {again} of them re-analysed with the current code" if again else ""))
+
+
+def seed_ranges(seeds: list[int]) -> str:
+    """Sorted seeds as runs.
+
+    >>> seed_ranges([1, 2, 3, 7])
+    '1–3, 7'
+    """
+    runs: list[list[int]] = []
+    for seed in seeds:
+        if runs and seed == runs[-1][1] + 1:
+            runs[-1][1] = seed
+        else:
+            runs.append([seed, seed])
+    return ", ".join(f"{a}–{b}" if b > a else f"{a}" for a, b in runs)
+
+
 def _pct(value) -> str:
     return "–" if value is None else f"{value:.1%}"
 
@@ -140,7 +186,10 @@ def main(argv=None) -> int:
     parser.add_argument("--budget-s", type=float, help="start no trial after this many seconds of the batch")
     parser.add_argument("--report", action="store_true", help="aggregate --results; run nothing")
     parser.add_argument("--holdout", action="store_true", help=f"--report: only holdout trials ({', '.join(FRESH_JOBS)}, "
-                                                                f"seeds >= {HOLDOUT_SEEDS})")
+                                                                f"seeds >= {HOLDOUT_SEEDS}; never the {len(TUNED_SEEDS)} "
+                                                                "seeds rules were fitted on)")
+    parser.add_argument("--reanalyse", action="store_true",
+                        help="--report: analyse each fault run still kept in its logdir again with the current code")
     parser.add_argument("--trials", action="store_true", help="--report: also one line per trial")
     parser.add_argument("--list", action="store_true", help="print the trials --seeds draws; run nothing")
     args = parser.parse_args(argv)
@@ -149,13 +198,13 @@ def main(argv=None) -> int:
             print(draw(seed).label())
         return 0
     if args.report:
-        rows = [r for r in load_results(args.results) if "error" not in r["result"]]
+        rows = [r for r in load_results(args.results, args.reanalyse) if "error" not in r["result"]]
         if args.holdout:
             rows = [r for r in rows if r["trial"]["holdout"]]
         if not rows:
             print(f"no judged trials in {args.results}", file=sys.stderr)
             return 2
-        print(report(rows, f"{len(rows)} trials{' (holdout)' if args.holdout else ''} from `{args.results}`"))
+        print(report(rows, header(rows, args.holdout)))
         if args.trials:
             print("\n" + trial_table(rows))
         return 0

@@ -17,6 +17,7 @@ MODULES = [
     "tfdiag.analysis.links",
     "tfdiag.analysis.ps_traffic",
     "tfdiag.analysis.rates",
+    "tfdiag.analysis.sync_steps",
     "tfdiag.events",
     "tfdiag.collectors.allreduce_probe",
     "tfdiag.collectors.arguments",
@@ -29,6 +30,7 @@ MODULES = [
     "tfdiag.report.safe_text",
     "benchmarks.trial_space",
     "benchmarks.trial_judge",
+    "benchmarks.trials",
 ]
 
 

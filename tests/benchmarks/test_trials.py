@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+import json
+
+from benchmarks.trial_corpus import CORPUS
 from benchmarks.trial_judge import judge, per_kind, summary, wilson
-from benchmarks.trial_space import FRESH_JOBS, HOLDOUT_SEEDS, JOB_DEFS, draw, parse_seeds
+from benchmarks.trial_space import FRESH_JOBS, HOLDOUT_SEEDS, JOB_DEFS, TUNED_SEEDS, draw, parse_seeds
+from benchmarks.trials import load_results
 
 
 def trial(fault="stop-duty", task="worker:1", hogs=0, **more):
@@ -31,7 +35,9 @@ def test_a_seed_always_draws_the_same_trial_inside_the_declared_space():
     assert all(t.fault in t.spec.faults for t in trials)
     assert all(1.2 <= t.strength <= 5 for t in trials if t.fault == "stop-duty")
     assert all(2 <= t.ms <= 40 for t in trials if t.fault == "proxy")
-    assert all(t.holdout == (t.job in FRESH_JOBS or t.seed >= HOLDOUT_SEEDS) for t in trials)
+    assert all(t.holdout == ((t.job in FRESH_JOBS or t.seed >= HOLDOUT_SEEDS) and t.seed not in TUNED_SEEDS)
+               for t in trials)
+    assert not any(draw(seed).holdout for seed in TUNED_SEEDS)
     assert not any(t.fix for t in trials if t.fault in ("none", "stop", "exception"))
 
 
@@ -82,3 +88,18 @@ def test_wilson_interval_stays_inside_0_and_1():
     assert wilson(0, 5)[0] == 0.0 and wilson(5, 5)[1] == 1.0
     low, high = wilson(19, 20)
     assert low < 0.95 < high
+
+
+def test_a_report_reanalyses_the_kept_runs_and_recomputes_the_holdout(tmp_path):
+    # A corpus run (ps_embed, worker 0 under a stop duty cycle) recorded with no findings, and
+    # the same trial whose logdir is gone: only the kept one is analysed again and recalled.
+    label = json.loads((CORPUS / "seed-1064" / "label.json").read_text())
+    rows = [{"trial": label["trial"] | {"holdout": True},
+             "result": {"runs": {"fault": {"logdir": str(logdir), "findings": [], "examples_per_s": 1.0}},
+                        "load1": [1.0], "cores": 2}} for logdir in (CORPUS / "seed-1064", tmp_path / "gone")]
+    path = tmp_path / "trials.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    kept, gone = load_results(path, reanalyse=True)
+    assert kept["reanalysed"] and kept["verdict"]["recalled"]
+    assert not gone["reanalysed"] and gone["verdict"]["recalled"] is False
+    assert not kept["trial"]["holdout"]  # seed 1064 was fitted on

@@ -20,7 +20,7 @@ from tfdiag.analysis.placement import ps_load_table
 from tfdiag.analysis.restarts import restart_faults
 from tfdiag.analysis.run_queue import Neighbours, held_table, neighbours, run_queue_table
 from tfdiag.analysis.shards import shard_table, shards_from_steps
-from tfdiag.analysis.sync_steps import own_times
+from tfdiag.analysis.sync_steps import own_times, stopped_shares
 from tfdiag.analysis.whatif import is_synchronous
 from tfdiag.events import cluster_tasks
 
@@ -182,6 +182,11 @@ class Measurements:
     def own_times(self) -> pd.DataFrame:
         """``sync_steps.own_times`` of the step records: each synchronous worker's own compute and input."""
         return own_times(self.run.frame("step"))
+
+    @cached_property
+    def stopped(self) -> pd.DataFrame:
+        """``sync_steps.stopped_shares``: per task, the share of its stepping its process could not run."""
+        return stopped_shares(self.run.frame("system"), self.run.frame("step"))
 
     @cached_property
     def session_waits(self) -> dict[str, float]:

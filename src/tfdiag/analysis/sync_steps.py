@@ -61,6 +61,9 @@ import pandas as pd
 from tfdiag.analysis.groups import TaskGroups, mean_of, median_of
 
 STOPPED_COLUMNS = ["task", "wakes", "late_wakes", "late_ms", "throttled_ms", "span_ns", "stopped_share"]
+# An excess stopped share this many standard errors past zero is a stall, not sampling noise
+# (one-sided, about 2 % of clean pairs of workers cross it by chance).
+STALL_NOISE_SE = 2.0
 OWN_COLUMNS = ["task", "records", "step_ns", "input_ns", "compute_ns", "own_ns", "compute_p50_ns",
                "examples_per_step"]
 
@@ -106,6 +109,23 @@ def step_with_own(own: pd.DataFrame, new_own_ns: pd.Series) -> float:
 def speedup_with_own(own: pd.DataFrame, new_own_ns: pd.Series) -> float:
     """Throughput ratio of the synchronous job when each worker's own time becomes ``new_own_ns``."""
     return float(own["step_ns"].max()) / max(step_with_own(own, new_own_ns), 1.0)
+
+
+def waiting_for_slowest_ms(own: pd.DataFrame, named: set[str]) -> dict[str, float]:
+    """Per worker not in ``named``, its mean wait in the all-reduce for the slowest own time (ms a step).
+
+    Each worker's input wait ends at its element stamp and its compute at its gradients
+    stamp, both before the cross-worker reduction, so a wait for a slower peer falls after
+    its own gradients, in neither stamp: the step is the largest own time plus the shared
+    part, and each worker waits the largest own time less its own.
+
+    >>> own = pd.DataFrame({"task": ["worker:0", "worker:1"], "own_ns": [5e6, 45e6]})
+    >>> waiting_for_slowest_ms(own, {"worker:1"})
+    {'worker:0': 40.0}
+    """
+    largest = float(own["own_ns"].max())
+    return {str(row.task): round((largest - float(row.own_ns)) / 1e6, 2)
+            for row in own.itertuples() if str(row.task) not in named}
 
 
 def stopped_shares(system: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
@@ -156,3 +176,29 @@ def step_if_running_as_peers(step_ns: float, share: float, typical_share: float)
     45.0
     """
     return step_ns * (1.0 - max(share - typical_share, 0.0))
+
+
+def stall_share(stopped: pd.DataFrame, min_wakes: int) -> float:
+    """The share of the synchronous steps that stood still because one worker's process was
+    stopped more than its peers' (``stopped_shares`` rows with ``min_wakes`` wake-ups or
+    more): the largest stopped share less the median of the other workers', where that
+    excess is past its sampling noise (``STALL_NOISE_SE`` standard errors: a share p from n
+    wake-ups varies by sqrt(p(1 - p) / n)); else 0, as with fewer than two workers. While a
+    worker is stopped every step waits for it, wherever in the step its peers wait: in the
+    all-reduce, or for their element where the element itself waits on a collective.
+
+    >>> stopped = pd.DataFrame({"task": ["worker:0", "worker:1", "worker:2"], "wakes": [99, 99, 99],
+    ...                         "stopped_share": [0.02, 0.5, 0.04]})
+    >>> round(stall_share(stopped, 50), 3), stall_share(stopped.assign(stopped_share=[0.02, 0.06, 0.04]), 50)
+    (0.47, 0.0)
+    """
+    rows = stopped[stopped["wakes"] >= min_wakes].reset_index(drop=True)
+    if len(rows) < 2:
+        return 0.0
+    worst = int(rows["stopped_share"].astype("float64").idxmax())
+    others = rows.drop(index=worst)
+    share, n = float(rows.loc[worst, "stopped_share"]), float(rows.loc[worst, "wakes"])
+    typical, typical_n = float(others["stopped_share"].median()), float(others["wakes"].median())
+    noise = math.sqrt(share * (1 - share) / n + typical * (1 - typical) / typical_n)
+    excess = share - typical
+    return excess if excess > STALL_NOISE_SE * noise else 0.0

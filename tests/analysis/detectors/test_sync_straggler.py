@@ -40,6 +40,7 @@ def test_a_worker_that_computes_longer_is_named_with_the_step_it_would_allow(bui
     assert finding.severity.value == "critical"
     # Shared: 64 - 44.5 = 19.5 ms; worker 1 computing 4 ms: 19.5 + 4.5 = 24 ms a step.
     assert finding.evidence["shared_ms"] == pytest.approx(19.5)
+    assert finding.evidence["waiting_for_it_ms_per_step"] == {"worker:0": pytest.approx(40.0)}  # 44.5 - 4.5
     assert finding.recommendation.predicted_speedup == pytest.approx(64 / 24, rel=0.01)
     assert "input_bound" not in _warnings(report)
 
@@ -94,6 +95,7 @@ def test_a_stopped_worker_is_named_with_the_step_it_would_allow(builder):
     assert finding.evidence["stopped_share"] == {"worker:0": 0.0, "worker:1": 0.3}
     # Every step stands still while worker 1 is stopped: 60 ms x (1 - 0.3) = 42 ms.
     assert finding.evidence["predicted_step_ms"] == pytest.approx(42.0, rel=0.01)
+    assert finding.evidence["waiting_for_it_ms_per_step"] == {"worker:0": pytest.approx(18.0, abs=0.1)}
     assert finding.recommendation.predicted_speedup == pytest.approx(60 / 42, rel=0.01)
 
 
@@ -134,3 +136,28 @@ def test_every_slow_input_is_named_and_none_shown_waiting(builder):
     report = analyze(_sync_run(builder, 64.0, {"worker:0": (40.0, 4.0), "worker:1": (39.0, 4.0)}).write())
     finding = next(f for f in report.findings if f.kind == "input_bound")
     assert finding.tasks == WORKERS and "waiting_for_peers_ms_per_step" not in finding.evidence
+
+
+def test_the_stall_of_a_stopped_worker_in_every_input_wait_is_not_input_bound(builder):
+    # A dataset of unknown cardinality hands out an element only after every worker says it
+    # has one, so while worker 1 is stopped (40 % of the time) both workers wait for their
+    # element: 30 ms of each 64 ms step. Left out, the stall leaves 4.4 ms of input wait.
+    run = _sampled(_sync_run(builder, 64.0, {"worker:0": (30.0, 4.0), "worker:1": (30.0, 4.0)}),
+                   {"worker:0": 0, "worker:1": 4})
+    report = analyze(run.write())
+    assert "input_bound" not in _warnings(report)
+    finding = report.primary
+    assert finding.kind == "straggler" and finding.tasks == ("worker:1",)
+    # Every step stands still while it is stopped: 64 x (1 - 0.4) = 38.4 ms, 25.6 ms less.
+    assert finding.evidence["waiting_for_it_ms_per_step"] == {"worker:0": pytest.approx(25.6, abs=0.1)}
+
+
+def test_a_slow_input_beside_a_briefly_stopped_peer_is_still_input_bound(builder):
+    # Worker 0 waits 40 ms of its 64 ms step for input; worker 1 was stopped 10 % of the
+    # time. Only that 10 % is left out of worker 0's wait: it stays input bound.
+    run = _sampled(_sync_run(builder, 64.0, {"worker:0": (40.0, 4.0), "worker:1": (0.5, 4.0)}),
+                   {"worker:0": 0, "worker:1": 1})
+    finding = next(f for f in analyze(run.write()).findings if f.kind == "input_bound")
+    assert finding.tasks == ("worker:0",) and finding.severity.value == "critical"
+    assert finding.evidence["stall_share_left_out"] == pytest.approx(0.1)
+    assert finding.evidence["input_wait_frac"]["worker:0"] == pytest.approx(40 / 64 - 0.1, abs=0.01)

@@ -3,6 +3,14 @@
 Under a synchronous strategy one slow pipeline gates every worker: the others wait for
 it inside the all-reduce (their own input wait stays small), so the finding names the
 workers whose *own* wait is large, and the prediction removes it from the shared step.
+That holds where the element arrives without a collective (under
+MultiWorkerMirroredStrategy a dataset that ends in ``repeat()``); one of finite or unknown
+cardinality is handed out only after an all-reduce of every worker's "has data"
+(TensorFlow 2.21's ``input_lib._enable_get_next_as_optional``, partial-batch handling),
+so every worker's element waits for the slowest and every worker reads as input bound.
+For the same reason the stall of a worker whose process was stopped
+(``sync_steps.stall_share``) can land in every worker's input wait; it is left out of
+each worker's wait, so a stopped peer is ``straggler``'s, not input.
 Where every worker's step records carry its own compute (``compute_ns``, stamped before
 the all-reduce under ``model.fit``), the prediction is made on the workers' own times
 (``sync_steps``): the step is the largest own time plus the shared reduction; with a
@@ -21,9 +29,10 @@ from __future__ import annotations
 
 import pandas as pd
 
+from tfdiag.analysis.detectors.straggler import MIN_WAKES
 from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.measurements import Measurements
-from tfdiag.analysis.sync_steps import shared_ns
+from tfdiag.analysis.sync_steps import shared_ns, stall_share, waiting_for_slowest_ms
 from tfdiag.analysis.whatif import predicted_speedup
 
 KIND = "input_bound"
@@ -50,6 +59,9 @@ def detect(measured: Measurements) -> list[Finding]:
     workers = measured.workers
     if workers.empty:
         return []
+    stall = stall_share(measured.stopped, MIN_WAKES) if measured.synchronous else 0.0
+    if stall:  # the steps a stopped worker held still are no worker's input wait
+        workers = workers.assign(input_wait_frac=(workers["input_wait_frac"] - stall).clip(lower=0.0))
     bound = workers[workers["input_wait_frac"] >= WARNING_INPUT_FRACTION]
     if bound.empty:
         return []
@@ -58,8 +70,11 @@ def detect(measured: Measurements) -> list[Finding]:
     own = measured.own_times if measured.synchronous else None
     waiting: dict[str, float] = {}
     if own is not None and len(own) == len(workers):  # every worker's own compute, stamped before the all-reduce
+        if stall:
+            own = own.assign(input_ns=(own["input_ns"] - stall * own["step_ns"]).clip(lower=0.0))
+            own = own.assign(own_ns=own["input_ns"] + own["compute_ns"])
         speedup = _synchronous_speedup(own, dict(zip(workers["task"].astype(str), cores)))
-        waiting = waiting_for_peers_ms(own, set(bound["task"].astype(str)))
+        waiting = waiting_for_slowest_ms(own, set(bound["task"].astype(str)))
     else:
         speedup = predicted_speedup(workers, _new_step_ns(workers, input_ns, cores, measured.synchronous),
                                     measured.synchronous)
@@ -94,6 +109,7 @@ def detect(measured: Measurements) -> list[Finding]:
                 "map_parallelism": {str(task): int(cores[index]) for index, task in bound["task"].items()},
                 "threshold": WARNING_INPUT_FRACTION,
                 **({"waiting_for_peers_ms_per_step": waiting} if waiting else {}),
+                **({"stall_share_left_out": round(stall, 3)} if stall else {}),
             },
             recommendation=Recommendation(
                 action="Overlap input with compute: parallelise the map and prefetch batches in the tf.data pipeline.",
@@ -118,27 +134,6 @@ def host_cores(measured: Measurements) -> pd.Series:
     shared = measured.shared_host.host if measured.shared_host is not None else None
     fallback = float(by_host.get(shared, 1.0)) if shared is not None else 1.0
     return workers.map(by_task).astype("float64").fillna(fallback).clip(lower=1.0)
-
-
-def waiting_for_peers_ms(own: pd.DataFrame, named: set[str]) -> dict[str, float]:
-    """Per worker not named, its mean wait in the all-reduce for the slowest own time (ms a step).
-
-    The rule that tells the worker whose input is slow from those that wait for it: each
-    worker's input wait ends at its element stamp and its compute at its gradients stamp,
-    both before the cross-worker reduction, so a wait for a slower peer falls after its own
-    gradients, in neither stamp. A worker whose own input wait is small is then waiting for
-    a peer, whatever its step time; the step is the largest own time plus the shared part
-    (``sync_steps``), so each worker waits the largest own time less its own. This holds
-    for any synchronous job whose element arrives without a collective: under
-    MultiWorkerMirroredStrategy a dataset of infinite cardinality (one that ends in
-    ``repeat()``). One of finite or unknown cardinality is handed out only after an
-    all-reduce of every worker's "has data" (TensorFlow 2.21's
-    ``input_lib._enable_get_next_as_optional``, partial-batch handling), so every worker's
-    element waits for the slowest one and every worker reads as input bound.
-    """
-    largest = float(own["own_ns"].max())
-    return {str(row.task): round((largest - float(row.own_ns)) / 1e6, 2)
-            for row in own.itertuples() if str(row.task) not in named}
 
 
 def _new_step_ns(workers, input_ns, cores, synchronous: bool):

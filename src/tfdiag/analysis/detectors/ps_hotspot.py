@@ -4,7 +4,9 @@ Bytes per ps come from the variable placement, or, where none was captured (a TF
 session), from the bytes each ps moved in traced steps (``ps_traffic.traced_ps_load``).
 The gain of spreading the bytes is predicted from what each ps costs a traced step where
 the run traced transfers with every ps (a TF1 session: ``ps_traffic.traced_ps_wait``),
-else from the ps traffic model (bytes, round trips and bandwidth from the RPC probe).
+else from the ps traffic model (bytes, round trips and bandwidth from the RPC probe). A
+hot ps is a warning only where spreading its bytes is predicted to pay
+(``MIN_WARNING_SPEEDUP``), else info.
 """
 
 from __future__ import annotations
@@ -24,6 +26,14 @@ HOT_SHARE_RATIO = 1.5
 CRITICAL_SHARE_RATIO = 1.9
 # Below this, moving bytes costs too little to matter whoever holds them.
 MIN_VARIABLE_BYTES = 1 << 20
+# A warning asks for a change worth making. Uneven bytes are not by themselves a bottleneck:
+# placement puts whole variables on one ps each (round-robin by creation order, so a few
+# large kernels can all land on one), and the step pays for it only where that ps's traffic
+# holds the step up. Partitioning adds a round trip and a concat per shard to every step,
+# which can take back a small gain, and a prediction under 1.1x is within the error of the
+# traffic model; with no prediction (no traffic measured to predict from) nothing shows the
+# hot ps costs the step at all. Either way the finding is info.
+MIN_WARNING_SPEEDUP = 1.1
 
 
 def detect(measured: Measurements) -> list[Finding]:
@@ -45,10 +55,13 @@ def detect(measured: Measurements) -> list[Finding]:
         speedup = predicted_speedup(measured.workers, measured.workers["mean_ns"] - saving, measured.synchronous)
     tasks = tuple(hot["task"])
     largest = hot.iloc[0]
+    severity = Severity.CRITICAL if ratio >= CRITICAL_SHARE_RATIO else Severity.WARNING
+    if speedup is None or speedup < MIN_WARNING_SPEEDUP:
+        severity = Severity.INFO
     return [
         Finding(
             kind=KIND,
-            severity=Severity.CRITICAL if ratio >= CRITICAL_SHARE_RATIO else Severity.WARNING,
+            severity=severity,
             title=(f"{tasks[0]} {'moves' if traced else 'holds'} {float(hot['bytes_share'].max()):.0%} of the "
                    f"{'bytes of traced steps' if traced else 'variable bytes'}"),
             summary=(

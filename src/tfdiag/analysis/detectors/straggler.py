@@ -26,7 +26,7 @@ from tfdiag.analysis.closure_gaps import paced_speedup
 from tfdiag.analysis.fair_comparison import MIN_RECORDS, MIN_SPAN_SHARE, OVERLAP_RECORDS  # noqa: F401
 from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.measurements import Measurements
-from tfdiag.analysis.sync_steps import shared_ns, speedup_with_own, step_if_running_as_peers, stopped_shares
+from tfdiag.analysis.sync_steps import shared_ns, speedup_with_own, step_if_running_as_peers, waiting_for_slowest_ms
 from tfdiag.analysis.whatif import predicted_speedup, speedup_at_periods
 from tfdiag.events import LATE_WAKE_S
 
@@ -131,7 +131,7 @@ def _stopped_more(measured: Measurements, judged: pd.DataFrame) -> pd.Series:
     ``sync_steps.stopped_shares``) ``STOPPED_EXTRA_SHARE`` more than the typical other: a fault of
     their own, whatever their run-queue wait (a ``SIGSTOP`` wakes every thread to stop, and
     again to go on, each a wait on a busy host's run queue)."""
-    shares = stopped_shares(measured.run.frame("system"), measured.run.frame("step"))
+    shares = measured.stopped
     shares = shares[shares["task"].isin(set(judged["task"].astype(str))) & (shares["wakes"] >= MIN_WAKES)]
     if len(shares) < 2:
         return pd.Series(False, index=judged.index)
@@ -350,6 +350,7 @@ def _by_own_compute(measured: Measurements, own: pd.DataFrame) -> list[Finding]:
             "step_ms_mean": _ms(judged["step_ns"].max()),
             "shared_ms": _ms(shared_ns(judged)),
             "predicted_step_ms": _ms(shared_ns(judged) + new_own.max()),
+            "waiting_for_it_ms_per_step": waiting_for_slowest_ms(judged, set(tasks)),
             "compared_steps": {row.task: int(row.records) for row in rows},
         },
         speedup=speedup_with_own(judged, new_own),
@@ -360,7 +361,7 @@ def _by_stopped_share(measured: Measurements, judged: pd.DataFrame) -> list[Find
     """Synchronous workers whose process could not run for a much larger share of their steps
     than the others' (a CPU quota, ``SIGSTOP``), from their samplers' late wake-ups and cgroup
     throttling; predicted as if they had been stopped only as much as the typical other worker."""
-    shares = stopped_shares(measured.run.frame("system"), measured.run.frame("step"))
+    shares = measured.stopped
     shares = shares[shares["task"].isin(set(judged["task"])) & (shares["wakes"] >= MIN_WAKES)].reset_index(drop=True)
     if len(shares) < 2:
         return []
@@ -397,6 +398,9 @@ def _by_stopped_share(measured: Measurements, judged: pd.DataFrame) -> list[Find
             "compute_ms_p50": {row.task: _ms(row.compute_p50_ns) for row in judged.itertuples()},
             "step_ms_mean": round(step_ns / 1e6, 2),
             "predicted_step_ms": round(new_step_ns / 1e6, 2),
+            # While it is stopped every other worker waits for it: the step it would save.
+            "waiting_for_it_ms_per_step": {row.task: round((step_ns - new_step_ns) / 1e6, 2)
+                                           for row in shares.itertuples() if row.task not in tasks},
             "slowdown": {task: round(slowdown, 2) for task in tasks},
         },
         speedup=slowdown,
