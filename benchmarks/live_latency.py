@@ -18,13 +18,13 @@ within the fault's on-time: missed; an onset with less than ``--on`` seconds of 
 is not counted); the findings announced in the clean lead-in (false); for each announced
 finding, the whole-run analysis of the same window (``announced_findings`` on the run
 cut to the window) and its predicted speed-up beside the announced one; and the live
-thread's cost from its ``note`` (ticks, ms per tick, confirmations and ms each).
+thread's cost from its ``note`` (ticks, ms per tick, verdicts, confirmations and ms each).
 
     tools/loopback-only .venv/bin/python benchmarks/live_latency.py --job ps_ctl --fault straggler --steps 20000
 
 ``--replay RUN`` copies a recorded run frame by frame into a growing run, ticks a
 ``LiveMonitor`` every ``--interval`` seconds of the run's time, and prints the thread CPU
-of the screens and of the confirmations apart, then the parts of a confirmation
+of the screens, the verdicts and the confirmations apart, then the parts of a judgement
 (``timed_parts``: the reading, each table, each detector, the advisor).
 """
 
@@ -57,7 +57,7 @@ from tfdiag.store import MANIFEST_NAME, log_dir, read_task_file, task_files  # n
 
 COST = re.compile(r"live findings: (\d+) evaluations every [\d.]+ s or more \(every ([\d.]+) s on average, .*?\), "
                   r"([\d.]+) ms CPU each, (\d+) ms CPU per minute \(([\d.]+)% of a core\); (\d+) confirmations "
-                  r"\(([\d.]+) ms CPU each, screens ([\d.]+) ms each\)")
+                  r"\(([\d.]+) ms CPU each, screens ([\d.]+) ms each\), (\d+) verdicts \(([\d.]+) ms CPU each\)")
 
 
 def records(run_dir: Path, kind: str) -> list[dict]:
@@ -186,7 +186,7 @@ def _scored(run: Path, args, onsets, clean_end_ns: int, code: int, load_before: 
         "predictions": _predictions(run, [r for r in found if r["state"] == "began" and r["kind"] == kind]),
         "message": next((r["message"] for r in found if r["state"] == "began" and r["kind"] == kind), None),
         "cost": dict(zip(("ticks", "seconds_apart", "ms_per_tick", "ms_per_minute", "core_pct", "confirmations",
-                          "ms_per_confirmation", "ms_per_screen"),
+                          "ms_per_confirmation", "ms_per_screen", "verdicts", "ms_per_verdict"),
                          [float(x) for x in cost.groups()])) if cost else None,
         "load": [round(load_before, 2), round(os.getloadavg()[0], 2)],
     }
@@ -248,28 +248,28 @@ class GrowingCopy:
 
 
 def replay(run: Path, interval_s: float) -> str:
-    """A ``LiveMonitor`` ticked along a recorded run, twice: the thread CPU of its screens and
-    of its confirmations apart, then with each part of a confirmation timed (``timed_parts``)."""
-    screens, confirms, messages = _replayed(run, interval_s)
+    """A ``LiveMonitor`` ticked along a recorded run, twice: the thread CPU of its screens, its
+    verdicts and its confirmations apart, then with each part of a judgement timed (``timed_parts``)."""
+    screens, verdicts, confirms, messages = _replayed(run, interval_s)
     with timed_parts() as spent:
-        _, timed_confirms, _ = _replayed(run, interval_s)
+        _, timed_verdicts, timed_confirms, _ = _replayed(run, interval_s)
 
     def spread(values):
         return (f"median {statistics.median(values):.2f} ms, p90 {_quantile(values, 0.9):.2f}, largest "
                 f"{max(values):.2f}" if values else "none")
-    lines = [f"{len(screens) + len(confirms)} ticks every {interval_s:g} s of the run; thread CPU: "
-             f"{len(screens)} screens: {spread(screens)}; {len(confirms)} confirmations (the first, reading the "
-             f"whole task files, left out): {spread(confirms[1:])}; load average {os.getloadavg()[0]:.1f}", "",
+    lines = [f"{len(screens) + len(verdicts) + len(confirms)} ticks every {interval_s:g} s of the run; thread CPU: "
+             f"{len(screens)} screens: {spread(screens)}; {len(verdicts)} verdicts: {spread(verdicts)}; "
+             f"{len(confirms)} confirmations (the first, reading the whole task files, left out): "
+             f"{spread(confirms[1:])}; load average {os.getloadavg()[0]:.1f}", "",
              *[f"- {message}" for message in messages], ""]
-    whole = sum(timed_confirms[1:]) or 1.0
-    if len(timed_confirms) > 1:
-        lines += ["| part of a confirmation | ms | share |", "| --- | --- | --- |"]
-        groups = {"reading": ["refresh"], "tables": [n for n in spent if n.startswith("table ")],
+    judged = timed_verdicts + timed_confirms
+    if judged:
+        lines += ["| part of a judgement | ms | share |", "| --- | --- | --- |"]
+        groups = {"reading": ["refresh", "window"], "tables": [n for n in spent if n.startswith("table ")],
                   "detectors": [n for n in spent if n.startswith("detector ")], "advisor": ["advise"]}
         for group, names in groups.items():
             group_ns = sum(spent[name] for name in names)
-            lines.append(f"| {group} | {group_ns / 1e6 / len(timed_confirms):.1f} | "
-                         f"{group_ns / 1e6 / sum(timed_confirms):.0%} |")
+            lines.append(f"| {group} | {group_ns / 1e6 / len(judged):.1f} | {group_ns / 1e6 / sum(judged):.0%} |")
     return "\n".join(lines)
 
 
@@ -281,14 +281,15 @@ def _quantile(values, q: float) -> float:
 @contextlib.contextmanager
 def timed_parts():
     """The thread CPU of each part of the evaluations run inside it, by part: ``refresh``
-    (``WindowLoader``'s reading), ``table NAME`` (each ``Measurements`` table, built when
+    (``WindowLoader``'s reading), ``window`` (a verdict's, of the screen's records),
+    ``table NAME`` (each ``Measurements`` table, built when
     first read), ``detector KIND`` and ``advise``; each part's own time, the parts it
     calls left out (a detector's first read of a table is the table's). The functions are
     wrapped while it lasts. cProfile, which this replaces, charged its own overhead per
     Python call: several times the evaluation, and most on the parts made of small
     pandas calls.
     """
-    from tfdiag.analysis import detectors, live
+    from tfdiag.analysis import detectors, live, live_verdict
     from tfdiag.analysis.load import WindowLoader
     from tfdiag.analysis.measurements import Measurements
 
@@ -310,40 +311,44 @@ def timed_parts():
 
     tables = {name: table for name, table in vars(Measurements).items() if isinstance(table, functools.cached_property)}
     originals = ({name: table.func for name, table in tables.items()}, dict(detectors.DETECTORS), live.advise,
-                 WindowLoader.refresh)
+                 WindowLoader.refresh, live_verdict.window_run)
     for name, table in tables.items():
         table.func = timed(f"table {name}", table.func)
     for kind, detect in originals[1].items():
         detectors.DETECTORS[kind] = timed(f"detector {kind}", detect)  # detect_all's default registry
     live.advise = timed("advise", live.advise)
     WindowLoader.refresh = timed("refresh", WindowLoader.refresh)
+    live_verdict.window_run = timed("window", live_verdict.window_run)
     try:
         yield spent
     finally:
         for name, table in tables.items():
             table.func = originals[0][name]
         detectors.DETECTORS.update(originals[1])
-        live.advise, WindowLoader.refresh = originals[2], originals[3]
+        live.advise, WindowLoader.refresh, live_verdict.window_run = originals[2:]
 
 
 def _replayed(run: Path, interval_s: float):
-    """(thread CPU ms of each screen-only tick, of each tick that confirmed, the messages) along ``run``."""
+    """(thread CPU ms of each screen-only tick, of each tick that ran a verdict, of each that
+    confirmed, the messages) along ``run``."""
     from tfdiag.analysis.live_monitor import LiveMonitor
 
     with tempfile.TemporaryDirectory(prefix="tfdiag-live-replay-") as tmp:
         copy = GrowingCopy(run, Path(tmp) / "run")
         monitor = LiveMonitor(copy.path, own_task="chief:0")
-        screens, confirms, messages, now_ns = [], [], [], copy.first_ns + int(interval_s * 1e9)
+        screens, verdicts, confirms, messages = [], [], [], []
+        now_ns = copy.first_ns + int(interval_s * 1e9)
         while now_ns <= copy.last_ns:
             copy.until(now_ns)
-            confirmations, setup = monitor.confirmations, monitor.setup_cpu_ns
+            confirmations, judged, setup = monitor.confirmations, monitor.verdicts, monitor.setup_cpu_ns
             begin = time.thread_time_ns()
             messages += [f"{(now_ns - copy.first_ns) / 1e9:.0f} s: {transition.message}"
                          for transition in monitor.tick(now_ns)]
             took = (time.thread_time_ns() - begin - (monitor.setup_cpu_ns - setup)) / 1e6
-            (confirms if monitor.confirmations > confirmations else screens).append(took)
+            (confirms if monitor.confirmations > confirmations else verdicts if monitor.verdicts > judged
+             else screens).append(took)
             now_ns += int(interval_s * 1e9)
-    return screens, confirms, messages
+    return screens, verdicts, confirms, messages
 
 
 def _load(row: dict) -> str:
@@ -356,8 +361,9 @@ def summary(rows: list[dict]) -> str:
     for row in rows:
         by_case[(row["job"], row["fault"] + (f", share {row['share']:.0%}" if row.get("share") else ""))].append(row)
     lines = ["| job | fault | onsets | announced after: p50 / p90 / max | missed | false in the clean lead-in | "
-             "predicted: announced vs whole-run analysis of the window | ms per screen | confirmations, ms each | "
-             "share of a core | load |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "predicted: announced vs whole-run analysis of the window | ms per screen | verdicts, ms each | "
+             "confirmations, ms each | share of a core | load |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for (job, fault), group in by_case.items():
         latencies = sorted(x for row in group for x in row["announced_s"])
         costs = [row["cost"] for row in group if row["cost"]]
@@ -365,9 +371,11 @@ def summary(rows: list[dict]) -> str:
         spread = (f"{statistics.median(latencies):.1f} / {_quantile(latencies, 0.9):.1f} / {max(latencies):.1f} s"
                   if latencies else "none")
         cost = (f"| {statistics.median(c['ms_per_screen'] for c in costs):.2f} | "
+                f"{sum(c['verdicts'] for c in costs):.0f}, "
+                f"{statistics.median(c['ms_per_verdict'] for c in costs):.0f} | "
                 f"{sum(c['confirmations'] for c in costs):.0f}, "
                 f"{statistics.median(c['ms_per_confirmation'] for c in costs):.0f} | "
-                f"{statistics.median(c['core_pct'] for c in costs):.3f} % ") if costs else "| – | – | – "
+                f"{statistics.median(c['core_pct'] for c in costs):.3f} % ") if costs else "| – | – | – | – "
         lines.append(f"| {job} | {fault} | {len(latencies) + sum(r['missed'] for r in group)} | {spread} | "
                      f"{sum(r['missed'] for r in group)} | {sum(len(r['false']) for r in group)} | "
                      f"{', '.join(pairs[:4]) or '–'} {cost}| "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tfdiag.analysis.live_monitor import MAX_RETRY_S, LiveMonitor
+from tfdiag.analysis.live_monitor import FREE_VERDICT_RETRIES, MAX_RETRY_S, LiveMonitor
 from tfdiag.analysis.live_screen import LiveScreen
 
 from tests.runs import MS, START_NS, RunBuilder
@@ -56,10 +56,10 @@ class Job:
         return [(t, change) for t, change in self.announced if change.state == "began" and change.kind == kind]
 
 
-def test_a_straggler_is_confirmed_by_the_analysis_of_its_window_and_cleared(tmp_path):
+def test_a_straggler_is_announced_by_a_verdict_on_its_window_and_cleared(tmp_path):
     job = Job(tmp_path / "run").until(20).until(45, step_ms={"worker:1": 50.0}).until(65)
     (began_at, began), = job.began("straggler")
-    assert began.tasks == ("worker:1",) and 20 < began_at <= 20 + 10
+    assert began.tasks == ("worker:1",) and 20 < began_at <= 20 + 8
     assert began.message.startswith(f"tfdiag: worker:1 straggler since step {began.step:,}: worker:1 ")
     assert "if repaired" in began.message
     # The announced finding is the whole run's analysis of the same window.
@@ -72,7 +72,7 @@ def test_a_straggler_is_confirmed_by_the_analysis_of_its_window_and_cleared(tmp_
     assert finding.title in began.message
     cleared = [(t, c) for t, c in job.announced if c.state == "cleared" and c.kind == "straggler"]
     assert cleared and 45 < cleared[0][0] <= 45 + 15
-    assert job.monitor.confirmations <= 12 < job.monitor.screens
+    assert job.monitor.verdicts <= 12 < job.monitor.screens and job.monitor.confirmations == 0
 
 
 def test_a_clean_run_is_screened_without_confirming_or_importing_the_analysis(tmp_path):
@@ -108,15 +108,16 @@ def test_a_worker_that_stops_is_named_within_30_s(tmp_path):
     assert "no progress" in began.message and began.severity == "critical"
 
 
-def test_a_spent_credit_delays_confirmations_but_not_a_stopped_task(tmp_path):
+def test_a_spent_credit_delays_link_confirmations_but_not_a_verdict_or_a_stopped_task(tmp_path):
     job = Job(tmp_path / "run")
     credit = [False]
     job.monitor.may_confirm = lambda: credit[0]
-    job.until(20).until(40, step_ms={"worker:1": 50.0})
-    assert job.monitor.confirmations == 0 and not job.began("straggler")
+    job.until(20).until(40, step_ms={"worker:1": 50.0}, rtt_ms={"ps:0": 20.5})
+    assert job.monitor.confirmations == 0 and not job.began("slow_link")
+    assert [c.tasks for _, c in job.began("straggler")] == [("worker:1",)]  # a verdict needs no credit
     credit[0] = True  # the candidate waited, not rejected: confirmed on the next tick
-    job.until(42, step_ms={"worker:1": 50.0})
-    assert [t for t, _ in job.began("straggler")] == [42]
+    job.until(42, step_ms={"worker:1": 50.0}, rtt_ms={"ps:0": 20.5})
+    assert [t for t, _ in job.began("slow_link")] == [42]
     credit[0] = False
     job.until(80, step_ms={"worker:1": 1e9})  # worker:1 stops: named from the screen, no credit needed
     (began_at, began), = job.began("stalled")
@@ -140,8 +141,19 @@ def test_a_silent_writer_and_a_failed_task_are_named(tmp_path):
 def test_a_candidate_the_analysis_rejects_is_retried_ever_less_often(tmp_path):
     # worker:1 1.22x slower: a screen candidate (1.2x), never a straggler for the detector (1.25x; 1.5x on one host).
     job = Job(tmp_path / "run").until(200, step_ms={"worker:1": 24.6})
-    assert job.announced == []
-    assert 3 <= job.monitor.confirmations <= 2 + 200 / MAX_RETRY_S + 6  # 2, 2, 4, 8, ... s, then every 120 s
+    assert job.announced == [] and job.monitor.confirmations == 0
+    # 2 s apart FREE_VERDICT_RETRIES times, then 4, 8, ... s, then every 120 s
+    assert 3 <= job.monitor.verdicts <= FREE_VERDICT_RETRIES + 200 / MAX_RETRY_S + 7
+
+
+def test_a_rejected_candidate_keeps_its_wait_through_a_short_absence(tmp_path):
+    job = Job(tmp_path / "run").until(120, step_ms={"worker:1": 24.6})
+    key = ("straggler", "worker:1")
+    next_ns, rejections = job.monitor._retry[key]
+    wait_s = (next_ns - (START_NS + 120 * S)) / S
+    assert rejections > FREE_VERDICT_RETRIES and wait_s > 4
+    job.until(120 + wait_s + 10)  # gone longer than its wait, shorter than MAX_RETRY_S / 2 past it
+    assert job.monitor._retry[key][1] == rejections
 
 
 def test_the_screen_reads_only_what_was_appended(tmp_path):

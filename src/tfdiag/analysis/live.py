@@ -14,9 +14,10 @@ the last evaluation: a paused or stalled job) is judged as before without runnin
 analysis again. Only warning and critical findings are announced.
 
 Nothing here runs a thread or imports TensorFlow: ``live_monitor`` calls ``evaluate`` to
-confirm what its screen (``live_screen``) flags, from ``tfdiag.collectors.live_thread``'s
-thread in the one task that writes the manifest, which writes each transition as a
-``live_finding`` record; ``live_finding_windows`` turns those
+confirm a slow link its screen (``live_screen``) flags, and ``live_verdict`` calls
+``announced_findings`` on the screen's own records for a straggler or an input stall, from
+``tfdiag.collectors.live_thread``'s thread in the one task that writes the manifest, which
+writes each transition as a ``live_finding`` record; ``live_finding_windows`` turns those
 records into the began/ended table the report and the TensorBoard tab show.
 
 Example:
@@ -152,8 +153,7 @@ class LiveFindings:
             self._judged = (run, kinds)
             self.analyses += 1
         findings = self.findings
-        step = training_step(int(steps["step"].max()), steps["steps"].fillna(1).median(),
-                             closures=not run.frame("closure").empty)
+        step = window_step(run)
         transitions = []
         for key, finding in findings.items():
             tracked = self._tracked.setdefault(key, _Tracked(finding, now_ns, step))
@@ -187,10 +187,17 @@ def confirmed(finding: Finding, candidates: dict[tuple[str, str], int]) -> int |
                 if kind == finding.kind and (not finding.tasks or task in finding.tasks)), default=None)
 
 
-def announced_findings(run: LoadedRun) -> dict[tuple[str, tuple[str, ...]], Finding]:
-    """The analysis of a window: ``measure``, every detector and the advisor, as for a whole
-    run; the findings of an announced severity by (kind, tasks)."""
-    return _announced(measure(run))
+def announced_findings(run: LoadedRun, kinds: frozenset[str] | None = None) -> dict[tuple[str, tuple[str, ...]], Finding]:
+    """The analysis of a window: ``measure``, every detector (or those of ``kinds``) and the
+    advisor, as for a whole run; the findings of an announced severity by (kind, tasks)."""
+    return _announced(measure(run), kinds)
+
+
+def window_step(run: LoadedRun) -> int:
+    """The job's training step at a window's newest step record (``training_step``)."""
+    steps = run.frame("step")
+    return training_step(int(steps["step"].max()), steps["steps"].fillna(1).median(),
+                         closures=not run.frame("closure").empty)
 
 
 def _announced(measured: Measurements, kinds: frozenset[str] | None = None) -> dict[tuple[str, tuple[str, ...]], Finding]:

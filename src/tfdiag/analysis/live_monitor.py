@@ -1,25 +1,26 @@
-"""Live findings: a cheap screen every tick, the full analysis only to confirm what it flags.
+"""Live findings: a cheap screen every tick, a judgement only where it flags something.
 
 ``LiveMonitor.tick(now_ns)`` brings the screen (``live_screen``) up to date and judges it
-(a few milliseconds); the full analysis of the last ``live.WINDOW_S`` seconds
-(``live.LiveFindings``: measure, every detector, the advisor; for a slow link, a window of
-a few round trips at the probe's pace, ``live.link_window_s``) runs only when:
+(a few milliseconds). A candidate (kind, task) that no announced finding covers is judged:
 
-- a candidate (kind, task) stood ``SCREEN_PERSIST_S`` and no announced finding covers
-  it: that analysis announces the finding the first time it sees it, with its own title,
-  evidence and predicted speed-up (so the announced prediction is the one the whole-run
-  analysis makes of the same window); a candidate it rejects is tried again
-  ``CONFIRM_RETRY_S`` later, twice, then twice as long each time up to ``MAX_RETRY_S``
-  (a candidate that comes and goes keeps its wait until it has been gone that long);
-- an announced finding's candidate has been gone ``CLEAR_AFTER_S``: every
-  ``CONFIRM_RETRY_S`` until the analysis clears it (the first evaluation without it: the
-  screen's absence is the second opinion).
+- ``straggler`` and ``input_bound`` on every tick that shows it, whatever the thread's
+  CPU credit, by a verdict (``live_verdict``: the detector and the advisor on the last
+  ``live.WINDOW_S`` seconds of the records the screen keeps, tens of milliseconds);
+- ``slow_link`` once it stood ``SCREEN_PERSIST_S``, while the credit allows
+  (``may_confirm``), by the analysis of a window of a few round trips at the probe's pace
+  (``live.LiveFindings``, ``live.link_window_s``: hundreds of milliseconds).
 
-Only what a candidate names is announced (an analysis run to confirm one straggler can
-see other findings in a window of a few seconds: the report after the run judges those).
-Stopped, silent and failed tasks (``live_stops``) are announced from the screen itself.
-pandas and the analysis are imported on the first confirmation, not before: a job whose
-screen never flags anything never imports them.
+The judgement announces the finding the first time it sees it, with its own title,
+evidence and predicted speed-up (the whole-run analysis's of the same window). A
+candidate it rejects is judged again ``CONFIRM_RETRY_S`` later, ``FREE_RETRIES`` times
+(a verdict: ``FREE_VERDICT_RETRIES``, the time its window takes to show an onset), then
+twice as long each time up to ``MAX_RETRY_S`` (a candidate that comes and goes keeps its
+wait until it has been gone that long). An announced finding whose candidate has been
+gone ``CLEAR_AFTER_S`` is judged every ``CONFIRM_RETRY_S`` until a judgement clears it.
+Only what a candidate names is announced; stopped, silent and failed tasks
+(``live_stops``) are announced from the screen itself. pandas and the analysis are
+imported on the first judgement, not before: a job whose screen never flags anything
+never imports them.
 
 Example:
     >>> monitor = LiveMonitor("logs/run1", own_task="chief:0")  # doctest: +SKIP
@@ -34,22 +35,25 @@ import os
 import time
 from typing import Callable
 
-from tfdiag.analysis.live_screen import LiveScreen
+from tfdiag.analysis.live_screen import VERDICT_KINDS, LiveScreen
 from tfdiag.analysis.live_stops import typical_periods
 from tfdiag.analysis.live_transition import Transition, message
 
-# Seconds a candidate must stand before the analysis confirms it: one screen's window can
-# hold a single late batch of records, and the analysis's window (live.WINDOW_S) shows a
-# change once about half of it is past the change's onset, which the screen (a window of
-# live_screen.RECENT_S) sees about two seconds in.
+# Seconds a slow_link candidate must stand before the analysis confirms it: one screen's
+# window can hold a single late batch of records.
 SCREEN_PERSIST_S = 3.0
 # Seconds before a rejected candidate, or an announced finding the screen no longer shows,
-# is analysed again; a rejected one waits twice as long each time after two tries, up to
-# MAX_RETRY_S, so a candidate the analysis keeps rejecting (a job slow in a way the
-# detector does not count as a finding) costs a confirmation every two minutes, not every screen.
+# is judged again; a rejected one waits twice as long each time after FREE_RETRIES tries,
+# up to MAX_RETRY_S, so a candidate the detector keeps rejecting (a job slow in a way it
+# does not count as a finding) costs a judgement every two minutes, not every screen.
 CONFIRM_RETRY_S = 2.0
+FREE_RETRIES = 2
+# A verdict's window (live.WINDOW_S, 10 s) shows a 2.5x straggler's period past the
+# detector's bar about 6 s after its onset, which the screen sees 2-4 s in: a verdict is
+# retried every CONFIRM_RETRY_S that many times before its wait grows (at 50 ms each).
+FREE_VERDICT_RETRIES = 4
 MAX_RETRY_S = 120.0
-# Seconds an announced finding's candidate must have been gone before the analysis is asked
+# Seconds an announced finding's candidate must have been gone before a judgement is asked
 # to clear it: its window still holds the change until about half of it is past the end.
 CLEAR_AFTER_S = 4.0
 # Severity of the findings the screen announces itself.
@@ -57,15 +61,15 @@ STOP_SEVERITY = "critical"
 
 
 class LiveMonitor:
-    """The screen every tick, the analysis on demand, and the announced transitions.
+    """The screen every tick, the judgements on demand, and the announced transitions.
 
     Args:
         run_dir: the run directory (``RUN``).
         own_task: the task running it (never reported silent).
-        before_confirmation: called before each confirming analysis (the coordinator's
+        before_confirmation: called before each judgement (the coordinator's
             ``flush_records``, so that the window holds every closure finished so far).
-        may_confirm: asked before a confirmation; false: the candidates wait for a later tick
-            (stopped tasks are announced from the screen whatever it says).
+        may_confirm: asked before a slow_link confirmation; false: it waits for a later tick
+            (verdicts and stopped tasks go on whatever it says).
     """
 
     def __init__(self, run_dir: str | os.PathLike, own_task: str | None = None,
@@ -76,19 +80,21 @@ class LiveMonitor:
         self.before_confirmation = before_confirmation
         self.may_confirm = may_confirm  # false: a confirmation waits (the thread's CPU credit is spent)
         self.screens = 0
-        self.confirmations = 0
-        self.confirm_cpu_ns = 0  # thread CPU of the confirmations, the first import of the analysis left out
-        self.setup_cpu_ns = 0  # thread CPU of that import
-        self._live = None  # live.LiveFindings, made on the first confirmation
-        self._live_links = None  # the same on a window of a few probe round trips, for slow_link
+        self.verdicts = 0  # verdicts run (live_verdict)
+        self.verdict_cpu_ns = 0  # their thread CPU
+        self.confirmations = 0  # slow_link analyses run (live.LiveFindings)
+        self.confirm_cpu_ns = 0  # their thread CPU, the first import of the analysis left out
+        self.setup_cpu_ns = 0  # thread CPU of the imports of the analysis
+        self._verdicts = None  # live_verdict.Verdicts, made on the first verdict
+        self._live_links = None  # live.LiveFindings on a window of a few probe round trips
         self._since: dict[tuple[str, str], int] = {}  # standing candidate -> the first screen of its streak
         self._retry: dict[tuple[str, str], tuple[int, int]] = {}  # candidate -> (next try ns, rejections)
         self._seen_ns: dict[tuple[str, str], int] = {}  # candidate -> the last screen that showed it
-        self._clear_at_ns = 0  # the next analysis that may clear an announced finding
+        self._clear_at_ns = {"verdicts": 0, "links": 0}  # the next judgement of each that may clear a finding
         self._stops: dict[tuple[str, str], Transition] = {}  # announced by the screen, not cleared
 
     def tick(self, now_ns: int | None = None) -> list[Transition]:
-        """Screens what is new at ``now_ns``; confirms or clears where the screen asks; returns the transitions."""
+        """Screens what is new at ``now_ns``; judges or clears where the screen asks; returns the transitions."""
         now_ns = time.time_ns() if now_ns is None else now_ns
         self.screen.update(now_ns)
         self.screens += 1
@@ -96,59 +102,82 @@ class LiveMonitor:
         self._since = {key: self._since.get(key, now_ns) for key in candidates}
         self._seen_ns.update(dict.fromkeys(candidates, now_ns))
         for key, (next_ns, _) in list(self._retry.items()):
-            if now_ns - self._seen_ns[key] > max(next_ns - now_ns, 0) + MAX_RETRY_S / 2:
+            if now_ns - self._seen_ns[key] > max(next_ns - now_ns, 0) + int(MAX_RETRY_S / 2 * 1e9):
                 del self._retry[key]  # gone for long enough: a new onset starts afresh
         transitions = self._stop_transitions(now_ns)
-        standing = [key for key, since in self._since.items() if now_ns - since >= SCREEN_PERSIST_S * 1e9]
-        due = [key for key in standing if not self._covered(key) and now_ns >= self._retry.get(key, (0, 0))[0]]
-        gone_ns = int(CLEAR_AFTER_S * 1e9)
-        unshown = [key for key in self._announced()
-                   if all(now_ns - seen >= gone_ns for c, seen in self._seen_ns.items() if self._matches(key, c))]
-        if (due or (unshown and now_ns >= self._clear_at_ns)) and self.may_confirm():
+        transitions += self._verdict(now_ns)
+        standing = [key for key, since in self._since.items()
+                    if key[0] not in VERDICT_KINDS and now_ns - since >= SCREEN_PERSIST_S * 1e9]
+        due = [key for key in standing if self._due(key, now_ns)]
+        unshown = self._unshown(self._live_links.announced_keys() if self._live_links else [], now_ns)
+        if (due or (unshown and now_ns >= self._clear_at_ns["links"])) and self.may_confirm():
             transitions += self._confirm(now_ns, standing, due, frozenset(unshown))
-            self._clear_at_ns = now_ns + int(CONFIRM_RETRY_S * 1e9)
+            self._clear_at_ns["links"] = now_ns + int(CONFIRM_RETRY_S * 1e9)
+        return transitions
+
+    def _verdict(self, now_ns: int) -> list[Transition]:
+        """Straggler and input_bound candidates judged on the screen's records (``live_verdict``)."""
+        due = [key for key in self._since if key[0] in VERDICT_KINDS and self._due(key, now_ns)]
+        unshown = self._unshown(list(self._verdicts.announced) if self._verdicts else [], now_ns)
+        if not due and not (unshown and now_ns >= self._clear_at_ns["verdicts"]):
+            return []
+        if self._verdicts is None:
+            begin = time.thread_time_ns()
+            from tfdiag.analysis.live_verdict import Verdicts  # here: only once something needs judging
+
+            self._verdicts = Verdicts(self.path)
+            self.setup_cpu_ns += time.thread_time_ns() - begin
+        begin = time.thread_time_ns()
+        self.before_confirmation()
+        self.screen.update(now_ns)  # with what the flush wrote
+        transitions = self._verdicts.judge(self.screen.kept, now_ns, {key: self._since[key] for key in due},
+                                           frozenset(unshown))
+        self.verdicts += 1
+        self.verdict_cpu_ns += time.thread_time_ns() - begin
+        self._rejected(due, now_ns, FREE_VERDICT_RETRIES)
+        if unshown:
+            self._clear_at_ns["verdicts"] = now_ns + int(CONFIRM_RETRY_S * 1e9)
         return transitions
 
     def _confirm(self, now_ns: int, standing: list[tuple[str, str]], due: list[tuple[str, str]],
                  gone: frozenset = frozenset()) -> list[Transition]:
-        if self._live is None:
-            begin = time.thread_time_ns()
-            from tfdiag.analysis.live import LiveFindings  # here: only once something needs confirming
-
-            self._live = LiveFindings(self.path, only_confirmed=True)
-            self.setup_cpu_ns = time.thread_time_ns() - begin
         begin = time.thread_time_ns()
-        self._pace_link_window()
+        from tfdiag.analysis.live import LiveFindings, link_window_s  # here: only once something needs confirming
+
+        self.setup_cpu_ns += time.thread_time_ns() - begin
+        begin = time.thread_time_ns()
+        window_s = link_window_s(self.screen.probe_interval_s())
+        current = self._live_links  # made again when the probe's pace changed twofold and no slow link is announced
+        if current is None or (not current.announced_keys() and not 0.5 <= window_s / current.window_s <= 2):
+            self._live_links = LiveFindings(self.path, window_s, only_confirmed=True)
         self.before_confirmation()
-        screened = {(kind, (task,)) for kind, task in self._stops}  # announced from the screen already
-        transitions = []
-        for live, links in ((self._live, False), (self._live_links, True)):
-            if any((kind == "slow_link") == links for kind, _ in due) or live.announced_keys():
-                confirm = {key: self._since[key] for key in standing if (key[0] == "slow_link") == links}
-                transitions += [t for t in live.evaluate(now_ns, confirm=confirm, gone=gone) if (t.kind, t.tasks) not in screened]
+        confirm = {key: self._since[key] for key in standing}
+        transitions = self._live_links.evaluate(now_ns, confirm=confirm, gone=gone)
         self.confirmations += 1
         self.confirm_cpu_ns += time.thread_time_ns() - begin
+        self._rejected(due, now_ns, FREE_RETRIES)
+        return transitions
+
+    def _due(self, key: tuple[str, str], now_ns: int) -> bool:
+        return not self._covered(key) and now_ns >= self._retry.get(key, (0, 0))[0]
+
+    def _rejected(self, due: list[tuple[str, str]], now_ns: int, free: int) -> None:
+        """The candidates of ``due`` the judgement did not announce wait for their next try."""
         for key in due:
             if not self._covered(key):
                 rejections = self._retry.get(key, (0, 0))[1] + 1
-                wait_s = min(CONFIRM_RETRY_S * 2 ** max(rejections - 2, 0), MAX_RETRY_S)
+                wait_s = min(CONFIRM_RETRY_S * 2 ** max(rejections - free, 0), MAX_RETRY_S)
                 self._retry[key] = (now_ns + int(wait_s * 1e9), rejections)
-        return transitions
 
-    def _pace_link_window(self) -> None:
-        """A slow_link window of a few round trips at the probe's pace (``live.link_window_s``),
-        made again when the pace changed twofold and no slow link is announced."""
-        from tfdiag.analysis.live import LiveFindings, link_window_s
-
-        window_s = link_window_s(self.screen.probe_interval_s())
-        current = self._live_links
-        if current is None or (not current.announced_keys() and not 0.5 <= window_s / current.window_s <= 2):
-            self._live_links = LiveFindings(self.path, window_s, only_confirmed=True)
+    def _unshown(self, announced: list[tuple[str, tuple[str, ...]]], now_ns: int) -> list[tuple[str, tuple[str, ...]]]:
+        """The ``announced`` findings no screen has shown for ``CLEAR_AFTER_S``."""
+        gone_ns = int(CLEAR_AFTER_S * 1e9)
+        return [key for key in announced
+                if all(now_ns - seen >= gone_ns for c, seen in self._seen_ns.items() if self._matches(key, c))]
 
     def _announced(self) -> list[tuple[str, tuple[str, ...]]]:
-        if self._live is None:
-            return []
-        return self._live.announced_keys() + self._live_links.announced_keys()
+        return (list(self._verdicts.announced) if self._verdicts else []) + \
+            (self._live_links.announced_keys() if self._live_links else [])
 
     @staticmethod
     def _matches(key: tuple[str, tuple[str, ...]], candidate: tuple[str, str]) -> bool:

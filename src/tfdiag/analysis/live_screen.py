@@ -4,18 +4,20 @@
 (``tfdiag.store.read_task_file`` from the last offset) and folds it into small per-task
 numpy windows: each worker's recent step records (duration, input wait, steps, own
 compute), each link's recent probe round trips (or traced transfer times), and what
-``live_stops`` needs (heartbeats, liveness checks, exit records). ``candidates()`` then
-screens them in a few milliseconds and returns the (kind, task) pairs worth a full
-analysis: a worker slower than the others (``straggler``), a link slower than it was
-(``slow_link``), a worker waiting on its input (``input_bound``).
+``live_stops`` needs (heartbeats, liveness checks, exit records); and keeps the batches of
+the last ``KEPT_S`` seconds a verdict reads (``kept``). ``candidates()`` then screens the
+windows in a few milliseconds and returns the (kind, task) pairs worth judging: a worker
+slower than the others (``straggler``), a link slower than it was (``slow_link``), a
+worker waiting on its input (``input_bound``).
 
 Every screen threshold is looser than the bar of the detector it stands for: the screen
-only decides when to run the full analysis (``live.LiveFindings``, which decides and
-writes the evidence), so a case the detector would find must be a candidate first, and a
-candidate the analysis rejects costs one confirmation, not a false line.
+only decides when to judge (``live_verdict`` on the kept batches, ``live.LiveFindings``
+for a link; either decides and writes the evidence), so a case the detector would find
+must be a candidate first, and a candidate the detector rejects costs one judgement, not
+a false line.
 
 Numpy and pyarrow only: no pandas, so that a training process with live findings on (the
-default) does not import the analysis until a candidate needs confirming.
+default) does not import the analysis until a candidate needs judging.
 
 Example:
     >>> screen = LiveScreen("logs/run1")  # doctest: +SKIP
@@ -35,6 +37,7 @@ import pyarrow as pa
 from tfdiag.analysis.live_stops import Stops
 from tfdiag.analysis.live_transition import training_step
 from tfdiag.store import log_dir, read_task_file, task_files
+from tfdiag.store.paths import LOG_SUFFIX
 
 # Seconds of records each screen looks at, ending where every worker's records reach (not
 # the wall clock: a coordinator copies each worker's step records in batches, seconds late). Four seconds hold 40 steps of any job that steps at least every 100 ms,
@@ -73,9 +76,19 @@ WARMUP_S = 10.0
 LAGGING_S = 10.0
 
 
-# The kinds the screen reads; the reader passes over the others (closures, system samples:
-# most of a coordinator's frames) before checking them.
-SCREENED_KINDS = frozenset({"step", "closure", "rpc", "transfer", "heartbeat", "liveness", "exit"})
+# The candidates a verdict (``live_verdict``) judges on the records the screen keeps
+# (``kept``); the others (``slow_link``: a window of a few probe round trips) are confirmed
+# by the analysis of a longer window (``live.LiveFindings``).
+VERDICT_KINDS = frozenset({"straggler", "input_bound"})
+# The kinds whose batches are kept as read, for the last KEPT_S seconds: what ``measure``,
+# the straggler and input_bound detectors and the advisor read of a window; and how long
+# (live.WINDOW_S, the window a verdict analyses, and a margin).
+KEPT_KINDS = frozenset({"step", "closure", "rpc", "system", "job_process", "gpu", "fault", "session", "heartbeat"})
+KEPT_S = 12.0
+# The column that dates each kept kind's rows (load.WINDOW_TIME_COLUMNS; default time_ns).
+KEPT_TIME_COLUMNS = {"step": "end_ns", "closure": "result_ns", "rpc": "recv_ns", "session": "ready_ns"}
+# The kinds the screen reads; the reader passes over the others before checking them.
+SCREENED_KINDS = frozenset({"step", "closure", "rpc", "transfer", "heartbeat", "liveness", "exit"}) | KEPT_KINDS
 
 
 class _Series:
@@ -133,6 +146,11 @@ def _ints(batch: pa.RecordBatch, name: str, default: int = 0) -> np.ndarray:
     return column.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
 
 
+def _task_of_file(path: Path) -> str:
+    """The task a file's name says wrote it (``worker-0.tfdiag``: ``worker:0``), for a frame that names none."""
+    return path.name[: -len(LOG_SUFFIX)].replace("-", ":", 1)
+
+
 def _strings(batch: pa.RecordBatch, name: str) -> np.ndarray:
     column = batch.column(name)
     return (column.fill_null("") if column.null_count else column).to_numpy(zero_copy_only=False)
@@ -158,6 +176,7 @@ class LiveScreen:
         self.newest_ns: dict[str, int] = {}  # worker -> its newest step record's end
         self.first_ns: dict[str, int] = {}  # worker -> its first step record's or closure result's time
         self.bytes_read = 0
+        self.kept: list[tuple[Path, str, str, int, pa.RecordBatch]] = []  # (file, kind, task, newest time, batch)
         self._files: dict[Path, tuple[tuple[int, int], int]] = {}  # path -> ((device, inode), next offset)
         self._listed: tuple[int, list[Path]] = (-1, [])  # (the directory's mtime, its task files)
         self._rows: dict[str, tuple[np.ndarray, ...]] | None = None  # worker_rows of the last update
@@ -174,6 +193,7 @@ class LiveScreen:
         for path in self._listed[1]:
             self._read(path)
         self._rows = None
+        self.kept = [item for item in self.kept if item[3] >= now_ns - int(KEPT_S * 1e9)]
         newest = max(self.newest_ns.values(), default=now_ns)
         current = [ns for ns in self.newest_ns.values() if ns >= newest - LAGGING_S * 1e9]
         cutoff = min(current, default=now_ns) - int(RECENT_S * 1e9)
@@ -192,18 +212,24 @@ class LiveScreen:
         identity, offset = self._files.get(path, ((0, 0), 0))
         if identity != (stat.st_dev, stat.st_ino) or stat.st_size < offset:
             offset = 0  # a new or replaced file (a restarted task): read from its start
+            self.kept = [item for item in self.kept if item[0] != path]
         if stat.st_size == offset:
             return
         result = read_task_file(path, offset, SCREENED_KINDS)
         self.bytes_read += result.end_offset - offset
         self._files[path] = ((stat.st_dev, stat.st_ino), result.end_offset)
-        for kind, batches in result.batches.items():
-            fold = self._FOLDS.get(kind)
-            for batch in batches:
-                if fold is not None and batch.num_rows:
+        for frame in result.frames:
+            fold = self._FOLDS.get(frame.kind)
+            for batch in frame.batches:
+                if not batch.num_rows:
+                    continue
+                if frame.kind in KEPT_KINDS:
+                    newest = int(_ints(batch, KEPT_TIME_COLUMNS.get(frame.kind, "time_ns")).max())
+                    self.kept.append((path, frame.kind, frame.task or _task_of_file(path), newest, batch))
+                if fold is not None:
                     fold(self, batch)
-                elif batch.num_rows:
-                    self.stops.fold(kind, batch)
+                else:
+                    self.stops.fold(frame.kind, batch)
 
     def _fold_steps(self, batch: pa.RecordBatch) -> None:
         tasks, end = _strings(batch, "task"), _ints(batch, "end_ns")

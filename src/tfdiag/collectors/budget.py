@@ -84,10 +84,10 @@ COMPONENTS: dict[str, Budget] = {
     # Three in-graph stamps a step, drained once a second (benchmarks/micro.py stamp_cost).
     "step_input": Budget(per_step_us=20, jobs=("fit",),
                          what="in-graph input-arrival and gradients stamps, read in batches"),
-    # src/tfdiag/collectors/live_thread.py spaces its ticks so that their CPU stays within this share
-    # (plus a burst): a costlier tick makes the next one come later, never cost more
-    # (TFDIAG_LIVE_CPU_SHARE gives more). Screens every 2 s at 2-4 ms take 0.1-0.2 %; the
-    # rest pays for confirming an onset (a few analyses of 100-200 ms) now and then.
+    # src/tfdiag/collectors/live_thread.py spaces its screens (up to 4 s apart) so that their
+    # CPU stays within half this share, and a slow link's confirmations (100-500 ms each)
+    # wait for credit (TFDIAG_LIVE_CPU_SHARE gives more). Screens every 2 s at 2-4 ms take
+    # 0.1-0.2 %; the rest pays for an onset's verdicts (tens of ms each, a few an onset).
     "live": Budget(core_share=0.003, what="live findings in the chief: a screen every 2 s, the detectors to confirm"),
 }
 

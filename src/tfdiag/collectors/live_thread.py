@@ -5,14 +5,15 @@ ParameterServerStrategy coordinator, or worker 0), started by ``DiagnosticsCallb
 ``DiagnosticsHook`` or ``instrument_coordinator`` unless turned off (``live_interval_s=0``
 or ``TFDIAG_LIVE_FINDINGS=off``). Every ``interval_s`` or more it calls
 ``tfdiag.analysis.live_monitor.LiveMonitor.tick``: a screen of per-task windows kept up to
-date as records arrive (a few milliseconds), and the full analysis of the last
-``live.WINDOW_S`` seconds only to confirm what the screen flags. Each finding that began
-or cleared is printed once on stderr (``tfdiag: <task> <kind> since step N: <evidence>;
-predicted +X % if repaired``) and written as a ``live_finding`` record.
+date as records arrive (a few milliseconds), a verdict on the screen's own records where it
+flags a straggler or an input stall (tens of milliseconds), and the analysis of a longer
+window to confirm a slow link. Each finding that began or cleared is printed once on
+stderr (``tfdiag: <task> <kind> since step N: <evidence>; predicted +X % if repaired``) and
+written as a ``live_finding`` record.
 
 This module is the one place a collector reaches the analysis, and only from inside the
 thread: ``tfdiag.analysis.live_monitor`` is imported there (numpy and pyarrow only), and
-pandas with the rest of the analysis on the first confirmation, never when
+pandas with the rest of the analysis on the first judgement, never when
 ``tfdiag.collectors`` is imported and never on the training thread
 (``docs/architecture.md``, "Import rules"). An error stops the thread after one warning;
 training never sees it.
@@ -20,14 +21,12 @@ training never sees it.
 Cost: held to the ``live`` share of a core in ``src/tfdiag/collectors/budget.py`` (or
 ``$TFDIAG_LIVE_CPU_SHARE``) with a credit: the share accrues with the thread's life, up to
 ``BURST_CPU_S`` ahead, and each tick spends its CPU (``time.thread_time_ns``). Screens run
-every ``interval_s``, spaced further only when they alone would take more than
-``SCREEN_PART`` of the share; a confirmation runs only while the credit is positive, so a
-spent credit delays confirmations, never the screen (which names stopped, silent and
-failed tasks). Screens and confirmations together never cost more than the share over the
-thread's life plus the burst and one confirmation. The thread runs at the lowest
-scheduling priority (``NICE``), so on a busy core its CPU comes after training's.
-Declared: a ``note`` record at the end, and ``cost()``; ``docs/benchmarks.md`` has the
-measured figures.
+every ``interval_s``, spaced further (up to ``MAX_PAUSE_S``) when they alone would take
+more than ``SCREEN_PART`` of the share; a slow_link confirmation runs only while the credit
+is positive, so a spent credit delays those, never the screen (which names stopped, silent
+and failed tasks) nor a verdict. The thread runs at the lowest scheduling priority
+(``NICE``), so on a busy core its CPU comes after training's. Declared: a ``note`` record
+at the end, and ``cost()``; ``docs/benchmarks.md`` has the measured figures.
 
 Example:
     >>> thread = LiveThread("logs/run1", writer, interval_s=2.0).start()  # doctest: +SKIP
@@ -59,14 +58,19 @@ ENV_VAR = "TFDIAG_LIVE_FINDINGS"
 # unset: the ``live`` budget of src/tfdiag/collectors/budget.py.
 SHARE_ENV_VAR = "TFDIAG_LIVE_CPU_SHARE"
 STOP_TIMEOUT_S = 10.0
-# CPU seconds the thread may spend ahead of its share: the confirmations of an onset and
-# its clearing (a few analyses of 30-150 ms each on a two-worker window, the costlier on a
-# loaded host) and the first one's read of the whole task files, so that a finding is
-# confirmed when the screen flags it rather than when the share has paid for it.
+# CPU seconds the thread may spend ahead of its share: the confirmations of a slow link's
+# onset and its clearing (a few analyses of 100-500 ms each, the costlier on a loaded host)
+# and the first one's read of the whole task files, so that a finding is confirmed when the
+# screen flags it rather than when the share has paid for it.
 BURST_CPU_S = 1.0
 # The part of the share the screens may take (their spacing stretches past ``interval_s``
-# otherwise); the rest pays for confirmations.
+# otherwise); the rest pays for verdicts and confirmations.
 SCREEN_PART = 0.5
+# Seconds the share may stretch the pause between screens to (unless ``interval_s`` is
+# longer): a screen's cost grows with the records it reads, so paced to the share, ticks
+# drifted 5-26 s apart on a coordinator, each delaying an announcement that long; at 4 s the
+# screens of the PS jobs take 0.1-0.3 % of a core (docs/benchmarks.md, "Live findings").
+MAX_PAUSE_S = 4.0
 # The thread's nice value: the lowest priority, so that on a core that training keeps busy
 # the screens and confirmations wait for it rather than take from it.
 NICE = 19
@@ -150,14 +154,14 @@ class LiveThread:
         self.writer = writer
         self.interval_s = interval_s
         self.core_share = core_share()
-        self.ticks = 0  # screens run (each may have confirmed)
-        self.cpu_ns = 0  # thread CPU time of those ticks, confirmations included
+        self.ticks = 0  # screens run (each may have judged)
+        self.cpu_ns = 0  # thread CPU time of those ticks, verdicts and confirmations included
         self.setup_cpu_ns = 0  # thread CPU time of the first imports (the screen's; the analysis's)
         self.transitions = 0
         self.monitor = None  # the LiveMonitor, once the thread made it
         self.paused = lambda: False  # ticks are skipped while true (benchmarks/overhead_ab.py's phases)
-        # Called before each confirming analysis to bring this task's records up to date (the
-        # coordinator's ``flush_records``: its step records are otherwise up to 5 s late).
+        # Called before each judgement (verdict or confirmation) to bring this task's records up
+        # to date (the coordinator's ``flush_records``: its step records are otherwise up to 5 s late).
         self.before_evaluation = lambda: None
         self._credit_ns = int(BURST_CPU_S * 1e9)  # CPU the thread may still spend ahead of its share
         self._tick_began_ns = 0  # thread CPU clock when the tick in progress began
@@ -183,7 +187,8 @@ class LiveThread:
                     f"{cost['cpu_ms_per_evaluation']:.1f} ms CPU each, {cost['cpu_ms_per_minute']:.0f} ms CPU per "
                     f"minute ({cost['cpu_share']:.2%} of a core); {cost['confirmations']} confirmations "
                     f"({cost['cpu_ms_per_confirmation']:.1f} ms CPU each, screens {cost['cpu_ms_per_screen']:.2f} ms "
-                    f"each), {cost['setup_cpu_ms']:.0f} ms to import the analysis")
+                    f"each), {cost['verdicts']} verdicts ({cost['cpu_ms_per_verdict']:.1f} ms CPU each), "
+                    f"{cost['setup_cpu_ms']:.0f} ms to import the analysis")
         logger.info("tfdiag: %s", sentence)
         try:
             self.writer.append("note", task=self.writer.task, time_ns=time.time_ns(), level="info", message=sentence)
@@ -191,11 +196,12 @@ class LiveThread:
             logger.warning("tfdiag: cannot record the live findings' cost (%r).", error)
 
     def pause_s(self) -> float:
-        """Seconds until the next tick: ``interval_s``, or longer when the screens' mean CPU
-        would take more than ``SCREEN_PART`` of the share at that pace."""
-        screens_ns = self.cpu_ns - (self.monitor.confirm_cpu_ns if self.monitor else 0)
-        per_screen_s = screens_ns / self.ticks / 1e9 if self.ticks else 0.0
-        return max(self.interval_s, per_screen_s / (self.core_share * SCREEN_PART))
+        """Seconds until the next tick: ``interval_s``, or longer, up to ``MAX_PAUSE_S``, when
+        the screens' mean CPU would take more than ``SCREEN_PART`` of the share at that pace."""
+        judged_ns = self.monitor.confirm_cpu_ns + self.monitor.verdict_cpu_ns if self.monitor else 0
+        per_screen_s = (self.cpu_ns - judged_ns) / self.ticks / 1e9 if self.ticks else 0.0
+        paced = max(self.interval_s, per_screen_s / (self.core_share * SCREEN_PART))
+        return min(paced, max(MAX_PAUSE_S, self.interval_s))
 
     def credit_ns(self) -> int:
         """CPU ns the thread may still spend ahead of its share: the share accrued since the
@@ -215,17 +221,18 @@ class LiveThread:
 
     def cost(self) -> dict:
         """Ticks so far and their thread CPU time: per tick, per minute of the thread's
-        life, as a share of one core; and split into screens and confirmations."""
+        life, as a share of one core; and split into screens, verdicts and confirmations."""
         alive_ns = max(time.monotonic_ns() - self._started_ns, 1)
         monitor = self.monitor
-        confirmations = monitor.confirmations if monitor else 0
-        confirm_ns = monitor.confirm_cpu_ns if monitor else 0
+        confirmations, confirm_ns = (monitor.confirmations, monitor.confirm_cpu_ns) if monitor else (0, 0)
+        verdicts, verdict_ns = (monitor.verdicts, monitor.verdict_cpu_ns) if monitor else (0, 0)
         return {"evaluations": self.ticks, "cpu_ms_per_evaluation": self.cpu_ns / self.ticks / 1e6 if self.ticks else 0.0,
                 "seconds_apart": alive_ns / 1e9 / self.ticks if self.ticks else 0.0,
                 "cpu_ms_per_minute": self.cpu_ns / alive_ns * 60e3, "cpu_share": self.cpu_ns / alive_ns,
                 "confirmations": confirmations,
                 "cpu_ms_per_confirmation": confirm_ns / confirmations / 1e6 if confirmations else 0.0,
-                "cpu_ms_per_screen": (self.cpu_ns - confirm_ns) / self.ticks / 1e6 if self.ticks else 0.0,
+                "verdicts": verdicts, "cpu_ms_per_verdict": verdict_ns / verdicts / 1e6 if verdicts else 0.0,
+                "cpu_ms_per_screen": (self.cpu_ns - confirm_ns - verdict_ns) / self.ticks / 1e6 if self.ticks else 0.0,
                 "setup_cpu_ms": (self.setup_cpu_ns + (monitor.setup_cpu_ns if monitor else 0)) / 1e6,
                 "transitions": self.transitions}
 
@@ -269,6 +276,6 @@ class LiveThread:
             self.transitions += len(transitions)
 
     def _before_confirmation(self) -> None:
-        """This task's records in its file before a confirming analysis reads the window."""
+        """This task's records in its file before a judgement reads the window."""
         self.before_evaluation()
         self.writer.flush()
