@@ -340,8 +340,9 @@ class RunLoader:
     def _build(self, files: list[Path], rejected: list[str]) -> LoadedRun:
         skipped = [item for state in self._files.values() for item in state.skipped + state.pending]
         warnings = list(self._notes.values()) + rejected + self._manifest.warnings + _skip_warnings(skipped)
+        present = set(files)  # a set: a list's ``in`` is a million Path comparisons for 1,024 files
         warnings += [f"{path}: no longer readable; the records read from it before are kept"
-                     for path in self._files if path not in files]
+                     for path in self._files if path not in present]
         warnings += self._shared_writer_warnings()
         sources = sorted({self._files[path].task or _task_from_file_name(path) for path in files
                           if path in self._files})
