@@ -146,3 +146,54 @@ def test_the_reloader_refreshes_at_most_once_an_interval(interval_s, refreshes):
     for _ in range(3):
         assert reloader.ask(wait_s=10)
     assert len(done) == refreshes
+
+
+def _saved_session(root: Path, cache: FoldCache) -> dict:
+    """A first session's answers: the report, the fault timeline and one chart, saved by a
+    refresh that found nothing new."""
+    client = client_for(make_plugin(root, fold_cache=cache, refresh_interval_s=0))
+    answers = {url: get_json(client, PREFIX + url)
+               for url in ("/report?run=run", "/faults?run=run", "/figure?run=run&name=step_time")}
+    get_json(client, PREFIX + "/report?run=run")  # nothing changed: the answers are saved
+    assert len(list(cache.directory.glob("*.view"))) == 1
+    return answers
+
+
+def test_a_second_session_answers_from_the_saved_view_while_it_reads(tmp_path, monkeypatch):
+    root = tmp_path / "logs"
+    make_run(root / "run")
+    cache = FoldCache(tmp_path / "cache", min_file_bytes=0)
+    answers = _saved_session(root, cache)
+    held = HeldAnalysis(monkeypatch, {1})
+    client = client_for(make_plugin(root, fold_cache=cache, view_wait_s=0))
+    for url, answer in answers.items():
+        assert until_ready(client, PREFIX + url) == answer, url  # while the run is analysed
+    deadline = time.monotonic() + 30
+    while held.calls == 0:  # the saved answers came before this session's analysis
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    for url in ("/now?run=run", "/figure?run=run&name=step_breakdown", "/compare?base=run&new=run"):
+        assert get_json(client, PREFIX + url, status=202)["stage"] == "refreshing", url
+    held.release()
+    until_ready(client, PREFIX + "/now?run=run")
+    for url, answer in answers.items():
+        assert get_json(client, PREFIX + url) == answer, url  # this session's own view: the same
+    assert get_json(client, PREFIX + "/figure?run=run&name=step_breakdown")["data"]
+
+
+def test_a_saved_view_of_other_files_is_not_shown(tmp_path, monkeypatch):
+    root = tmp_path / "logs"
+    run = make_run(root / "run")
+    cache = FoldCache(tmp_path / "cache", min_file_bytes=0)
+    _saved_session(root, cache)
+    write_steps(run, "worker:1", 90.0, steps=30, first_step=40, start_ns=10**19 // 5)
+    held = HeldAnalysis(monkeypatch, {1})
+    client = client_for(make_plugin(root, fold_cache=cache, view_wait_s=0))
+    get_json(client, PREFIX + "/report?run=run", status=202)
+    deadline = time.monotonic() + 30
+    while held.calls == 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    assert get_json(client, PREFIX + "/report?run=run", status=202)["stage"] == "analysing"
+    held.release()
+    assert until_ready(client, PREFIX + "/report?run=run")["summary"]["steps"] == 110

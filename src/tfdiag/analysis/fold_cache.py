@@ -148,7 +148,7 @@ class FoldCache:
         """The saved fold of ``path`` if it is still that file's (module docstring); None otherwise."""
         entry = self._entry(path)
         try:
-            with _open_own(entry) as file:
+            with open_private(entry) as file:
                 header, payload = _unpack(file.read())
             if header.get("path") != str(path) or header.get("key") != key or not _fits(path, header):
                 return None  # another file's, another version's, or stale: replaced by the next save
@@ -220,7 +220,7 @@ def _owned(info: os.stat_result) -> bool:
     return info.st_uid == os.geteuid() and not info.st_mode & 0o022
 
 
-def _open_own(entry: Path) -> io.BufferedReader:
+def open_private(entry: Path) -> io.BufferedReader:
     """``entry`` opened for reading, if it is a regular file of this user's that no one else may write."""
     descriptor = os.open(entry, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     file = os.fdopen(descriptor, "rb")

@@ -24,7 +24,7 @@ from tfdiag.report.figures import COMPARE_FIGURES, FIGURES, VIEWS
 from tfdiag.tb_plugin import metadata
 from tfdiag.tb_plugin.assets import PLOTLY_ROUTE, STATIC_FILES, Assets
 from tfdiag.tb_plugin.responses import MAX_ARG_LENGTH, JsonBody, handles_errors, json_response, required_arg
-from tfdiag.tb_plugin.run_view import RunView
+from tfdiag.tb_plugin.run_view import RunView, SavedView
 from tfdiag.tb_plugin.runs import DISCOVERY_TTL_S, REFRESH_INTERVAL_S, RunIndex, RunState, RunStates
 
 # The tab asks TensorBoard's plugin listing whether it is active on every page load;
@@ -135,7 +135,7 @@ class TfdiagPlugin(base_plugin.TBPlugin):
 
     def report_impl(self, run: str) -> JsonBody:
         """``runs.tab_report`` of run ``run``, serialised; ``NotFoundError`` for an unknown run."""
-        return self._with_view(run, RunView.report_body)
+        return self._with_view(run, lambda view: view.report_body())
 
     # -- /now -----------------------------------------------------------------------
 
@@ -157,7 +157,7 @@ class TfdiagPlugin(base_plugin.TBPlugin):
 
     def faults_impl(self, run: str) -> JsonBody:
         """``live_view.fault_timeline`` of run ``run``, serialised."""
-        return self._with_view(run, RunView.faults_body)
+        return self._with_view(run, lambda view: view.faults_body())
 
     # -- /figure ---------------------------------------------------------------------
 
@@ -236,7 +236,7 @@ class TfdiagPlugin(base_plugin.TBPlugin):
             raise errors.NotFoundError(f"no tfdiag run named {run!r} under the logdir")
         return self._states.get(path, run)
 
-    def _with_view(self, run: str, use: Callable[[RunView], T]) -> T:
+    def _with_view(self, run: str, use: Callable[[RunView | SavedView], T]) -> T:
         """``use`` of run ``run``'s published view; ``NotFoundError`` if the run is unknown or
         went away meanwhile, ``Loading`` (202) before its first read is done."""
         state = self._state(run)

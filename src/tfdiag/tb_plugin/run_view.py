@@ -6,7 +6,7 @@ timeline, every figure) built on first request and kept with the view, so repeat
 requests and the tab's polling cost a dictionary lookup. ``now`` alone is built on every
 request, from the view and the wall clock. A refresh builds, before publishing its view,
 the answers the previous view had been asked for (``prepare``), so the tab's polls of a
-changed run find them ready.
+changed run find them ready. ``SavedView`` answers from what a previous session saved.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from tfdiag.analysis import LoadedRun, Report
 from tfdiag.report import formatting
 from tfdiag.report.figures import FIGURES, empty_figure
 from tfdiag.tb_plugin.live_view import fault_timeline, now_view
-from tfdiag.tb_plugin.responses import JsonBody
+from tfdiag.tb_plugin.responses import JsonBody, Loading
 
 logger = logging.getLogger(__name__)
 
@@ -62,12 +62,12 @@ class RunView:
                                           "silent": [], "time_ns": now_ns})
 
     @property
-    def built(self) -> list[str]:
-        """The answers built so far: ``report``, ``faults``, ``figure:<name>``."""
+    def built(self) -> dict[str, JsonBody]:
+        """The answers built so far, by ``report``, ``faults``, ``figure:<name>``."""
         with self._lock:
-            return list(self._bodies)
+            return dict(self._bodies)
 
-    def prepare(self, previous: RunView | None) -> None:
+    def prepare(self, previous: RunView | SavedView | None) -> None:
         """Builds the answers ``previous`` was asked for."""
         for key in previous.built if previous is not None else []:
             if key == "report":
@@ -99,6 +99,38 @@ class RunView:
             logger.error("tfdiag: cannot draw figure %r of run %r", name, self.name, exc_info=error)
             message = _named(f"cannot draw this chart: internal error {type(error).__name__}: {error}", self.path, self.name)
             return plotly.io.to_json(empty_figure(name, message), validate=False)
+
+
+class SavedView:
+    """The answers a previous session saved of the same files (``view_cache``), shown while
+    this session reads and analyses the run; anything else answers 202 (``loading()``)."""
+
+    run = None  # no loaded run: this session's first read is always analysed
+
+    def __init__(self, bodies: dict[str, JsonBody], loading: Callable[[], dict]):
+        self.built = bodies
+        self._loading = loading
+
+    @property
+    def report(self) -> Report:
+        raise Loading(self._loading())
+
+    def report_body(self) -> JsonBody:
+        return self._saved("report")
+
+    def faults_body(self) -> JsonBody:
+        return self._saved("faults")
+
+    def figure_body(self, name: str) -> JsonBody:
+        return self._saved(f"figure:{name}")
+
+    def now(self, now_ns: int) -> dict:
+        raise Loading(self._loading())
+
+    def _saved(self, key: str) -> JsonBody:
+        if key not in self.built:
+            raise Loading(self._loading())
+        return self.built[key]
 
 
 def unanalysed_report(path: Path, tasks: list[str], warnings: list[str]) -> Report:

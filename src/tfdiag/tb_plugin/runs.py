@@ -34,7 +34,8 @@ from tfdiag.report.safe_text import printable
 from tfdiag.store import find_runs, log_dir, task_files
 from tfdiag.tb_plugin.reloader import Reloader
 from tfdiag.tb_plugin.responses import Loading
-from tfdiag.tb_plugin.run_view import RunView, unanalysed_report
+from tfdiag.tb_plugin.run_view import RunView, SavedView, unanalysed_report
+from tfdiag.tb_plugin.view_cache import ViewCache, fingerprint
 
 logger = logging.getLogger(__name__)
 
@@ -138,13 +139,17 @@ class RunState:
         self._cache = cache
         self._view_wait_s = view_wait_s  # how long a request waits for the refresh it asked for (tests)
         self._reloader = Reloader(self._refresh, name, refresh_interval_s)
-        self._view: RunView | None = None
+        self._view: RunView | SavedView | None = None
+        self._views = ViewCache(cache) if cache is not None else None  # the answers saved between sessions
+        self._taken: list | None = None  # the run's fingerprint before the read the view came from
+        self._saved = 0  # how many of the view's answers are saved
+        self._reading_taken: list | None = None  # the fingerprint before the current read
         self._progress = {"stage": "reading", "files_read": 0, "files": None, "bytes_read": 0, "bytes": None}
         self._gone = False
         self._logged_error: str | None = None
         self.analyses = 0  # how many times the run was analysed (tests read it)
 
-    def view(self) -> RunView:
+    def view(self) -> RunView | SavedView:
         """The view last published; ``Loading`` before the first, ``RunNotFoundError`` once the run went away."""
         self._reloader.ask(self._view_wait_s)
         if self._gone:
@@ -173,7 +178,7 @@ class RunState:
             except RunNotFoundError:
                 raise
             except Exception as error:  # noqa: BLE001 - the last-resort guard of one run
-                self.loader = None  # its state is unknown: start over
+                self.loader, self._reading_taken = None, None  # its state is unknown: start over, save nothing
                 view = self._failed(error, None)
         except RunNotFoundError:
             self._gone = True
@@ -181,7 +186,7 @@ class RunState:
         if view is None:
             return
         view.prepare(self._view)
-        self._view = view
+        self._view, self._taken, self._saved = view, self._reading_taken, 0
 
     def _read(self) -> RunView | None:
         """The view of what the loader reads now; None when nothing changed."""
@@ -189,8 +194,12 @@ class RunState:
             self.loader = RunLoader(self.path, cache=self._cache)  # RunNotFoundError if the run went away
         self._progress = {"stage": "reading", "files_read": 0, "files": len(task_files(self.path)[0]),
                           "bytes_read": 0, "bytes": None}
+        taken = self._reading_taken = fingerprint(self.path) if self._views is not None else None
+        if self._view is None and taken is not None and (saved := self._views.load(self.path, taken)):
+            self._view = SavedView(saved, self.status)  # shown while this session reads the run
         loaded = self.loader.refresh(self._reading)  # reads only bytes appended since the last refresh
         if self._view is not None and loaded is self._view.run:  # the same object: nothing changed
+            self._save(taken)
             return None
         self._progress = {**self._progress, "stage": "analysing"}
         self.analyses += 1
@@ -198,6 +207,14 @@ class RunState:
             return RunView(self.name, self.path, analyze(loaded), loaded)
         except Exception as error:  # noqa: BLE001 - the last-resort guard of one run
             return self._failed(error, loaded)
+
+    def _save(self, taken: list | None) -> None:
+        """Saves the view's answers (``view_cache``) when it has more than were saved and the
+        run is as it was before the read the view came from."""
+        built = self._view.built
+        if taken is not None and taken == self._taken and len(built) > self._saved:
+            self._views.save(self.path, taken, built)
+            self._saved = len(built)
 
     def _failed(self, error: Exception, loaded: LoadedRun | None) -> RunView:
         """A view that says why this run has none (logged once per distinct error), with the

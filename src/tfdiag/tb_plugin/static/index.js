@@ -9,7 +9,9 @@
 // page keeps its scroll position.
 //
 // A run whose first read is not done answers 202 with its progress: the page shows it
-// and asks again every LOADING_POLL_MS until the run answers.
+// and asks again every LOADING_POLL_MS until the run answers. Where an earlier session
+// saved its answers for the same files, they answer meanwhile, and the Now panel and any
+// chart not saved ask again the same way.
 //
 // The Now panel of a run (/now: its state, each worker's progress, current findings,
 // silent tasks) refreshes on its own every NOW_REFRESH_MS while the run's state is
@@ -204,7 +206,13 @@ async function refreshNow(run) {
   try {
     now = await model.getNow(run);
   } catch (error) {
-    if (shown()) dom.now.replaceChildren(views.message(`Cannot load the run's state: ${error.message}`, 'error'));
+    if (!shown()) return;
+    if (error instanceof model.LoadingError) { // a view saved by an earlier session is shown meanwhile
+      dom.now.replaceChildren(views.message('Reading the run…', 'loading'));
+      state.nowTimer = setTimeout(() => refreshNow(run), LOADING_POLL_MS);
+      return;
+    }
+    dom.now.replaceChildren(views.message(`Cannot load the run's state: ${error.message}`, 'error'));
     return;
   }
   if (!shown()) return;
@@ -242,6 +250,11 @@ async function drawFigure(box, run, name, {maxAgeMs, current}) {
     const layout = {...drawable.layout, height: undefined, autosize: true};
     await Plotly.react(element, drawable.data, layout, {responsive: true, displaylogo: false});
   } catch (error) {
+    if (error instanceof model.LoadingError && current() && element.isConnected) {
+      box.dataset.state = 'loading'; // a chart the saved view lacks: drawn once the run is read
+      setTimeout(() => current() && element.isConnected && drawFigure(box, run, name, {maxAgeMs: 0, current}), LOADING_POLL_MS);
+      return;
+    }
     if (current() && element.isConnected) {
       box.dataset.state = 'error';
       element.replaceChildren(views.message(`Cannot draw the chart: ${error.message}`, 'error'));
