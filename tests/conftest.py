@@ -56,6 +56,12 @@ def synthetic_run(tmp_path):
     return make
 
 
+@pytest.fixture(autouse=True)
+def private_fold_cache(tmp_path_factory, monkeypatch):
+    """Each test its own fold cache (``tfdiag.analysis.fold_cache``), never the user's."""
+    monkeypatch.setenv("TFDIAG_CACHE_DIR", str(tmp_path_factory.mktemp("fold-cache")))
+
+
 def in_child_process(function, *args, timeout_s: float = 60.0):
     """``function(*args)`` run in a fresh process, so a segfault or a hang fails the test
     instead of killing or stalling pytest. ``function`` must be a module-level function

@@ -6,7 +6,8 @@ import pandas as pd
 
 from tfdiag.analysis import RunLoader, load_run
 from tfdiag.analysis.live import LiveFindings, announced_findings, enough_data, live_finding_windows
-from tfdiag.analysis.load import WINDOW_TIME_COLUMNS, LoadedRun
+from tfdiag.analysis.load import LoadedRun
+from tfdiag.analysis.window_load import WINDOW_TIME_COLUMNS
 from tfdiag.analysis.step_stats import StepAccumulator
 
 from tests.runs import MS, START_NS, RunBuilder

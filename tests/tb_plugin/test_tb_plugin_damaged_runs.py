@@ -158,12 +158,12 @@ def test_an_exception_in_one_run_becomes_its_warning(root, monkeypatch, caplog):
 
 
 def test_a_failing_figure_is_an_empty_chart_that_says_why(root, monkeypatch):
-    import tfdiag.tb_plugin.runs as runs
+    import tfdiag.tb_plugin.run_view as run_view
 
     def broken(report):
         raise ValueError("planted")
 
-    monkeypatch.setitem(runs.FIGURES, "step_time", broken)
+    monkeypatch.setitem(run_view.FIGURES, "step_time", broken)
     client = client_for(make_plugin(root))
     figure = get_json(client, PREFIX + "/figure?run=good&name=step_time")
     assert figure["layout"]["meta"]["empty"] is True
@@ -171,9 +171,9 @@ def test_a_failing_figure_is_an_empty_chart_that_says_why(root, monkeypatch):
     assert get_json(client, PREFIX + "/figure?run=good&name=step_breakdown")["data"]
 
 
-def test_a_run_whose_load_hangs_delays_only_itself(root, monkeypatch):
-    """No lock is shared across runs: while one run's analysis hangs, other runs and the
-    run list answer; a second request for the hung run gets 503 after ``load_wait_s``."""
+def test_a_run_whose_analysis_hangs_answers_its_progress_and_delays_nothing(root, monkeypatch):
+    """No request waits on a run's read or analysis: while one run's analysis hangs, its
+    routes answer 202 with where its read stands, and other runs and the run list answer."""
     import tfdiag.tb_plugin.runs as runs
 
     make_run(root / "stuck")
@@ -186,23 +186,30 @@ def test_a_run_whose_load_hangs_delays_only_itself(root, monkeypatch):
         return real_analyze(loaded)
 
     monkeypatch.setattr(runs, "analyze", analyze)
-    plugin = make_plugin(root, load_wait_s=0.5)
-    answers = {}
-    first = threading.Thread(target=lambda: answers.setdefault("stuck", client_for(plugin).get(PREFIX + "/report?run=stuck")))
-    first.start()
+    client = client_for(make_plugin(root, view_wait_s=0))
     try:
-        time.sleep(0.3)
-        client = client_for(plugin)
         started = time.monotonic()
+        progress = get_json(client, PREFIX + "/report?run=stuck", status=202)
+        assert progress["run"] == "stuck" and progress["stage"] in ("reading", "analysing")
         assert get_json(client, PREFIX + "/runs") == ["good", "stuck"]
-        assert get_json(client, PREFIX + "/report?run=good")["summary"]["primary_bottleneck"] == "straggler"
-        assert time.monotonic() - started < 20
-        busy = get_json(client, PREFIX + "/figure?run=stuck&name=step_time", status=503)
-        assert "still loading" in busy["error"]
+        deadline = time.monotonic() + 30
+        while (good := client.get(PREFIX + "/report?run=good")).status_code == 202:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert json.loads(good.get_data())["summary"]["primary_bottleneck"] == "straggler"
+        busy = get_json(client, PREFIX + "/figure?run=stuck&name=step_time", status=202)
+        assert busy["stage"] == "analysing" and busy["files_read"] == busy["files"] == 2
+        assert busy["bytes_read"] == busy["bytes"] > 0
+        assert time.monotonic() - started < 30
+        status = {run["run"]: run for run in get_json(client, PREFIX + "/status")["runs"]}
+        assert status["stuck"]["stage"] == "analysing" and status["good"]["stage"] in ("ready", "refreshing")
     finally:
         release.set()
-        first.join(timeout=60)
-    assert answers["stuck"].status_code == 200
+    deadline = time.monotonic() + 30
+    while (answer := client.get(PREFIX + "/report?run=stuck")).status_code == 202:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert answer.status_code == 200
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")

@@ -21,6 +21,9 @@ PREFIX = "/data/plugin/tfdiag"
 
 
 def make_plugin(logdir, **options) -> TfdiagPlugin:
+    """The plugin over ``logdir``; a request waits for the refresh it starts (unless
+    ``view_wait_s`` says otherwise), so a test reads what is on disk when it asks."""
+    options.setdefault("view_wait_s", 60.0)
     return TfdiagPlugin(base_plugin.TBContext(logdir=str(logdir) if logdir is not None else None), **options)
 
 

@@ -53,6 +53,14 @@ def fetch(url: str, timeout: float = 10.0) -> tuple[int, str, bytes]:
         return error.code, error.headers.get_content_type(), error.read()
 
 
+def fetch_ready(url: str, timeout_s: float = 60.0) -> tuple[int, str, bytes]:
+    """``fetch`` asked again every 0.1 s while it answers 202 (the run is being read), as the tab does."""
+    deadline = time.monotonic() + timeout_s
+    while (answer := fetch(url))[0] == 202 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return answer
+
+
 @contextmanager
 def tensorboard(logdir: Path, log_path: Path, *flags: str):
     """Starts tensorboard on a free loopback port; yields its base URL; always kills it."""
@@ -103,22 +111,24 @@ def check_routes(base: str) -> None:
     assert (status, content_type) == (200, "application/json")
     assert json.loads(body) == RUNS
 
-    status, content_type, body = fetch(plugin + "/report?run=slow")
+    status, content_type, body = fetch(plugin + "/report?run=slow")  # not read yet: read in the background
+    assert (status, content_type, json.loads(body)["run"]) == (202, "application/json", "slow")
+    status, content_type, body = fetch_ready(plugin + "/report?run=slow")
     assert (status, content_type) == (200, "application/json")
     assert json.loads(body)["summary"]["primary_bottleneck"] == "straggler"
 
-    status, content_type, body = fetch(plugin + "/report?run=damaged")
+    status, content_type, body = fetch_ready(plugin + "/report?run=damaged")
     assert (status, content_type) == (200, "application/json")
     assert json.loads(body)["run"]["warnings"]
 
-    status, content_type, body = fetch(plugin + "/now?run=failed")
+    status, content_type, body = fetch_ready(plugin + "/now?run=failed")
     assert (status, content_type) == (200, "application/json")
     assert json.loads(body)["state"] == "failed"
 
-    status, content_type, body = fetch(plugin + "/figure?run=full&name=rpc_latency_heatmap")
+    status, content_type, body = fetch_ready(plugin + "/figure?run=full&name=rpc_latency_heatmap")
     assert (status, content_type) == (200, "application/json")
     assert json.loads(body)["data"]
-    status, content_type, body = fetch(plugin + "/compare?base=slow&new=sweep%2Feven")
+    status, content_type, body = fetch_ready(plugin + "/compare?base=slow&new=sweep%2Feven")
     assert (status, content_type) == (200, "application/json")
     assert json.loads(body)["primary_bottleneck"] == {"base": "straggler", "new": None}
 

@@ -1,7 +1,7 @@
 """Findings while a job runs: the detectors on the last seconds of a run, with hysteresis.
 
 ``LiveFindings.evaluate()`` reads what the task files gained since its previous call
-(``tfdiag.analysis.load.WindowLoader``: the loader's incremental reading, keeping only
+(``tfdiag.analysis.window_load.WindowLoader``: the loader's incremental reading, keeping only
 the records of the last ``window_s`` seconds, so its memory and its cost per evaluation
 are bounded by the rate of records, not by the length of the run), runs ``measure``
 (keeping the previous window's tables whose records did not change: ``Measurements``),
@@ -42,8 +42,9 @@ from tfdiag.analysis.detectors import detect_all
 from tfdiag.analysis.findings import Finding, Severity
 from tfdiag.analysis.live_transition import Transition, training_step
 from tfdiag.analysis.live_transition import message as _line
-from tfdiag.analysis.load import LoadedRun, WindowLoader
+from tfdiag.analysis.load import LoadedRun
 from tfdiag.analysis.measurements import Measurements, measure
+from tfdiag.analysis.window_load import WindowLoader
 from tfdiag.store import log_dir
 
 # The window the detectors see. 10 s holds a hundred steps of any job that steps at least

@@ -6,10 +6,11 @@ re-reads what it already has. Step records are folded into ``step_stats`` as eac
 is read (exact counters, histograms and a bounded set of rows); system and process
 samples, heartbeats and probes per file (``FOLDS``): what it holds does not grow with
 the run's length. A refresh folds only the new records and rebuilds the frames of kinds
-that got some; a large first read folds the files in parallel (``parallel_fold``). A file
+that got some; a large first read folds the files in parallel (``parallel_fold``), and
+adopts the folds a previous session saved (``fold_cache``, with ``cache``). A file
 that shrank or was replaced is read again from byte 0. A frame whose payload is one
 already loaded (a copied task file, a frame written twice) is counted once.
-``WindowLoader`` keeps only a run's last seconds (``tfdiag.analysis.live``). Nothing in
+``window_load.WindowLoader`` keeps only a run's last seconds. Nothing in
 the run directory makes ``refresh`` raise: each problem is a counted skip or a warning
 naming the file (the only error: ``RunNotFoundError``, not a run). No TensorFlow here.
 """
@@ -25,8 +26,8 @@ from typing import Callable, NamedTuple
 
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from tfdiag.analysis.fold_cache import FoldCache, fold_key
 from tfdiag.analysis.frames import conform, empty_frame, source_column, to_pandas
 from tfdiag.analysis.parallel_fold import parallel_folds
 from tfdiag.analysis.probe_fold import ProbeSample, probe_histograms
@@ -50,11 +51,6 @@ MAX_LISTED_SKIPS_PER_FILE = 10
 
 # Kinds folded per task file as they are read (``RunLoader``), each by the class that holds them.
 FOLDS = {"system": SystemBuckets, "job_process": JobProcessBuckets, "heartbeat": HeartbeatTail, "rpc": ProbeSample}
-
-# The column that dates a kind's rows for ``WindowLoader`` (default ``time_ns``); None: a
-# fact with no time (``placement``), kept whatever its age.
-WINDOW_TIME_COLUMNS = {"step": "end_ns", "closure": "result_ns", "rpc": "recv_ns", "session": "ready_ns",
-                       "placement": None}
 
 
 @dataclass
@@ -109,6 +105,7 @@ class _TaskFile:
     digests: list[bytes] = field(default_factory=list)
     skipped: list[SkippedRecords] = field(default_factory=list)
     pending: list[SkippedRecords] = field(default_factory=list)  # tail / unread: retried at each refresh
+    cached: int = 0  # the bytes of it whose fold is in the fold cache (``fold_cache``)
 
 
 class FileFold(NamedTuple):
@@ -134,8 +131,9 @@ class RunLoader:
     _folds = True  # step records go to step_stats and ``FOLDS`` kinds to their folds rather than being kept as batches
 
     def __init__(self, run_dir: str | os.PathLike, steps: StepAccumulator | None = None,
-                 caps: dict[str, int] | None = None, processes: int | None = None):
+                 caps: dict[str, int] | None = None, processes: int | None = None, cache: FoldCache | None = None):
         self.path = Path(run_dir)
+        self.cache = cache  # task files' folds saved between sessions; None: every file is read
         self._steps = steps or StepAccumulator()
         self.caps = caps or {}  # kind -> rows a file keeps as they are before ``FOLDS`` folds them
         self._caps = dict(self.caps)  # ... with the defaults for the run's width (``RowFold.cap_for``)
@@ -174,7 +172,7 @@ class RunLoader:
         self._caps = {kind: self.caps.get(kind) or fold.cap_for(len(stats)) for kind, fold in FOLDS.items()}
         total = sum(max(min(stat.st_size, MAX_TASK_FILE_BYTES) - self._offset(path), 0) for path, stat in stats.items())
         done = 0
-        changed = False
+        changed = saved = False
         unread = []
         for path, stat in stats.items():
             state = self._files.get(path)
@@ -185,31 +183,59 @@ class RunLoader:
                 state = None
             if state is None or stat.st_size != state.offset:
                 unread.append((path, (stat.st_dev, stat.st_ino), min(stat.st_size, MAX_TASK_FILE_BYTES)))
-        fresh = self._folds and not any(path in self._files for path, _, _ in unread)
-        folds = parallel_folds(self, unread, total) if fresh else None
+        new = [item for item in unread if item[0] not in self._files]
+        cached = self._cached(new)
+        folded = [item for item in new if item[0] not in cached] if self._folds else []
+        folds = parallel_folds(self, folded, sum(size for *_, size in folded))
+        parallel = {path for path, *_ in folded} if folds is not None else set()
         for path, identity, size in unread:
             offset = self._offset(path)
-            fold = next(folds) if folds is not None else None
-            if fold is not None and self._adopt(fold):
-                changed |= fold.changed
-            else:  # read here: a small read, or a frame of it was also in another file
-                state = self._files.setdefault(path, _TaskFile(identity))
-                changed |= self._take(path, state, read_task_file(path, offset))
+            fold = cached.get(path) or (next(folds) if path in parallel else None)
+            adopted = fold is not None and self._adopt(fold)
+            state = self._files.setdefault(path, _TaskFile(identity))
+            changed |= adopted and fold.changed
+            if not adopted or state.offset < size:  # read here: not folded elsewhere, or grown since
+                changed |= self._take(path, state, read_task_file(path, state.offset))
+                saved |= self._save(path, state)
             done += max(size - offset, 0)
             if progress is not None:
                 progress(done, total)
+        if self.cache is not None and (saved or parallel):  # fold processes save what they fold
+            self.cache.trim()
         return list(stats), [item.sentence() for item in rejected], changed
 
     def fresh(self) -> RunLoader:
         """A loader of the same run and caps that has read nothing."""
-        return RunLoader(self.path, self._steps.empty_like(), self._caps, self.processes)
+        return RunLoader(self.path, self._steps.empty_like(), self._caps, self.processes, self.cache)
 
     def fold_file(self, path: Path, identity: tuple[int, int]) -> FileFold:
         """What this loader, ``fresh`` (it has read nothing), holds of ``path`` read from byte 0:
-        the map step of a parallel (or distributed) read, adopted by ``refresh`` in file order."""
+        the map step of a parallel (or distributed) read, adopted by ``refresh`` in file order;
+        saved in the fold cache when it wants it."""
         state = self._files[path] = _TaskFile(identity)
         changed = self._take(path, state, read_task_file(path, 0))
-        return FileFold(path, state, self._steps, self._seen, self._changed_kinds, changed)
+        fold = FileFold(path, state, self._steps, self._seen, self._changed_kinds, changed)
+        if self.cache is not None and self.cache.worth(state.offset, state.cached):
+            self.cache.save(fold, fold_key(self._caps, self._steps))
+        return fold
+
+    def _cached(self, unread: list[tuple[Path, tuple[int, int], int]]) -> dict[Path, FileFold]:
+        """The saved folds of the files of ``unread`` that the fold cache holds."""
+        if self.cache is None or not self._folds:
+            return {}
+        key = fold_key(self._caps, self._steps)
+        return {path: fold for path, *_ in unread if (fold := self.cache.load(path, key)) is not None}
+
+    def _save(self, path: Path, state: _TaskFile) -> bool:
+        """Saves the fold of ``path`` read here if the fold cache wants it (``FoldCache.worth``)."""
+        if self.cache is None or not self._folds or not self.cache.worth(state.offset, state.cached):
+            return False
+        kinds = {kept.kind for kept in state.records} | set(state.folds)
+        steps = self._steps.of_file(str(path))
+        fold = FileFold(path, state, steps, {digest: self._seen[digest] for digest in state.digests},
+                        kinds | ({"step"} if steps.groups else set()), True)
+        self.cache.save(fold, fold_key(self._caps, self._steps))
+        return True
 
     def _adopt(self, fold: FileFold) -> bool:
         """Takes ``fold`` (``fold_file``'s) as its file's state; False, taking nothing, when
@@ -314,8 +340,9 @@ class RunLoader:
     def _build(self, files: list[Path], rejected: list[str]) -> LoadedRun:
         skipped = [item for state in self._files.values() for item in state.skipped + state.pending]
         warnings = list(self._notes.values()) + rejected + self._manifest.warnings + _skip_warnings(skipped)
+        present = set(files)  # a set: a list's ``in`` is a million Path comparisons for 1,024 files
         warnings += [f"{path}: no longer readable; the records read from it before are kept"
-                     for path in self._files if path not in files]
+                     for path in self._files if path not in present]
         warnings += self._shared_writer_warnings()
         sources = sorted({self._files[path].task or _task_from_file_name(path) for path in files
                           if path in self._files})
@@ -342,74 +369,6 @@ class RunLoader:
         batches, sources = zip(*self._batches(kind))
         table = pa.Table.from_batches(batches)
         return table.append_column("source", source_column(sources, [len(batch) for batch in batches]))
-
-
-class WindowLoader(RunLoader):
-    """The records of a run's last ``window_s`` seconds, read as ``RunLoader`` reads them.
-
-    Each ``refresh(now_ns)`` reads only the bytes appended since the previous one (a file
-    that shrank or was replaced is read again, a duplicate frame is counted once, a frame
-    the reader rejects is a reported skip: all as ``RunLoader``), then forgets every
-    batch whose newest row is older than ``now_ns - window_s`` and leaves out the older
-    rows of the rest. What it holds is bounded by the rate of records, not by the run's
-    length. Step records are kept as rows (no ``step_counters``), so every table of the
-    window is computed from its rows. It returns the same object as the previous call
-    when the window did not change (no new record, none aged out).
-
-    Example:
-        >>> loader = WindowLoader("logs/run1", window_s=20)  # doctest: +SKIP
-        >>> loader.refresh(time.time_ns()).frame("step")["end_ns"].min()  # doctest: +SKIP
-    """
-
-    _folds = False
-
-    def __init__(self, run_dir: str | os.PathLike, window_s: float):
-        super().__init__(run_dir)
-        self.window_ns = int(window_s * 1e9)
-        self._cutoff_ns = 0
-        self._first_ns: dict[str, int] = {}  # kind -> its frame's oldest dated row
-
-    def refresh(self, now_ns: int, progress: ProgressCallback | None = None) -> LoadedRun:
-        """Reads what is new and returns the window ending at ``now_ns`` (ns since the epoch)."""
-        files, rejected, changed = self._read(progress)
-        self._forget_before(now_ns - self.window_ns)
-        return self._result(files, rejected, changed)
-
-    def _forget_before(self, cutoff_ns: int) -> None:
-        """Drops the batches older than ``cutoff_ns`` (and their frames' digests); marks the
-        kinds whose frames lose rows."""
-        self._cutoff_ns = cutoff_ns
-        for path, state in self._files.items():
-            kept = [item for item in state.records if item.last_ns is None or item.last_ns >= cutoff_ns]
-            if len(kept) == len(state.records):
-                continue
-            gone = {item.digest for item in state.records} - {item.digest for item in kept}
-            self._changed_kinds |= {item.kind for item in state.records if item.digest in gone}
-            state.records, state.digests = kept, [digest for digest in state.digests if digest not in gone]
-            for digest in gone:
-                if self._seen.get(digest, (None,))[0] == path:
-                    del self._seen[digest]
-        aged = {kind for kind, first_ns in self._first_ns.items() if first_ns < cutoff_ns}
-        for kind in aged:  # rebuilt, and dated again if rows are left
-            del self._first_ns[kind]
-        self._changed_kinds |= aged
-
-    def _last_ns(self, kind: str, batch: pa.RecordBatch) -> int | None:
-        column = WINDOW_TIME_COLUMNS.get(kind, "time_ns")
-        if column is None:
-            return None
-        last = pc.max(batch.column(column)).as_py() if column in batch.schema.names else None
-        return 0 if last is None else last  # no dated row: nothing of it is in any window
-
-    def _frame(self, kind: str) -> pd.DataFrame:
-        table = self._table(kind).combine_chunks()  # one chunk: filtering a batch per flush costs 2-4x more
-        column = WINDOW_TIME_COLUMNS.get(kind, "time_ns")
-        self._first_ns.pop(kind, None)
-        if column is not None:
-            table = table.filter(pc.greater_equal(table.column(column), self._cutoff_ns))
-            if len(table):
-                self._first_ns[kind] = pc.min(table.column(column)).as_py()
-        return to_pandas(table)
 
 
 def _skip_warnings(skipped: list[SkippedRecords]) -> list[str]:

@@ -171,6 +171,12 @@ class StepAccumulator:
         """Takes the groups ``other`` folded of files this one has not read."""
         self._groups.update(other.groups)
 
+    def of_file(self, file: str) -> StepAccumulator:
+        """A new accumulator holding the groups folded from ``file`` (one file's fold, to save)."""
+        part = self.empty_like()
+        part.groups.update((key, group) for key, group in self._groups.items() if key[0] == file)
+        return part
+
     def forget(self, file: str) -> None:
         """Drops what was folded from ``file`` (read again from byte 0)."""
         for key in [key for key in self._groups if key[0] == file]:

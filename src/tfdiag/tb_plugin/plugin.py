@@ -3,8 +3,9 @@
 Routes only: every JSON route is split into ``<x>_route(request)``, which validates the
 arguments (400 on a missing or malformed one, 404 on an unknown run) and answers, and
 ``<x>_impl(...)``, which returns plain data (or a ``JsonBody``, plain data already
-serialised and cached with the run). Run discovery and each run's live analysis are in
-``runs.py``. See ``http_api.md`` for the routes.
+serialised and cached with the run's view). Run discovery and each run's background
+refresh are in ``runs.py``; a run not read yet answers 202 with its progress. See
+``http_api.md`` for the routes.
 """
 
 from __future__ import annotations
@@ -16,13 +17,15 @@ from tensorboard import errors
 from tensorboard.plugins import base_plugin
 from werkzeug import Request, Response
 
+from tfdiag.analysis.fold_cache import FoldCache
 from tfdiag.errors import RunNotFoundError
 from tfdiag.report.compare import compare_reports
 from tfdiag.report.figures import COMPARE_FIGURES, FIGURES, VIEWS
 from tfdiag.tb_plugin import metadata
 from tfdiag.tb_plugin.assets import PLOTLY_ROUTE, STATIC_FILES, Assets
 from tfdiag.tb_plugin.responses import MAX_ARG_LENGTH, JsonBody, handles_errors, json_response, required_arg
-from tfdiag.tb_plugin.runs import DISCOVERY_TTL_S, LOAD_WAIT_S, REFRESH_INTERVAL_S, RunIndex, RunState, RunStates
+from tfdiag.tb_plugin.run_view import RunView, SavedView
+from tfdiag.tb_plugin.runs import DISCOVERY_TTL_S, REFRESH_INTERVAL_S, RunIndex, RunState, RunStates
 
 # The tab asks TensorBoard's plugin listing whether it is active on every page load;
 # is_active re-walks the logdir at most this often.
@@ -52,11 +55,14 @@ class TfdiagPlugin(base_plugin.TBPlugin):
         discovery_ttl_s: float = DISCOVERY_TTL_S,
         refresh_interval_s: float = REFRESH_INTERVAL_S,
         is_active_ttl_s: float = IS_ACTIVE_TTL_S,
-        load_wait_s: float = LOAD_WAIT_S,
+        view_wait_s: float = 0.0,
+        fold_cache: FoldCache | None = None,
         wall_clock: Callable[[], int] = time.time_ns,
     ):
+        """``view_wait_s``: how long a request waits for the refresh it started (tests wait;
+        the tab answers at once); ``fold_cache``: default ``FoldCache.default()``."""
         self._index = RunIndex(context.logdir, ttl_s=discovery_ttl_s)
-        self._states = RunStates(refresh_interval_s=refresh_interval_s, load_wait_s=load_wait_s)
+        self._states = RunStates(refresh_interval_s, view_wait_s, fold_cache or FoldCache.default())
         self._assets = Assets()
         self._is_active_ttl_s = is_active_ttl_s
         self._wall_clock = wall_clock  # where a live run stands now (``/now``)
@@ -74,6 +80,7 @@ class TfdiagPlugin(base_plugin.TBPlugin):
             "/compare": self.compare_route,
             "/now": self.now_route,
             "/faults": self.faults_route,
+            "/status": self.status_route,
         }
         apps.update({route: self.static_app(route) for route in (*STATIC_FILES, PLOTLY_ROUTE)})
         return apps
@@ -128,7 +135,7 @@ class TfdiagPlugin(base_plugin.TBPlugin):
 
     def report_impl(self, run: str) -> JsonBody:
         """``runs.tab_report`` of run ``run``, serialised; ``NotFoundError`` for an unknown run."""
-        return self._with_state(run, RunState.report_body)
+        return self._with_view(run, lambda view: view.report_body())
 
     # -- /now -----------------------------------------------------------------------
 
@@ -139,7 +146,7 @@ class TfdiagPlugin(base_plugin.TBPlugin):
 
     def now_impl(self, run: str) -> dict:
         """``live_view.now_view`` of run ``run`` at the wall clock's time."""
-        return self._with_state(run, lambda state: state.now(self._wall_clock()))
+        return self._with_view(run, lambda view: view.now(self._wall_clock()))
 
     # -- /faults ---------------------------------------------------------------------
 
@@ -150,7 +157,7 @@ class TfdiagPlugin(base_plugin.TBPlugin):
 
     def faults_impl(self, run: str) -> JsonBody:
         """``live_view.fault_timeline`` of run ``run``, serialised."""
-        return self._with_state(run, RunState.faults_body)
+        return self._with_view(run, lambda view: view.faults_body())
 
     # -- /figure ---------------------------------------------------------------------
 
@@ -165,7 +172,7 @@ class TfdiagPlugin(base_plugin.TBPlugin):
 
     def figure_impl(self, run: str, name: str) -> JsonBody:
         """Figure ``name`` of run ``run`` as plotly JSON text (``plotly.io.to_json``)."""
-        return self._with_state(run, lambda state: state.figure_body(name))
+        return self._with_view(run, lambda view: view.figure_body(name))
 
     # -- /compare --------------------------------------------------------------------
 
@@ -177,10 +184,22 @@ class TfdiagPlugin(base_plugin.TBPlugin):
     def compare_impl(self, base: str, new: str) -> dict:
         """``compare_reports`` of two discovered runs, with the run names as ``base``/``new``
         (and, as before, ``base_run``/``new_run``)."""
-        comparison = compare_reports(self._with_state(base, RunState.report), self._with_state(new, RunState.report))
+        views = [self._with_view(run, lambda view: view) for run in (base, new)]
+        comparison = compare_reports(views[0].report, views[1].report)
         comparison["base"] = comparison["base_run"] = base
         comparison["new"] = comparison["new_run"] = new
         return comparison
+
+    # -- /status ---------------------------------------------------------------------
+
+    @handles_errors
+    def status_route(self, request: Request) -> Response:
+        """``GET /status`` → where each run asked for so far stands (``RunState.status``)."""
+        return json_response(self.status_impl())
+
+    def status_impl(self) -> dict:
+        """``{"runs": [RunState.status() of each run asked for, by name]}``."""
+        return {"runs": sorted((state.status() for state in self._states.all()), key=lambda status: status["run"])}
 
     # -- static files ----------------------------------------------------------------
 
@@ -217,11 +236,12 @@ class TfdiagPlugin(base_plugin.TBPlugin):
             raise errors.NotFoundError(f"no tfdiag run named {run!r} under the logdir")
         return self._states.get(path, run)
 
-    def _with_state(self, run: str, use: Callable[[RunState], T]) -> T:
-        """``use(state)`` of run ``run``; ``NotFoundError`` if the run is unknown or went away meanwhile."""
+    def _with_view(self, run: str, use: Callable[[RunView | SavedView], T]) -> T:
+        """``use`` of run ``run``'s published view; ``NotFoundError`` if the run is unknown or
+        went away meanwhile, ``Loading`` (202) before its first read is done."""
         state = self._state(run)
         try:
-            return use(state)
+            return use(state.view())
         except RunNotFoundError:
             self._states.forget(state.path)
             raise errors.NotFoundError(f"run {run!r} is gone from the logdir") from None

@@ -22,10 +22,14 @@ MAX_ARG_LENGTH = 4096
 JSON = "application/json"
 
 
-class BusyError(errors.PublicError):
-    """The run is being loaded by another request for longer than a request waits (503)."""
+class Loading(errors.PublicError):
+    """The run's first read is not done (202): ``progress`` says how far it is (``RunState.status``)."""
 
-    http_code = 503
+    http_code = 202
+
+    def __init__(self, progress: dict):
+        super().__init__(f"run {progress['run']!r} is being read")
+        self.progress = progress
 
 
 @dataclass(frozen=True)
@@ -66,7 +70,7 @@ def handles_errors(route):
 
     TensorBoard's own WSGI app does the same for plugins (as text); doing it here keeps
     the plugin's apps self-contained, so they can be served and tested on their own.
-    Any other exception is a bug (runs.py already turns a run's failures into warnings):
+    A run not read yet answers 202 with its progress. Any other exception is a bug (runs.py already turns a run's failures into warnings):
     it is logged with its traceback and answered as a JSON 500.
     """
 
@@ -74,6 +78,10 @@ def handles_errors(route):
     def app(*args) -> Response:  # (request) or, on a method, (self, request)
         try:
             return route(*args)
+        except Loading as loading:  # asked again by the tab until it answers 200
+            response = json_response(loading.progress, status=202)
+            response.headers["Retry-After"] = "1"
+            return response
         except errors.PublicError as error:
             return json_response({"error": str(error)}, status=error.http_code)
         except Exception as error:  # noqa: BLE001 - a bug, not the run's content (runs.py guards each run)

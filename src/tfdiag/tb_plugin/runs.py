@@ -5,38 +5,37 @@ provider, so it works with ``--load_fast`` true or false and with run directorie
 hold no event files) and is cached for ``DISCOVERY_TTL_S``. A run is a directory inside
 the logdir: one whose real path (symbolic links resolved) leaves the logdir is not shown.
 
-Each run keeps one ``RunLoader``; ``RunState.report()`` calls ``refresh()`` at most every
-``REFRESH_INTERVAL_S`` (reading only bytes appended since the previous refresh) and runs
-the analysis again only when the loader returned a new ``LoadedRun``, i.e. when
-something changed on disk. Figures are cached against the Report they were built from.
+Each run keeps one ``RunLoader``, refreshed in the background (``RunState``,
+``reloader.Reloader``): a request answers from the view the last refresh published
+(``run_view.RunView``), or 202 with the first read's progress, and never waits on a
+read or an analysis, so a large run holds no server thread. A refresh reads only bytes
+appended since the previous one, adopts on a first read the folds a previous session
+saved (``tfdiag.analysis.fold_cache``), and analyses the run again only when something
+changed on disk.
 
 Every run answers, however damaged: an unexpected exception while loading or analysing
 one run is logged (with its traceback) and becomes a warning of that run's report, which
-then holds nothing else; other runs are not affected. Each run has its own lock, held
-while it loads, so a run that takes long to load delays only requests for that run, and
-those wait at most ``LOAD_WAIT_S``.
+then holds nothing else; other runs are not affected.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterator, TypeVar
+from typing import Callable
 
-import plotly.io
-
-from tfdiag.analysis import LoadedRun, Report, RunLoader, analyze
+from tfdiag.analysis import LoadedRun, RunLoader, analyze
+from tfdiag.analysis.fold_cache import FoldCache
 from tfdiag.errors import RunNotFoundError
-from tfdiag.report import formatting
-from tfdiag.report.figures import FIGURES, empty_figure
 from tfdiag.report.safe_text import printable
-from tfdiag.store import find_runs, log_dir
-from tfdiag.tb_plugin.live_view import fault_timeline, now_view
-from tfdiag.tb_plugin.responses import BusyError, JsonBody
+from tfdiag.store import find_runs, log_dir, task_files
+from tfdiag.tb_plugin.reloader import Reloader
+from tfdiag.tb_plugin.responses import Loading
+from tfdiag.tb_plugin.run_view import RunView, SavedView, unanalysed_report
+from tfdiag.tb_plugin.view_cache import ViewCache, fingerprint
 
 logger = logging.getLogger(__name__)
 
@@ -48,13 +47,7 @@ DISCOVERY_TTL_S = 5.0
 # at most once a second keeps a burst of requests (report + figures) to one refresh.
 REFRESH_INTERVAL_S = 1.0
 
-# A request for a run that another request is loading waits this long, then answers 503
-# (the tab shows the message and retries on its next poll) instead of holding a server
-# thread for as long as the load takes.
-LOAD_WAIT_S = 30.0
-
 Clock = Callable[[], float]
-T = TypeVar("T")
 
 
 def run_name(logdir: str, run_dir: Path) -> str:
@@ -128,208 +121,142 @@ class RunIndex:
 
 
 class RunState:
-    """One run's loader, its latest Report, and the JSON answers built from that Report.
+    """One run's loader, its background refresh, and the view it last published.
 
-    Everything derived from the Report (its JSON, its fault timeline, each figure's JSON)
-    is built on first request and cached until the run changes on disk, so repeated
-    requests, and the tab's polling, cost a dictionary lookup; ``now`` alone is built on
-    every request, from the cached Report and the wall clock.
+    Requests read the published view (``view``) and never wait on a read or an analysis:
+    each asks the reloader (``reloader.Reloader``) for a refresh, which runs on a thread
+    of its own at most every ``refresh_interval_s``; until the first read is done they
+    answer 202 with its progress (``responses.Loading``). A refresh reads only what the
+    task files gained (the first one adopts what the fold cache saved of each file) and
+    analyses the run again only when the loader returned a new ``LoadedRun``.
     """
 
-    def __init__(
-        self,
-        path: Path,
-        name: str,
-        refresh_interval_s: float = REFRESH_INTERVAL_S,
-        clock: Clock = time.monotonic,
-        load_wait_s: float = LOAD_WAIT_S,
-    ):
+    def __init__(self, path: Path, name: str, refresh_interval_s: float = REFRESH_INTERVAL_S,
+                 view_wait_s: float = 0.0, cache: FoldCache | None = None):
         self.path = path
         self.name = name
-        self.loader: RunLoader | None = None  # made on first refresh, under the guard
-        self._refresh_interval_s = refresh_interval_s
-        self._load_wait_s = load_wait_s
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._refreshed_at: float | None = None
-        self._loaded: LoadedRun | None = None
-        self._report: Report | None = None
-        self._report_body: JsonBody | None = None
-        self._faults_body: JsonBody | None = None
-        self._figures: dict[str, JsonBody] = {}
+        self.loader: RunLoader | None = None  # made on the first refresh
+        self._cache = cache
+        self._view_wait_s = view_wait_s  # how long a request waits for the refresh it asked for (tests)
+        self._reloader = Reloader(self._refresh, name, refresh_interval_s)
+        self._view: RunView | SavedView | None = None
+        self._views = ViewCache(cache) if cache is not None else None  # the answers saved between sessions
+        self._taken: list | None = None  # the run's fingerprint before the read the view came from
+        self._saved = 0  # how many of the view's answers are saved
+        self._reading_taken: list | None = None  # the fingerprint before the current read
+        self._progress = {"stage": "reading", "files_read": 0, "files": None, "bytes_read": 0, "bytes": None}
+        self._gone = False
         self._logged_error: str | None = None
         self.analyses = 0  # how many times the run was analysed (tests read it)
 
-    def report(self) -> Report:
-        """The Report of everything on disk at most ``refresh_interval_s`` ago."""
-        with self._locked():
-            return self._current()
+    def view(self) -> RunView | SavedView:
+        """The view last published; ``Loading`` before the first, ``RunNotFoundError`` once the run went away."""
+        self._reloader.ask(self._view_wait_s)
+        if self._gone:
+            raise RunNotFoundError(f"{self.path}: no longer a run")
+        view = self._view
+        if view is None:
+            raise Loading(self.status())
+        return view
 
-    def report_body(self) -> JsonBody:
-        """``tab_report`` of the current Report, serialised; cached with the Report."""
-        with self._locked():
-            report = self._current()
-            if self._report_body is None:
-                self._report_body = JsonBody.of(tab_report(report, self.name, self.path))
-            return self._report_body
+    def status(self) -> dict:
+        """Where the run's reading stands: ``stage`` (``reading``, ``analysing``, ``ready``,
+        ``refreshing``), the task files and bytes read of the current read, ``analyses``."""
+        stage = self._progress["stage"] if self._view is None else "refreshing" if self._reloader.running else "ready"
+        return {"run": self.name, **self._progress, "stage": stage, "analyses": self.analyses}
 
-    def now(self, now_ns: int) -> dict:
-        """``live_view.now_view`` of the current Report at wall-clock time ``now_ns``
-        (the run's state moves with the clock, so it is built on every request: no analysis)."""
-        with self._locked():
-            report = self._current()
-            return self._guarded("state now", lambda: now_view(report, self._run(), now_ns),
-                                 lambda why: {"state": "unknown", "reason": why, "progress": [], "findings": [],
-                                              "silent": [], "time_ns": now_ns})
+    def _reading(self, done: int, total: int) -> None:
+        """``RunLoader.refresh``'s progress: a task file read, ``done`` of ``total`` bytes."""
+        self._progress = {**self._progress, "files_read": self._progress["files_read"] + 1, "bytes_read": done,
+                          "bytes": total}
 
-    def faults_body(self) -> JsonBody:
-        """``live_view.fault_timeline`` of the current Report, serialised; cached with the Report."""
-        with self._locked():
-            report = self._current()
-            if self._faults_body is None:
-                self._faults_body = JsonBody.of(self._guarded(
-                    "fault timeline", lambda: fault_timeline(report, self._run()),
-                    lambda why: {"events": [], "roots": [], "victims": [], "error": why}))
-            return self._faults_body
-
-    def figure_body(self, name: str) -> JsonBody:
-        """The plotly JSON (``plotly.io.to_json``) of figure ``name`` (a key of FIGURES)."""
-        with self._locked():
-            report = self._current()
-            if name not in self._figures:
-                self._figures[name] = JsonBody.of_text(self._figure_json(name, report))
-            return self._figures[name]
-
-    def _run(self) -> LoadedRun:
-        """The loaded run the current Report was made from (an empty one if loading failed)."""
-        return self._loaded or LoadedRun(path=self.path, manifest=None, frames={})
-
-    def _guarded(self, what: str, build: Callable[[], T], fallback: Callable[[str], T]) -> T:
-        """``build()``; on an unexpected exception (a run's data the analysis did not foresee)
-        it is logged and ``fallback`` says why, so the run still answers."""
+    def _refresh(self) -> None:
+        """On the reloader's thread: reads what is new, analyses it if anything was, publishes."""
         try:
-            return build()
-        except Exception as error:  # noqa: BLE001 - the last-resort guard of one run
-            logger.error("tfdiag: cannot build the %s of run %r", what, self.name, exc_info=error)
-            return fallback(f"cannot build the {what}: internal error {type(error).__name__} (see TensorBoard's log)")
-
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        if not self._lock.acquire(timeout=self._load_wait_s):
-            raise BusyError(f"run {self.name!r} is still loading; try again shortly")
-        try:
-            yield
-        finally:
-            self._lock.release()
-
-    def _current(self) -> Report:
-        now = self._clock()
-        if self._report is None or now - self._refreshed_at >= self._refresh_interval_s:
-            self._refreshed_at = now
             try:
-                self._refresh()
+                view = self._read()
             except RunNotFoundError:
                 raise
             except Exception as error:  # noqa: BLE001 - the last-resort guard of one run
-                self._fail(error)
-        return self._report
+                self.loader, self._reading_taken = None, None  # its state is unknown: start over, save nothing
+                view = self._failed(error, None)
+        except RunNotFoundError:
+            self._gone = True
+            return
+        if view is None:
+            return
+        view.prepare(self._view)
+        self._view, self._taken, self._saved = view, self._reading_taken, 0
 
-    def _refresh(self) -> None:
+    def _read(self) -> RunView | None:
+        """The view of what the loader reads now; None when nothing changed."""
+        if self.loader is None:
+            self.loader = RunLoader(self.path, cache=self._cache)  # RunNotFoundError if the run went away
+        self._progress = {"stage": "reading", "files_read": 0, "files": len(task_files(self.path)[0]),
+                          "bytes_read": 0, "bytes": None}
+        taken = self._reading_taken = fingerprint(self.path) if self._views is not None else None
+        if self._view is None and taken is not None and (saved := self._views.load(self.path, taken)):
+            self._view = SavedView(saved, self.status)  # shown while this session reads the run
+        loaded = self.loader.refresh(self._reading)  # reads only bytes appended since the last refresh
+        if self._view is not None and loaded is self._view.run:  # the same object: nothing changed
+            self._save(taken)
+            return None
+        self._progress = {**self._progress, "stage": "analysing"}
+        self.analyses += 1
         try:
-            if self.loader is None:
-                self.loader = RunLoader(self.path)  # RunNotFoundError if the run went away
-            loaded = self.loader.refresh()  # reads only bytes appended since the last refresh
-        except Exception:
-            self.loader, self._loaded = None, None  # its state is unknown: start over
-            raise
-        if loaded is not self._loaded:  # RunLoader returns the same object when nothing changed
-            self._loaded = loaded
-            self.analyses += 1
-            self._set(analyze(loaded))
+            return RunView(self.name, self.path, analyze(loaded), loaded)
+        except Exception as error:  # noqa: BLE001 - the last-resort guard of one run
+            return self._failed(error, loaded)
 
-    def _fail(self, error: Exception) -> None:
-        """Replaces the report by one that says why this run has none (logged once per distinct error)."""
+    def _save(self, taken: list | None) -> None:
+        """Saves the view's answers (``view_cache``) when it has more than were saved and the
+        run is as it was before the read the view came from."""
+        built = self._view.built
+        if taken is not None and taken == self._taken and len(built) > self._saved:
+            self._views.save(self.path, taken, built)
+            self._saved = len(built)
+
+    def _failed(self, error: Exception, loaded: LoadedRun | None) -> RunView:
+        """A view that says why this run has none (logged once per distinct error), with the
+        tasks and warnings of what was read; ``RunNotFoundError`` if the run went away."""
         if not log_dir(self.path).is_dir():
             raise RunNotFoundError(f"{self.path}: no longer a run") from error
         message = f"{type(error).__name__}: {error}"
         if message != self._logged_error:
             logger.error("tfdiag: cannot analyse run %r (%s)", self.name, self.path, exc_info=error)
             self._logged_error = message
-        tasks = list(self._loaded.sources) if self._loaded is not None else []
-        warnings = list(self._loaded.warnings) if self._loaded is not None else []
+        tasks = list(loaded.sources) if loaded is not None else []
+        warnings = list(loaded.warnings) if loaded is not None else []
         warnings.append(
             f"this run could not be analysed: internal error {message} (the traceback is in TensorBoard's log)"
         )
-        self._set(unanalysed_report(self.path, tasks, warnings))
-
-    def _set(self, report: Report) -> None:
-        self._report = report
-        self._report_body = None
-        self._faults_body = None
-        self._figures = {}
-
-    def _figure_json(self, name: str, report: Report) -> str:
-        try:
-            return plotly.io.to_json(FIGURES[name](report), validate=False)
-        except Exception as error:  # noqa: BLE001 - one chart must not break the run's page
-            logger.error("tfdiag: cannot draw figure %r of run %r", name, self.name, exc_info=error)
-            message = _named(f"cannot draw this chart: internal error {type(error).__name__}: {error}", self.path, self.name)
-            return plotly.io.to_json(empty_figure(name, message), validate=False)
-
-
-def unanalysed_report(path: Path, tasks: list[str], warnings: list[str]) -> Report:
-    """A Report with no measurements: the run's path, the tasks seen, and why there is nothing else."""
-    return Report(
-        run={"path": str(path), "strategy": None, "tasks": sorted(tasks), "start_time_ns": None,
-             "tensorflow_version": None, "tfdiag_version": None, "skipped_records": 0, "warnings": warnings},
-        summary={"primary_bottleneck": None, "step_time_ms": None, "examples_per_s": None, "steps": 0, "findings": 0},
-        workers=[], rpc=[], shards=[], gpus=[], faults=[], findings=[],
-    )
-
-
-def tab_report(report: Report, name: str, path: Path) -> dict:
-    """``report.to_dict()`` as the tab shows it.
-
-    The run's path is its name (the tab never shows where the logdir is), the run
-    directory in warnings becomes the name, and each finding's recommendation gets
-    ``predicted_speedup_text``, formatted as in every report (``formatting.speedup``).
-    """
-    data = report.to_dict()
-    warnings = [_named(str(warning), path, name) for warning in data["run"].get("warnings") or []]
-    data["run"] = {**data["run"], "path": name, "warnings": warnings}
-    for finding in data["findings"]:
-        recommendation = finding.get("recommendation") or {}
-        recommendation["predicted_speedup_text"] = formatting.speedup(recommendation.get("predicted_speedup"))
-    return data
-
-
-def _named(text: str, path: Path, name: str) -> str:
-    """``text`` with the run directory (as given, or with links resolved) written as the run's name."""
-    for directory in sorted({str(path), os.path.realpath(path)}, key=len, reverse=True):
-        text = text.replace(directory, name)
-    return text
+        return RunView(self.name, self.path, unanalysed_report(self.path, tasks, warnings), loaded)
 
 
 class RunStates:
-    """A ``RunState`` per run directory, made on first use."""
+    """A ``RunState`` per run directory, made on first use, sharing the user's fold cache."""
 
-    def __init__(
-        self, refresh_interval_s: float = REFRESH_INTERVAL_S, load_wait_s: float = LOAD_WAIT_S, clock: Clock = time.monotonic
-    ):
+    def __init__(self, refresh_interval_s: float = REFRESH_INTERVAL_S, view_wait_s: float = 0.0,
+                 cache: FoldCache | None = None):
         self._refresh_interval_s = refresh_interval_s
-        self._load_wait_s = load_wait_s
-        self._clock = clock
+        self._view_wait_s = view_wait_s
+        self._cache = cache
         self._lock = threading.Lock()
         self._states: dict[Path, RunState] = {}
 
     def get(self, path: Path, name: str) -> RunState:
-        """The state of run ``path`` (its first request raises ``RunNotFoundError`` if it is no longer a run)."""
+        """The state of run ``path``."""
         with self._lock:
             state = self._states.get(path)
             if state is None:
-                state = RunState(path, name, self._refresh_interval_s, self._clock, self._load_wait_s)
+                state = RunState(path, name, self._refresh_interval_s, self._view_wait_s, self._cache)
                 self._states[path] = state
             return state
+
+    def all(self) -> list[RunState]:
+        """Every run's state made so far."""
+        with self._lock:
+            return list(self._states.values())
 
     def forget(self, path: Path) -> None:
         """Drops the state of a run whose directory went away."""
@@ -337,4 +264,4 @@ class RunStates:
             self._states.pop(path, None)
 
 
-__all__ = ["LOAD_WAIT_S", "RunIndex", "RunState", "RunStates", "inside", "run_name", "tab_report", "unanalysed_report"]
+__all__ = ["RunIndex", "RunState", "RunStates", "inside", "run_name"]

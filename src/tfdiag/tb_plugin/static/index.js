@@ -8,6 +8,11 @@
 // and redraws only when it changed; charts are updated in place (Plotly.react), so the
 // page keeps its scroll position.
 //
+// A run whose first read is not done answers 202 with its progress: the page shows it
+// and asks again every LOADING_POLL_MS until the run answers. Where an earlier session
+// saved its answers for the same files, they answer meanwhile, and the Now panel and any
+// chart not saved ask again the same way.
+//
 // The Now panel of a run (/now: its state, each worker's progress, current findings,
 // silent tasks) refreshes on its own every NOW_REFRESH_MS while the run's state is
 // "running" and the tab is visible; in any other state it follows the page's poll.
@@ -17,6 +22,9 @@ import * as views from './views.js';
 
 /** How often the open run is re-fetched while the tab is visible, so a live run updates (ms). */
 const AUTO_REFRESH_MS = 15000;
+
+/** How soon a run still being read (202) is asked for again (ms). */
+const LOADING_POLL_MS = 1000;
 
 /** How often the Now panel of a running run is refreshed (ms). */
 const NOW_REFRESH_MS = 3000;
@@ -41,6 +49,8 @@ const state = {
   fetchedAt: 0,
   /** The timer of the Now panel's next refresh, or null. */
   nowTimer: null,
+  /** The timer of the next ask for a run still being read, or null. */
+  loadingTimer: null,
 };
 
 /** @type {Object<string, HTMLElement>} */
@@ -133,7 +143,14 @@ async function show({force, quiet}) {
       ? await Promise.all([model.getComparison(run, compare, {maxAgeMs}), model.getReport(run, {maxAgeMs}), model.getReport(compare, {maxAgeMs})])
       : await Promise.all([model.getReport(run, {maxAgeMs}), model.getFaults(run, {maxAgeMs})]);
   } catch (error) {
-    if (current()) showError(`Cannot load ${compare ? `${run} and ${compare}` : run}: ${error.message}`);
+    if (!current()) return;
+    if (error instanceof model.LoadingError) {
+      showProgress(error.progress);
+      clearTimeout(state.loadingTimer);
+      state.loadingTimer = setTimeout(() => current() && show({force: true, quiet: true}), LOADING_POLL_MS);
+      return;
+    }
+    showError(`Cannot load ${compare ? `${run} and ${compare}` : run}: ${error.message}`);
     return;
   }
   if (!current()) return;
@@ -189,7 +206,13 @@ async function refreshNow(run) {
   try {
     now = await model.getNow(run);
   } catch (error) {
-    if (shown()) dom.now.replaceChildren(views.message(`Cannot load the run's state: ${error.message}`, 'error'));
+    if (!shown()) return;
+    if (error instanceof model.LoadingError) { // a view saved by an earlier session is shown meanwhile
+      dom.now.replaceChildren(views.message('Reading the run…', 'loading'));
+      state.nowTimer = setTimeout(() => refreshNow(run), LOADING_POLL_MS);
+      return;
+    }
+    dom.now.replaceChildren(views.message(`Cannot load the run's state: ${error.message}`, 'error'));
     return;
   }
   if (!shown()) return;
@@ -227,11 +250,26 @@ async function drawFigure(box, run, name, {maxAgeMs, current}) {
     const layout = {...drawable.layout, height: undefined, autosize: true};
     await Plotly.react(element, drawable.data, layout, {responsive: true, displaylogo: false});
   } catch (error) {
+    if (error instanceof model.LoadingError && current() && element.isConnected) {
+      box.dataset.state = 'loading'; // a chart the saved view lacks: drawn once the run is read
+      setTimeout(() => current() && element.isConnected && drawFigure(box, run, name, {maxAgeMs: 0, current}), LOADING_POLL_MS);
+      return;
+    }
     if (current() && element.isConnected) {
       box.dataset.state = 'error';
       element.replaceChildren(views.message(`Cannot draw the chart: ${error.message}`, 'error'));
     }
   }
+}
+
+/** A run still being read: how far its read is (the page is drawn when it is done). */
+function showProgress(progress) {
+  const files = progress.files ? ` ${progress.files_read.toLocaleString()} of ${progress.files.toLocaleString()} task files` : '';
+  const bytes = progress.bytes ? ` (${(progress.bytes_read / 1e6).toFixed(1)} of ${(progress.bytes / 1e6).toFixed(1)} MB)` : '';
+  const text = progress.stage === 'analysing' ? `Analysing ${progress.run}…` : `Reading ${progress.run}:${files}${bytes}…`;
+  dom.status.textContent = text;
+  state.layout = state.shown = '';
+  dom.main.replaceChildren(views.message(text, 'loading'));
 }
 
 function showError(text) {

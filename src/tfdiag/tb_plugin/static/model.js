@@ -32,6 +32,17 @@
  *                       persisting: {kind: string, base: FindingEntry, new: FindingEntry}[]}}} Comparison
  */
 
+/**
+ * A run whose first read is not done: the server answered 202 with its progress
+ * (run, stage, files_read, files, bytes_read, bytes); ask again shortly.
+ */
+export class LoadingError extends Error {
+  constructor(progress) {
+    super(`${progress.run} is being read`);
+    this.progress = progress;
+  }
+}
+
 /** How long a response is reused before it is fetched again (ms). */
 export const DEFAULT_MAX_AGE_MS = 5000;
 
@@ -64,6 +75,7 @@ export function fetchJson(route, params = {}, {maxAgeMs = DEFAULT_MAX_AGE_MS} = 
       }
       throw new Error(message);
     }
+    if (response.status === 202) throw new LoadingError(await response.json());
     return response.json();
   });
   cache.set(url, {time: now, promise});
