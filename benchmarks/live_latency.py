@@ -195,8 +195,9 @@ def _scored(run: Path, args, onsets, clean_end_ns: int, code: int, load_before: 
 def _predictions(run: Path, began: list[dict]) -> list[tuple]:
     """(announced, the whole-run analysis of the same window) predicted speed-ups, per announcement."""
     from tfdiag.analysis.live import WINDOW_S, announced_findings
-    from tfdiag.analysis.load import WINDOW_TIME_COLUMNS, LoadedRun, RunLoader
+    from tfdiag.analysis.load import LoadedRun, RunLoader
     from tfdiag.analysis.step_stats import StepAccumulator
+    from tfdiag.analysis.window_load import WINDOW_TIME_COLUMNS
 
     whole = RunLoader(run, steps=StepAccumulator(sampled_rows=10**9)).refresh()
     pairs = []
@@ -218,7 +219,7 @@ class GrowingCopy:
     """A recorded run copied into ``path`` frame by frame, as its tasks wrote it."""
 
     def __init__(self, source: Path, path: Path):
-        from tfdiag.analysis.load import WINDOW_TIME_COLUMNS
+        from tfdiag.analysis.window_load import WINDOW_TIME_COLUMNS
 
         self.path = path
         log_dir(path).mkdir(parents=True)
@@ -290,8 +291,8 @@ def timed_parts():
     pandas calls.
     """
     from tfdiag.analysis import detectors, live, live_verdict
-    from tfdiag.analysis.load import WindowLoader
     from tfdiag.analysis.measurements import Measurements
+    from tfdiag.analysis.window_load import WindowLoader
 
     spent: dict[str, int] = defaultdict(int)
     children = [0]  # the thread CPU of the parts the running part called

@@ -85,7 +85,7 @@ VERDICT_KINDS = frozenset({"straggler", "input_bound"})
 # (live.WINDOW_S, the window a verdict analyses, and a margin).
 KEPT_KINDS = frozenset({"step", "closure", "rpc", "system", "job_process", "gpu", "fault", "session", "heartbeat"})
 KEPT_S = 12.0
-# The column that dates each kept kind's rows (load.WINDOW_TIME_COLUMNS; default time_ns).
+# The column that dates each kept kind's rows (window_load.WINDOW_TIME_COLUMNS; default time_ns).
 KEPT_TIME_COLUMNS = {"step": "end_ns", "closure": "result_ns", "rpc": "recv_ns", "session": "ready_ns"}
 # The kinds the screen reads; the reader passes over the others before checking them.
 SCREENED_KINDS = frozenset({"step", "closure", "rpc", "transfer", "heartbeat", "liveness", "exit"}) | KEPT_KINDS

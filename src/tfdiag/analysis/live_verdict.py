@@ -36,7 +36,8 @@ from tfdiag.analysis.frames import conform, source_column, to_pandas
 from tfdiag.analysis.live import WINDOW_S, announced_findings, confirmed, enough_data, window_step
 from tfdiag.analysis.live_screen import VERDICT_KINDS
 from tfdiag.analysis.live_transition import Transition, message
-from tfdiag.analysis.load import WINDOW_TIME_COLUMNS, LoadedRun
+from tfdiag.analysis.load import LoadedRun
+from tfdiag.analysis.window_load import WINDOW_TIME_COLUMNS
 from tfdiag.store import load_manifest
 
 Key = tuple[str, tuple[str, ...]]  # (kind, tasks) of a finding
