@@ -205,8 +205,8 @@ def _predictions(run: Path, began: list[dict]) -> list[tuple]:
         frames = {}
         for name, frame in whole.frames.items():
             column = WINDOW_TIME_COLUMNS.get(name, "time_ns")
-            keep = None if column is None else frame[column].between(record["time_ns"] - int(WINDOW_S * 1e9),
-                                                                      record["time_ns"])
+            window_ns = int((record.get("window_s") or WINDOW_S) * 1e9)  # none: written before the column
+            keep = None if column is None else frame[column].between(record["time_ns"] - window_ns, record["time_ns"])
             frames[name] = frame if keep is None else frame[keep].reset_index(drop=True)
         window = LoadedRun(run, whole.manifest, frames, sources=whole.sources)
         finding = next((f for (kind, tasks), f in announced_findings(window).items()

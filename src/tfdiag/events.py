@@ -267,6 +267,7 @@ LIVE_FINDING = RecordKind(
         ("step", "int64"),  # the highest step in the analysed window at onset; null: none yet
         ("predicted_speedup", "float64"),  # throughput ratio if repaired; null: unknown
         ("message", "string"),  # the line logged in the training task
+        ("window_s", "float64"),  # seconds of records the announcing analysis judged; null: the screen announced it
     ),
 )
 

@@ -10,7 +10,7 @@ import pytest
 
 from tfdiag.analysis.live import WINDOW_S, announced_findings
 from tfdiag.analysis.live_screen import KEPT_S, LiveScreen
-from tfdiag.analysis.live_verdict import Verdicts, window_run
+from tfdiag.analysis.live_verdict import Verdicts, verdict_window_s, window_run
 from tfdiag.store import load_manifest
 
 from tests.analysis.test_live import whole_run_cut_to_window
@@ -77,6 +77,26 @@ def test_a_straggler_is_announced_with_the_whole_runs_prediction_for_the_window(
     assert began.message.endswith("if repaired")
     assert verdicts.judge(screened(run, now).kept, now, {STRAGGLER: now}) == []  # announced once
     assert list(verdicts.announced) == [("straggler", ("worker:1",))]
+
+
+def test_a_straggler_is_judged_from_where_the_screen_saw_it_begin(tmp_path):
+    run = job(tmp_path / "run", slow_from_s=27)  # 3 s of 2.5x steps: the screen's first sight
+    now = START_NS + 30 * S
+    screen = screened(run, now)
+    assert STRAGGLER in screen.candidates()
+    assert Verdicts(run.path).judge(screen.kept, now, {STRAGGLER: now}) == []  # the last 10 s: diluted
+    (began,) = Verdicts(run.path).judge(screen.kept, now, {STRAGGLER: now}, from_ns=screen.recent_from_ns)
+    assert began.window_s == verdict_window_s(screen.recent_from_ns, now) == pytest.approx(4.0, abs=0.05)
+    assert began.record("chief:0")["window_s"] == began.window_s
+    expected = announced_findings(whole_run_cut_to_window(run.path, now, began.window_s))[("straggler", ("worker:1",))]
+    assert began.predicted_speedup == pytest.approx(expected.recommendation.predicted_speedup, rel=1e-9)
+
+
+def test_a_clean_window_from_the_screens_start_announces_nothing(tmp_path):
+    run = job(tmp_path / "run")
+    now = START_NS + 30 * S
+    screen = screened(run, now)
+    assert Verdicts(run.path).judge(screen.kept, now, {STRAGGLER: now}, from_ns=screen.recent_from_ns) == []
 
 
 def test_an_input_stall_is_announced(tmp_path):

@@ -167,7 +167,7 @@ class LiveFindings:
                 continue
             if not tracked.announced and tracked.seen >= persist:
                 tracked.announced = True
-                transitions.append(_transition("began", tracked, tracked.onset_ns, now_ns))
+                transitions.append(_transition("began", tracked, tracked.onset_ns, now_ns, self.window_s))
         for key in [key for key in self._tracked if key not in findings]:
             tracked = self._tracked[key]
             tracked.seen, tracked.missed = 0, tracked.missed + 1
@@ -177,7 +177,7 @@ class LiveFindings:
                 del self._tracked[key]  # seen once: noise, never announced
             elif tracked.missed >= (1 if key in gone else PERSIST_EVALUATIONS):
                 del self._tracked[key]
-                transitions.append(_transition("cleared", tracked, tracked.cleared_onset_ns, now_ns))
+                transitions.append(_transition("cleared", tracked, tracked.cleared_onset_ns, now_ns, self.window_s))
         return transitions
 
 
@@ -216,11 +216,11 @@ def enough_data(steps: pd.DataFrame, window_s: float) -> bool:
     return span_ns >= MIN_SPAN_FRACTION * window_s * 1e9
 
 
-def _transition(state: str, tracked: _Tracked, onset_ns: int, now_ns: int) -> Transition:
+def _transition(state: str, tracked: _Tracked, onset_ns: int, now_ns: int, window_s: float) -> Transition:
     finding = tracked.finding
     speedup = finding.recommendation.predicted_speedup
     return Transition(state, finding.kind, finding.tasks, finding.severity.value, onset_ns, tracked.step,
-                      speedup, message(state, finding, tracked.step), now_ns)
+                      speedup, message(state, finding, tracked.step), now_ns, window_s)
 
 
 def message(state: str, finding: Finding, step: int | None) -> str:

@@ -4,8 +4,8 @@
 (a few milliseconds). A candidate (kind, task) that no announced finding covers is judged:
 
 - ``straggler`` and ``input_bound`` on every tick that shows it, whatever the thread's
-  CPU credit, by a verdict (``live_verdict``: the detector and the advisor on the last
-  ``live.WINDOW_S`` seconds of the records the screen keeps, tens of milliseconds);
+  CPU credit, by a verdict (``live_verdict``: the detector and the advisor on the records
+  the screen keeps, from where its window first showed the candidate, about 100 ms);
 - ``slow_link`` once it stood ``SCREEN_PERSIST_S``, while the credit allows
   (``may_confirm``), by the analysis of a window of a few round trips at the probe's pace
   (``live.LiveFindings``, ``live.link_window_s``: hundreds of milliseconds).
@@ -13,7 +13,7 @@
 The judgement announces the finding the first time it sees it, with its own title,
 evidence and predicted speed-up (the whole-run analysis's of the same window). A
 candidate it rejects is judged again ``CONFIRM_RETRY_S`` later, ``FREE_RETRIES`` times
-(a verdict: ``FREE_VERDICT_RETRIES``, the time its window takes to show an onset), then
+(a verdict: ``FREE_VERDICT_RETRIES``, while its window grows), then
 twice as long each time up to ``MAX_RETRY_S`` (a candidate that comes and goes keeps its
 wait until it has been gone that long). An announced finding whose candidate has been
 gone ``CLEAR_AFTER_S`` is judged every ``CONFIRM_RETRY_S`` until a judgement clears it.
@@ -48,9 +48,10 @@ SCREEN_PERSIST_S = 3.0
 # does not count as a finding) costs a judgement every two minutes, not every screen.
 CONFIRM_RETRY_S = 2.0
 FREE_RETRIES = 2
-# A verdict's window (live.WINDOW_S, 10 s) shows a 2.5x straggler's period past the
-# detector's bar about 6 s after its onset, which the screen sees 2-4 s in: a verdict is
-# retried every CONFIRM_RETRY_S that many times before its wait grows (at 50 ms each).
+# A verdict's window begins where the screen first saw the change (live_verdict.
+# verdict_window_s), so one at the screen's first sight usually decides; a candidate the
+# detector rejects is judged again every CONFIRM_RETRY_S, as its window grows towards
+# live.WINDOW_S, that many times before its wait grows (about 100 ms each).
 FREE_VERDICT_RETRIES = 4
 MAX_RETRY_S = 120.0
 # Seconds an announced finding's candidate must have been gone before a judgement is asked
@@ -88,6 +89,7 @@ class LiveMonitor:
         self._verdicts = None  # live_verdict.Verdicts, made on the first verdict
         self._live_links = None  # live.LiveFindings on a window of a few probe round trips
         self._since: dict[tuple[str, str], int] = {}  # standing candidate -> the first screen of its streak
+        self._from: dict[tuple[str, str], int] = {}  # standing candidate -> where that screen's window began
         self._retry: dict[tuple[str, str], tuple[int, int]] = {}  # candidate -> (next try ns, rejections)
         self._seen_ns: dict[tuple[str, str], int] = {}  # candidate -> the last screen that showed it
         self._clear_at_ns = {"verdicts": 0, "links": 0}  # the next judgement of each that may clear a finding
@@ -100,6 +102,7 @@ class LiveMonitor:
         self.screens += 1
         candidates = self.screen.candidates()
         self._since = {key: self._since.get(key, now_ns) for key in candidates}
+        self._from = {key: self._from.get(key, self.screen.recent_from_ns) for key in candidates}
         self._seen_ns.update(dict.fromkeys(candidates, now_ns))
         for key, (next_ns, _) in list(self._retry.items()):
             if now_ns - self._seen_ns[key] > max(next_ns - now_ns, 0) + int(MAX_RETRY_S / 2 * 1e9):
@@ -131,7 +134,7 @@ class LiveMonitor:
         self.before_confirmation()
         self.screen.update(now_ns)  # with what the flush wrote
         transitions = self._verdicts.judge(self.screen.kept, now_ns, {key: self._since[key] for key in due},
-                                           frozenset(unshown))
+                                           frozenset(unshown), min((self._from[key] for key in due), default=None))
         self.verdicts += 1
         self.verdict_cpu_ns += time.thread_time_ns() - begin
         self._rejected(due, now_ns, FREE_VERDICT_RETRIES)

@@ -175,6 +175,7 @@ class LiveScreen:
         self.steps_per_record: dict[str, int] = {}  # worker -> training steps its latest step records cover
         self.newest_ns: dict[str, int] = {}  # worker -> its newest step record's end
         self.first_ns: dict[str, int] = {}  # worker -> its first step record's or closure result's time
+        self.recent_from_ns = 0  # where the step screens' window of the last update begins
         self.bytes_read = 0
         self.kept: list[tuple[Path, str, str, int, pa.RecordBatch]] = []  # (file, kind, task, newest time, batch)
         self._files: dict[Path, tuple[tuple[int, int], int]] = {}  # path -> ((device, inode), next offset)
@@ -197,6 +198,7 @@ class LiveScreen:
         newest = max(self.newest_ns.values(), default=now_ns)
         current = [ns for ns in self.newest_ns.values() if ns >= newest - LAGGING_S * 1e9]
         cutoff = min(current, default=now_ns) - int(RECENT_S * 1e9)
+        self.recent_from_ns = cutoff
         for series in self.steps.values():
             series.forget_before(cutoff)
         for series in self.results.values():

@@ -30,12 +30,13 @@ class Transition:
     predicted_speedup: float | None
     message: str
     time_ns: int
+    window_s: float | None = None  # the seconds of records judged, ending at time_ns; None: the screen's own
 
     def record(self, task: str) -> dict:
         """The ``live_finding`` record of this transition, written by ``task``."""
         return dict(task=task, time_ns=self.time_ns, state=self.state, kind=self.kind, tasks=",".join(self.tasks),
                     severity=self.severity, onset_ns=self.onset_ns, step=self.step,
-                    predicted_speedup=self.predicted_speedup, message=self.message)
+                    predicted_speedup=self.predicted_speedup, message=self.message, window_s=self.window_s)
 
 
 def message(state: str, kind: str, tasks: tuple[str, ...], title: str, speedup: float | None,
