@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tfdiag.analysis.live_monitor import FREE_VERDICT_RETRIES, MAX_RETRY_S, LiveMonitor
+from tfdiag.analysis.live_monitor import FREE_VERDICT_RETRIES, MAX_RETRY_S, NEW_ONSET_GAP_S, LiveMonitor
 from tfdiag.analysis.live_screen import LiveScreen
 
 from tests.runs import MS, START_NS, RunBuilder
@@ -154,6 +154,18 @@ def test_a_rejected_candidate_keeps_its_wait_through_a_short_absence(tmp_path):
     assert rejections > FREE_VERDICT_RETRIES and wait_s > 4
     job.until(120 + wait_s + 10)  # gone longer than its wait, shorter than MAX_RETRY_S / 2 past it
     assert job.monitor._retry[key][1] == rejections
+
+
+def test_a_new_onset_after_rejected_ones_is_judged_at_once(tmp_path):
+    from tfdiag.analysis.live import WINDOW_S  # pandas: not in the subprocess of the clean-run test
+
+    assert NEW_ONSET_GAP_S == WINDOW_S  # the last streak's records are out of the verdict's window
+    job = Job(tmp_path / "run").until(80, step_ms={"worker:1": 24.6})  # rejected: its wait has grown
+    next_ns, rejections = job.monitor._retry[("straggler", "worker:1")]
+    assert rejections > FREE_VERDICT_RETRIES and next_ns > START_NS + 100 * S
+    job.until(92).until(110, step_ms={"worker:1": 50.0})  # 12 s away, then a 2.5x straggler
+    (began_at, _), = job.began("straggler")
+    assert 92 < began_at < 92 + 4
 
 
 def test_the_screen_reads_only_what_was_appended(tmp_path):

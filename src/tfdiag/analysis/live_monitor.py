@@ -54,6 +54,11 @@ FREE_RETRIES = 2
 # live.WINDOW_S, that many times before its wait grows (about 100 ms each).
 FREE_VERDICT_RETRIES = 4
 MAX_RETRY_S = 120.0
+# A straggler or input_bound candidate back on the screen after this long away is a new
+# onset: judged at once, whatever wait its rejections had earned (a further rejection
+# waits on as they say). Its last streak's records have then left a verdict's longest
+# window (live.WINDOW_S), so the verdict judges new evidence; one verdict per onset.
+NEW_ONSET_GAP_S = 10.0
 # Seconds an announced finding's candidate must have been gone before a judgement is asked
 # to clear it: its window still holds the change until about half of it is past the end.
 CLEAR_AFTER_S = 4.0
@@ -101,6 +106,10 @@ class LiveMonitor:
         self.screen.update(now_ns)
         self.screens += 1
         candidates = self.screen.candidates()
+        for key in candidates:
+            if key[0] in VERDICT_KINDS and key not in self._since and key in self._retry \
+                    and now_ns - self._seen_ns[key] >= NEW_ONSET_GAP_S * 1e9:
+                self._retry[key] = (now_ns, self._retry[key][1])  # a new onset: judged now
         self._since = {key: self._since.get(key, now_ns) for key in candidates}
         self._from = {key: self._from.get(key, self.screen.recent_from_ns) for key in candidates}
         self._seen_ns.update(dict.fromkeys(candidates, now_ns))
