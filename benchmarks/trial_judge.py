@@ -2,6 +2,14 @@
 
 Per trial (``judge``):
 
+* **never ran** — a fault started from outside (``trial_run``'s stop duty cycle, switched
+  proxy, stop) whose run recorded its onset (``onset``) at or after the last step record of
+  the training it was to slow (the planted worker's, else the job's), or that the job
+  outlived before its onset came: the trial measured a clean run. It is neither recalled
+  nor missed: ``recalled`` and ``located`` are None and ``summary`` counts it apart
+  (``never_ran``), so a benchmark whose onset misses the training cannot pass for a
+  detector's miss (seeds 1029, 1032, 1036 and 1037 did, with a fixed delay). Runs recorded
+  before the onset was (no ``onset``) are judged as they were;
 * **recall** — the planted kind (``trial_run.EXPECTED_KIND``) at warning or above naming
   the planted task (any task where the fault hit every worker); ``located`` when the kind
   is there on some task, ``recalled`` when on the right one;
@@ -60,13 +68,27 @@ def shared_host(result: dict) -> bool:
     return max(result["load1"]) > result.get("cores", 2)
 
 
+def fault_ran(result: dict) -> bool | None:
+    """Whether the fault run's outside fault started before the last step record of the training
+    it was to slow (``trial_run.describe_onset``); None where the run recorded no onset (a
+    fault inside the job, a proxy from the start, a run from before onsets were recorded)."""
+    onset = result["runs"]["fault"].get("onset")
+    if not onset:
+        return None
+    started, last = onset.get("onset_time_ns"), onset.get("training_last_ns")
+    return started is not None and last is not None and started < last
+
+
 def judge(trial: dict, result: dict) -> dict:
-    """The verdict of one trial: recall, false alarms, rank, prediction error, effect."""
+    """The verdict of one trial: whether its fault ran, recall, false alarms, rank, prediction
+    error, effect."""
     fault = trial["fault"]
     findings = result["runs"]["fault"]["findings"]
-    kind = EXPECTED_KIND.get(fault)
+    never_ran = fault != "none" and fault_ran(result) is False
+    kind = None if never_ran else EXPECTED_KIND.get(fault)  # never ran: neither recalled nor missed
     planted, hit, false_alarms = diagnosis(trial, findings, shared_host(result))
-    verdict = {"recalled": hit is not None if kind else None, "located": bool(planted) if kind else None,
+    verdict = {"never_ran": never_ran,
+               "recalled": hit is not None if kind else None, "located": bool(planted) if kind else None,
                "named_tasks": sorted({t for f in planted for t in f["tasks"]}),
                "primary": bool(findings) and hit is not None and findings[0] is hit,
                "false_alarms": false_alarms, "predicted": hit and hit["predicted"],
@@ -104,14 +126,15 @@ def _f1(tp: int, fp: int, fn: int) -> float:
 def per_kind(rows: list[dict], resamples: int = 2000) -> list[dict]:
     """Per finding kind: precision, recall (Wilson intervals), F1 (bootstrap interval over
     trials), localisation. A trial counts once per kind: TP when the kind was planted and
-    recalled; FN when planted and missed; FP when reported at warning level unexplained."""
-    kinds = sorted({EXPECTED_KIND[r["trial"]["fault"]] for r in rows if r["trial"]["fault"] in EXPECTED_KIND}
+    recalled; FN when planted and missed; FP when reported at warning level unexplained. A
+    fault that never ran (``judge``) planted nothing."""
+    kinds = sorted(({_planted(r) for r in rows} - {None})
                    | {alarm.split()[0] for r in rows for alarm in r["verdict"]["false_alarms"]})
     table = []
     for kind in kinds:
         marks = [_marks(r, kind) for r in rows]
         tp, fp, fn = (sum(m[i] for m in marks) for i in range(3))
-        planted = [r for r in rows if EXPECTED_KIND.get(r["trial"]["fault"]) == kind]
+        planted = [r for r in rows if _planted(r) == kind]
         located = [r for r in planted if r["verdict"]["located"]]
         rng = random.Random(0)
         boot = sorted(f1 for f1 in (_f1(*(sum(m[i] for m in sample) for i in range(3)))
@@ -125,9 +148,14 @@ def per_kind(rows: list[dict], resamples: int = 2000) -> list[dict]:
     return table
 
 
+def _planted(row: dict) -> str | None:
+    """The finding kind a trial planted; None for a clean trial or a fault that never ran."""
+    return None if row["verdict"].get("never_ran") else EXPECTED_KIND.get(row["trial"]["fault"])
+
+
 def _marks(row: dict, kind: str) -> tuple[int, int, int]:
     """(TP, FP, FN) of one trial for one kind."""
-    verdict, planted = row["verdict"], EXPECTED_KIND.get(row["trial"]["fault"]) == kind
+    verdict, planted = row["verdict"], _planted(row) == kind
     if planted:
         return (1, 0, 0) if verdict["recalled"] else (0, 0, 1)
     unexplained = any(alarm.split()[0] == kind for alarm in verdict["false_alarms"])
@@ -144,8 +172,10 @@ def quantile(values: list[float], q: float) -> float:
 
 
 def summary(rows: list[dict]) -> dict:
-    """The figures the targets are read against."""
-    faulty = [r for r in rows if r["trial"]["fault"] != "none"]
+    """The figures the targets are read against; recall over the faults that ran, those that
+    never did counted apart (``never_ran``)."""
+    never_ran = [r for r in rows if r["verdict"].get("never_ran")]
+    faulty = [r for r in rows if r["trial"]["fault"] != "none" and not r["verdict"].get("never_ran")]
     clean = [r for r in rows if r["trial"]["fault"] == "none"]
 
     def recall_of(selected):
@@ -165,6 +195,7 @@ def summary(rows: list[dict]) -> dict:
     recalled = [r for r in faulty if r["verdict"]["recalled"]]
     return {
         "trials": len(rows), "faulty": len(faulty), "clean": len(clean),
+        "never_ran": {"n": len(never_ran), "seeds": sorted(r["trial"]["seed"] for r in never_ran)},
         "recall_by_effect": {name: recall_of(group) for name, group in sorted(bins.items())},
         "trial_precision": {"n": len(rows), "hits": len(precise), "ci": wilson(len(precise), len(rows))},
         "clean_false_alarms": {("with hogs" if hogs else "without hogs"): {

@@ -4,7 +4,10 @@ Every fault comes from outside the job or from the job's own code path: the laun
 injections (``--inject`` of the sample jobs; its delaying proxy for user jobs too), a stop
 duty cycle or a stop sent to a task's process (``benchmarks/harness/faults.py``), the user
 jobs' own options (a slow reader, a raised exception). Background hogs are busy-loop
-processes started before the job and killed after it. The fix run, when drawn, runs the
+processes started before the job and killed after it. An outside fault of a ``mid`` onset
+starts once the job has done ``trial_space.ONSET_SHARE`` of its steps, read from its records
+as they are written (``_after_onset``); the fault run records when it started against the
+training (``describe_onset``), which the judge reads. The fix run, when drawn, runs the
 same job with the trial's fix: the sample job's ``--tune`` for the planted kind
 (``src/tfdiag/sample_jobs/advice.py``) with the fault kept, or the fault removed.
 """
@@ -23,7 +26,8 @@ import time
 from pathlib import Path
 
 from benchmarks.harness import faults
-from benchmarks.trial_space import DUTY_ON_MS, Trial
+from benchmarks.harness.progress import Progress, training_span
+from benchmarks.trial_space import DUTY_ON_MS, ONSET_SHARE, ONSET_TIMEOUT_S, Trial
 from benchmarks.userjobs import gen_fit, ps_embed, ps_tutorial, tf1_feed
 from benchmarks.userjobs.runner import run_cluster
 from tfdiag.analysis.detectors.stalled import STALL_FLOOR_S
@@ -36,6 +40,7 @@ RUN_TIMEOUT_S = 240
 FAILING_TIMEOUT_S = 120  # a job whose task raised may hang in a collective: ended after this
 HUNG_STEPS_FACTOR = 50  # a job to be hung runs far more steps than the stop lets it
 HANG_GIVE_UP_S = 100.0
+PROGRESS_POLL_S = 0.25  # how often a mid-run onset reads the job's progress
 USER_COMMANDS = {"ps_embed": ps_embed.TASK_COMMAND, "gen_fit": gen_fit.TASK_COMMAND,
                  "tf1_feed": tf1_feed.TASK_COMMAND, "ps_tutorial": ps_tutorial.TASK_COMMAND}
 # The finding each fault must produce (docs/benchmarks.md, "Randomized trials").
@@ -98,30 +103,56 @@ def fix_description(trial: Trial) -> str:
     return " ".join(f"--tune {t}" for t in config.tune) or "fault removed"
 
 
-def _training_started(logdir: Path, timeout_s: float = 180.0) -> None:
-    """Until a task file under ``logdir`` holds records (the collectors are writing)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if any(p.stat().st_size > 0 for p in (logdir / "plugins" / "tfdiag").glob("*.tfdiag")):
-            return
-        time.sleep(0.2)
+def _wait_for_onset(trial: Trial, logdir: Path, ended) -> dict | None:
+    """Until the job has done ``JobDef.onset_steps`` of its steps, read from its own records as
+    they are written (``harness.progress``), or ``ONSET_TIMEOUT_S`` passed; how the onset came
+    (``by``: ``progress`` or ``timeout``, and the job's steps then), or None when ``ended``
+    (called with the seconds it may wait) said the job ended first: the fault is never started."""
+    spec, progress = trial.spec, Progress(logdir)
+    deadline = time.monotonic() + ONSET_TIMEOUT_S
+    while True:
+        steps = progress.poll().job_steps(spec.synchronous, spec.closure_steps)
+        if steps >= spec.onset_steps:
+            return {"by": "progress", "onset_step": steps}
+        if time.monotonic() >= deadline:
+            return {"by": "timeout", "onset_step": steps}
+        if ended(PROGRESS_POLL_S):
+            return None
+
+
+def _onset_record(trial: Trial, mid: bool) -> dict:
+    """What a trial records of its outside fault's onset before it starts (``onset_time_ns``
+    stays None if it never does); ``describe_onset`` adds where that fell in the training."""
+    return {"rule": f"{ONSET_SHARE:.3g} of {trial.spec.steps} steps" if mid else "start",
+            "target_step": trial.spec.onset_steps if mid else 0, "by": None, "onset_step": None,
+            "onset_time_ns": None}
 
 
 @contextlib.contextmanager
-def _after_onset(trial: Trial, logdir: Path, start, stop):
-    """``start()`` now, or at the mid-run onset on a thread; ``stop(handle)`` on exit."""
+def _after_onset(trial: Trial, logdir: Path, onset: dict, start, stop):
+    """``start()`` now (a ``start`` onset), or on a thread once the job has done a share of its
+    steps (``_wait_for_onset``: a ``mid`` onset defined by progress, not by a delay, so it falls
+    inside training however long that takes); ``stop(handle)`` on exit. ``onset`` gets how and
+    when the fault started (nothing, if the job ended first: the fault never ran)."""
     handles, done = [], threading.Event()
+    onset.update(_onset_record(trial, trial.onset == "mid"))
+
+    def begin():
+        onset["onset_time_ns"] = time.time_ns()
+        handles.append(start())
 
     def later():
-        _training_started(logdir)
-        if not done.wait(trial.spec.onset_s):
-            handles.append(start())
+        reached = _wait_for_onset(trial, logdir, done.wait)
+        if reached is not None and not done.is_set():
+            onset.update(reached)
+            begin()
 
     if trial.onset == "mid":
         thread = threading.Thread(target=later, daemon=True)
         thread.start()
     else:
-        handles.append(start())
+        onset.update(by="start", onset_step=0)
+        begin()
     try:
         yield
     finally:
@@ -132,29 +163,56 @@ def _after_onset(trial: Trial, logdir: Path, start, stop):
             stop(handle)
 
 
-def while_running(trial: Trial, logdir: Path, hung: dict):
-    """The outside fault of the fault run, as ``run_cluster``'s ``while_running``."""
+def describe_onset(onset: dict, logdir: Path, task: str, fault: str) -> dict:
+    """``onset`` with where it fell in the run's training, from its step records after the run:
+    ``over`` (the steps of the worker ``task`` slows, else the whole job's: a ``stop`` ends its
+    worker's steps, and a proxy slows every worker), the training's first and last
+    step (``training_first_ns``, ``training_last_ns``), ``after_start_s`` and ``before_end_s``
+    (from the first step's begin to the onset, from the onset to the last step's end: negative
+    when it came after) and ``steps_after`` (training steps that ended after it)."""
+    over = task if task.startswith("worker:") and fault != "stop" else None
+    span = training_span(logdir, over)
+    if span.last_ns is None and over is not None:  # a worker that never recorded a step: the job's
+        over, span = None, training_span(logdir)
+    at = onset.get("onset_time_ns")
+    known = at is not None and span.last_ns is not None
+    return {**onset, "over": over or "job", "training_first_ns": span.first_ns, "training_last_ns": span.last_ns,
+            "after_start_s": round((at - span.first_ns) / 1e9, 2) if known else None,
+            "before_end_s": round((span.last_ns - at) / 1e9, 2) if known else None,
+            "steps_after": span.steps_after(at) if known else None}
+
+
+def while_running(trial: Trial, logdir: Path, hung: dict, onset: dict):
+    """The outside fault of the fault run, as ``run_cluster``'s ``while_running``; ``onset``
+    gets when it started (``_after_onset``)."""
     if trial.fault == "stop-duty":
         off_ms = DUTY_ON_MS * (trial.strength - 1)
         return lambda cluster: _after_onset(
-            trial, logdir, lambda: faults.cpu_quota(cluster.tasks[trial.task].process.pid, DUTY_ON_MS, off_ms),
+            trial, logdir, onset,
+            lambda: faults.cpu_quota(cluster.tasks[trial.task].process.pid, DUTY_ON_MS, off_ms),
             lambda quota: quota.stop())
     if trial.fault == "proxy" and trial.onset == "mid":
         switch = logdir / "proxy-delay-on"
-        return lambda cluster: _after_onset(trial, logdir, lambda: switch.touch(),
+        return lambda cluster: _after_onset(trial, logdir, onset, lambda: switch.touch(),
                                             lambda _: switch.unlink(missing_ok=True))
     if trial.fault == "stop":
-        return lambda cluster: _hang(cluster, trial, logdir, hung)
+        return lambda cluster: _hang(cluster, trial, logdir, hung, onset)
     return None
 
 
 @contextlib.contextmanager
-def _hang(cluster, trial: Trial, logdir: Path, hung: dict):
-    """Stops the task mid-run and keeps it stopped; analyses the hung run until ``stalled``
-    appears (or ``HANG_GIVE_UP_S``), keeps that report in ``hung``, then ends the job."""
-    _training_started(logdir)
-    time.sleep(trial.spec.onset_s)
-    with faults.stall(cluster.tasks[trial.task].process.pid):
+def _hang(cluster, trial: Trial, logdir: Path, hung: dict, onset: dict):
+    """Stops the task mid-run (the mid-run onset of ``_after_onset``) and keeps it stopped;
+    analyses the hung run until ``stalled`` appears (or ``HANG_GIVE_UP_S``), keeps that
+    report in ``hung``, then ends the job. A job that ended before the onset is left alone."""
+    onset.update(_onset_record(trial, mid=True))
+    process = cluster.tasks[trial.task].process
+    reached = _wait_for_onset(trial, logdir, lambda wait_s: time.sleep(wait_s) or process.poll() is not None)
+    if reached is None or process.poll() is not None:
+        yield
+        return
+    onset.update(reached, onset_time_ns=time.time_ns())
+    with faults.stall(process.pid):
         stopped = time.monotonic()
         time.sleep(STALL_FLOOR_S + 5)
         while True:
@@ -186,6 +244,7 @@ def run_side(trial: Trial, side: str, workdir: Path) -> dict:
     logdir.mkdir(parents=True)
     config = config_for(trial, logdir, side)
     hung: dict = {}
+    onset: dict = {}
     fault_side = side == "fault"
     command = USER_COMMANDS.get(trial.job)
     timeout = FAILING_TIMEOUT_S if fault_side and trial.fault == "exception" else RUN_TIMEOUT_S
@@ -195,7 +254,7 @@ def run_side(trial: Trial, side: str, workdir: Path) -> dict:
     started = time.monotonic()
     try:
         code, summary = run_cluster(config, logdir / "launcher.log", timeout, task_command=command,
-                                    while_running=while_running(trial, logdir, hung) if fault_side else None)
+                                    while_running=while_running(trial, logdir, hung, onset) if fault_side else None)
     finally:
         os.environ.pop(SWITCH_ENV_VAR, None)
     wall_s = time.monotonic() - started
@@ -203,7 +262,8 @@ def run_side(trial: Trial, side: str, workdir: Path) -> dict:
     return {"logdir": str(logdir), "config": {"inject": list(config.inject), "tune": list(config.tune),
                                               "extra": config.extra, "steps": config.steps},
             "exit": code, "examples_per_s": summary[2] if summary else None, "wall_s": round(wall_s, 1),
-            "found_after_s": hung.get("after_s"), "findings": findings_of(report)}
+            "found_after_s": hung.get("after_s"), "findings": findings_of(report),
+            "onset": describe_onset(onset, logdir, trial.task, trial.fault) if onset else None}
 
 
 def findings_of(report: dict) -> list[dict]:

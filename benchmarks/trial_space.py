@@ -18,10 +18,18 @@ Space, in the order it is drawn:
   variable on ps 0); ``kill`` (worker 1 killed a quarter into the run and restarted);
   ``stop`` (a worker stopped mid-run and kept stopped: a hung job, analysed while it hangs);
   ``exception`` (the user's code raises on a worker, or the coordinator, mid-run).
-* **onset** — ``start`` or ``mid`` (the fault switched on ``JobDef.onset_s`` after the
-  job's first records: a third of its run; in TF1 jobs after the non-chief worker's 30-s
-  wait for the chief's variables) for ``stop-duty`` and ``proxy``; ``kill``, ``stop`` and
-  ``exception`` are mid-run by nature, the other faults start with the job.
+* **onset** — ``start`` or ``mid`` for ``stop-duty`` and ``proxy``; ``kill``, ``stop`` and
+  ``exception`` are mid-run by nature, the other faults start with the job. A mid-run onset
+  is one of progress, not of time: the fault starts once the job has done ``ONSET_SHARE``
+  of its steps (``JobDef.onset_steps``), as its own records say while they are written
+  (``benchmarks/harness/progress.py``; ``kill`` and ``exception`` count their own steps in
+  the job: a quarter, a third), or after ``ONSET_TIMEOUT_S`` if they never say so. A fixed
+  delay did not fit every run: on the 2-core host the same job's training took from 3.6 s
+  (seed 1029, ``ps_tutorial``, against a 5-s onset) to tens of seconds, and a TF1
+  non-chief waits 30 s for the chief's variables or not at all (seeds 1032, 1036 and 1037,
+  ``tf1_feed``: training over before a 32-s onset), so those faults never ran. Each trial
+  records when its fault started against its training (``trial_run``: ``onset``), and the
+  judge counts one that started after the last step apart (``trial_judge``: never ran).
 * **hogs** — 0, 1 or 2 busy-loop processes beside the job (its whole run).
 * **fix** — for a faulty trial whose fix can be run, with probability ``FIX_SHARE``: the
   fix run interleaved with the fault run (order drawn), measuring the real speed-up.
@@ -36,8 +44,11 @@ but never a seed of ``TUNED_SEEDS``: the trials rules were fitted on.
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import asdict, dataclass
+
+from tfdiag.events import STEPS_PER_CLOSURE
 
 HOLDOUT_SEEDS = 1000
 # Seeds whose trials were used to fit rules (ps_hotspot's and input_bound's warning bars,
@@ -50,6 +61,12 @@ STRENGTH = (1.2, 5.0)
 PROXY_MS = (2.0, 40.0)
 INPUT_MS = (5.0, 60.0)
 SKEW = (1.5, 4.0)
+# A mid-run onset: once the job has done this share of its steps (``JobDef.onset_steps``) ...
+ONSET_SHARE = 1 / 3
+# ... or, where its records never show that many, this long after its processes started
+# (their start and a TF1 non-chief's 30-s wait for the chief's variables take up to about a
+# minute on the loaded 2-core host; RUN_TIMEOUT_S ends a job at 240 s).
+ONSET_TIMEOUT_S = 150.0
 
 
 @dataclass(frozen=True)
@@ -59,29 +76,46 @@ class JobDef:
     name: str
     kind: str  # "sample" (tfdiag sample) or "user" (a script of benchmarks/userjobs)
     shape: str  # the sample job whose cluster layout it has
-    steps: int  # short: tens of seconds of training on the 2-core host
-    onset_s: float  # a mid-run onset: seconds after the first records (TF1: after the non-chief's 30-s wait)
+    steps: int  # short: tens of seconds of training on the 2-core host; the job's, over all its workers
     faults: tuple[str, ...]
-    synchronous: bool = False
+    synchronous: bool = False  # every worker runs every step: each worker's records count the job's steps
     one_slow_input: bool = False  # its input can be slowed on one worker
+    closure_steps: int = 1  # under a ClusterCoordinator: the training steps of a closure (fault run)
+
+    @property
+    def onset_steps(self) -> int:
+        """The job's steps before a mid-run onset: ``ONSET_SHARE`` of ``steps`` (of the nominal
+        run, also for a ``stop`` trial, whose job is given far more steps to hang in).
+
+        >>> JOB_DEFS["ps_tutorial"].onset_steps, JOB_DEFS["tf1_feed"].onset_steps
+        (667, 500)
+        """
+        return math.ceil(self.steps * ONSET_SHARE - 1e-9)
 
 
 _COMMON = ("none", "stop-duty")
+# Steps as the jobs' records count them: a ClusterCoordinator job's closures share the
+# steps among its workers (ps_ctl runs STEPS_PER_CLOSURE a closure, the others one), a TF1
+# job's workers share them too (each records its own), a MultiWorkerMirrored job's workers
+# each run all of them, and mirrored has one worker.
 JOB_DEFS = {job.name: job for job in (
-    JobDef("ps_ctl", "sample", "ps_ctl", 400, 4, _COMMON + ("proxy", "input", "shard-skew", "hot-ps", "kill", "stop")),
-    JobDef("ps_fit", "sample", "ps_fit", 200, 4, _COMMON + ("proxy", "input", "shard-skew", "hot-ps", "kill")),
-    JobDef("mwms_fit", "sample", "mwms_fit", 150, 4, _COMMON + ("input", "shard-skew", "kill"),
+    JobDef("ps_ctl", "sample", "ps_ctl", 400, _COMMON + ("proxy", "input", "shard-skew", "hot-ps", "kill", "stop"),
+           closure_steps=STEPS_PER_CLOSURE),
+    JobDef("ps_fit", "sample", "ps_fit", 200, _COMMON + ("proxy", "input", "shard-skew", "hot-ps", "kill")),
+    JobDef("mwms_fit", "sample", "mwms_fit", 150, _COMMON + ("input", "shard-skew", "kill"),
            synchronous=True, one_slow_input=True),
-    JobDef("tf1_session", "sample", "tf1_session", 400, 4, _COMMON + ("proxy", "input", "shard-skew", "hot-ps", "kill")),
-    JobDef("mirrored", "sample", "mirrored", 200, 3, ("none", "input")),
-    JobDef("ps_tutorial", "user", "ps_ctl", 500, 5, _COMMON + ("proxy", "stop")),
-    JobDef("ps_embed", "user", "ps_ctl", 900, 6, _COMMON + ("proxy", "hot-ps", "exception")),
-    JobDef("gen_fit", "user", "mwms_fit", 150, 5, _COMMON + ("input", "exception"),
+    JobDef("tf1_session", "sample", "tf1_session", 400, _COMMON + ("proxy", "input", "shard-skew", "hot-ps", "kill")),
+    JobDef("mirrored", "sample", "mirrored", 200, ("none", "input")),
+    JobDef("ps_tutorial", "user", "ps_ctl", 2000, _COMMON + ("proxy", "stop")),
+    JobDef("ps_embed", "user", "ps_ctl", 900, _COMMON + ("proxy", "hot-ps", "exception")),
+    JobDef("gen_fit", "user", "mwms_fit", 150, _COMMON + ("input", "exception"),
            synchronous=True, one_slow_input=True),
-    JobDef("tf1_feed", "user", "tf1_session", 1500, 32, _COMMON + ("proxy", "input", "exception"), one_slow_input=True),
+    JobDef("tf1_feed", "user", "tf1_session", 1500, _COMMON + ("proxy", "input", "exception"), one_slow_input=True),
 )}
 # ps_embed ran 300 steps up to seed 1012 (results record each run's steps): its 5.6 s of
-# training ended before a mid-run onset 6 s after the first records (seeds 1011, 1012).
+# training ended before the mid-run onset of then, 6 s after the first records (seeds 1011,
+# 1012); seeds 1029, 1032, 1036 and 1037 met the same end (see the onset above), and
+# ps_tutorial's 500 steps (about 4 s) left a mid-run fault 1.6 s: it runs 2,000 from seed 1029 on.
 # Draw weights of the faults (relative); "stop" hangs a job for a minute, so it is rare.
 FAULT_WEIGHTS = {"none": 4, "stop-duty": 5, "proxy": 3, "input": 3, "shard-skew": 2, "hot-ps": 2,
                  "kill": 2, "stop": 1, "exception": 2}

@@ -91,9 +91,24 @@ def run_batch(seeds: list[int], results: Path, workdir: Path, budget_s: float | 
             out.write(json.dumps(row, default=str) + "\n")
         if "error" not in result:
             verdict = judge(row["trial"], result)
-            print(f"  recalled={verdict['recalled']} false_alarms={verdict['false_alarms']} "
-                  f"predicted={verdict['predicted']} measured={verdict['measured']}", file=sys.stderr, flush=True)
+            print(f"  {onset_text(result)}recalled={verdict['recalled']} never_ran={verdict['never_ran']} "
+                  f"false_alarms={verdict['false_alarms']} predicted={verdict['predicted']} "
+                  f"measured={verdict['measured']}", file=sys.stderr, flush=True)
     return 0
+
+
+def onset_text(result: dict) -> str:
+    """Where the fault run's outside fault started against its training, as a short phrase
+    (``trial_run.describe_onset``); "" where the run recorded no onset."""
+    onset = result["runs"]["fault"].get("onset")
+    if not onset:
+        return ""
+    if onset.get("onset_time_ns") is None:
+        return f"onset never came ({onset['rule']}; the job ended first); "
+    if onset.get("before_end_s") is None:
+        return f"onset by {onset['by']}, no step recorded; "
+    return (f"onset by {onset['by']} at step {onset['onset_step']}, {onset['after_start_s']} s into and "
+            f"{onset['before_end_s']} s before the end of {onset['over']}'s training; ")
 
 
 def _p(value) -> str:
@@ -124,6 +139,9 @@ def report(rows: list[dict], title: str) -> str:
         target = "≤ 2 %" if name == "with hogs" else "–"
         lines.append(f"| clean runs {name} with a false alarm | {group['alarms']} of {group['n']} | {_ci(group['ci'])} "
                      f"| {target} |")
+    never = s["never_ran"]
+    lines.append(f"| faults that never ran (onset after the last step; out of recall) | {never['n']} of "
+                 f"{never['n'] + s['faulty']} | – | – |")
     primary = s["primary"]
     lines.append(f"| planted finding ranked first, when found | {primary['hits']} of {primary['n']} | {_ci(primary['ci'])} | – |")
     error = s["prediction_error"]
@@ -172,8 +190,10 @@ def trial_table(rows: list[dict]) -> str:
                           if f["severity"] in ("warning", "critical")) or "none"
         size = t["strength"] if t["strength"] else t["ms"] if t["ms"] else ""
         load = "–".join(f"{x:.1f}" for x in row["result"]["load1"][:: max(1, len(row["result"]["load1"]) - 1)])
+        recalled = ("never ran" if v.get("never_ran") else "–" if v["recalled"] is None
+                    else "yes" if v["recalled"] else "NO")
         lines.append(f"| {t['seed']} | {t['job']} | {t['fault']} | {t['task'] or '–'} | {size} | {t['onset']} | {t['hogs']} "
-                     f"| {found} | {'–' if v['recalled'] is None else 'yes' if v['recalled'] else 'NO'} "
+                     f"| {found} | {recalled} "
                      f"| {', '.join(v['false_alarms']) or '–'} | {_p(v['predicted'])} | {_p(v['measured'])} | {load} |")
     return "\n".join(lines)
 

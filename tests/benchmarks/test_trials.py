@@ -9,11 +9,11 @@ import json
 from benchmarks.trial_corpus import CORPUS
 from benchmarks.trial_judge import judge, per_kind, summary, wilson
 from benchmarks.trial_space import FRESH_JOBS, HOLDOUT_SEEDS, JOB_DEFS, TUNED_SEEDS, draw, parse_seeds
-from benchmarks.trials import load_results
+from benchmarks.trials import load_results, report, trial_table
 
 
-def trial(fault="stop-duty", task="worker:1", hogs=0, **more):
-    return {"seed": 1, "job": "ps_ctl", "fault": fault, "task": task, "strength": 2.0, "ms": None,
+def trial(fault="stop-duty", task="worker:1", hogs=0, seed=1, **more):
+    return {"seed": seed, "job": "ps_ctl", "fault": fault, "task": task, "strength": 2.0, "ms": None,
             "onset": "start", "hogs": hogs, "fix": False, "fix_first": False, "holdout": False, **more}
 
 
@@ -103,3 +103,36 @@ def test_a_report_reanalyses_the_kept_runs_and_recomputes_the_holdout(tmp_path):
     assert kept["reanalysed"] and kept["verdict"]["recalled"]
     assert not gone["reanalysed"] and gone["verdict"]["recalled"] is False
     assert not kept["trial"]["holdout"]  # seed 1064 was fitted on
+
+
+def onset(at_s, last_s=10.0, first_s=0.0):
+    """A fault run's recorded onset ``at_s`` (None: it never came) against training from
+    ``first_s`` to ``last_s`` (``trial_run.describe_onset``)."""
+    ns = 10**9
+    return {"rule": "0.333 of 400 steps", "target_step": 134, "by": None if at_s is None else "progress",
+            "onset_step": None if at_s is None else 140, "onset_time_ns": None if at_s is None else int(at_s * ns),
+            "over": "worker:1", "training_first_ns": int(first_s * ns), "training_last_ns": int(last_s * ns)}
+
+
+def test_a_fault_that_began_after_the_last_step_never_ran_and_stays_out_of_recall():
+    missed = result([])
+    late, never, inside = (result([]) for _ in range(3))
+    late["runs"]["fault"]["onset"] = onset(10.0)  # at the last step's end: after the training
+    never["runs"]["fault"]["onset"] = onset(None)  # the job ended before the onset came
+    inside["runs"]["fault"]["onset"] = onset(4.0)
+    verdicts = [judge(trial(onset="mid"), r) for r in (missed, late, never, inside)]
+    assert [v["never_ran"] for v in verdicts] == [False, True, True, False]
+    assert [v["recalled"] for v in verdicts] == [False, None, None, False]
+    # A clean trial never "never ran", whatever it recorded.
+    assert not judge(trial("none", ""), late)["never_ran"]
+    rows = [{"trial": trial(onset="mid", seed=seed), "result": r} for seed, r in zip((1, 2, 3, 4), (missed, late, never, inside))]
+    rows.append({"trial": trial(onset="mid", seed=5), "result": result([finding("straggler", ["worker:1"])])})
+    for row in rows:
+        row["verdict"] = judge(row["trial"], row["result"])
+    (straggler,) = per_kind(rows)
+    assert (straggler["planted"], straggler["tp"], straggler["fn"]) == (3, 1, 2)
+    figures = summary(rows)
+    assert figures["never_ran"] == {"n": 2, "seeds": [2, 3]} and figures["faulty"] == 3
+    assert figures["recall_by_effect"][">=1.5x"]["n"] == 3
+    assert "| faults that never ran (onset after the last step; out of recall) | 2 of 5 |" in report(rows, "")
+    assert "| never ran |" in trial_table([r | {"result": r["result"] | {"load1": [1.0]}} for r in rows])

@@ -1,5 +1,7 @@
 """``host_contention``: a slower worker starved by its neighbours, told from a straggler by run-queue wait."""
 
+import warnings
+
 import pytest
 
 from tfdiag.analysis import analyze
@@ -102,3 +104,18 @@ def test_a_hold_under_held_extra_share_leaves_the_starved_one_to_host_contention
     throttled = (0.0, HELD_EXTRA_SHARE / 2)
     report = analyze(_run(builder, 8.0, (0.1, 0.35), by="job_process", throttled=throttled).write())
     assert [f.tasks for f in report.findings if f.kind == "host_contention"] == [("worker:1",)]
+
+
+def test_a_worker_without_wait_samples_gives_no_evidence_and_no_numpy_warning(builder):
+    # Worker 1 stepped only where no sample of its own fell (a TF1 non-chief that trained the
+    # last seconds, seed 1022): one wait share is known, so no worker has peers to be starved
+    # against. Nothing is starved, and no median of an empty slice is taken on the way.
+    run = builder()
+    run.steps("worker:0", count=100, step_ms=20).steps("worker:1", count=70, step_ms=20, idle_ms=8.0)
+    run.system("vm", "worker:0", cpu_pct=60.0, count=40, job_cpu_pct=60.0, job_processes=1, cpu_count=2,
+               run_ms=80.0, runq_wait_ms=80.0)
+    path = run.write()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's "Mean of empty slice" fails the test
+        report = analyze(path)
+    assert "host_contention" not in _kinds(report)

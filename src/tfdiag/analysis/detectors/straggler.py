@@ -85,14 +85,19 @@ MIN_WAKES = 50
 
 
 def typical_of_others(values: pd.Series) -> pd.Series:
-    """For each worker, the median of the other workers' values.
+    """For each worker, the median of the other workers' values; NaN for a lone worker,
+    who has no others (rather than numpy's median of an empty slice).
 
     Leaving the worker itself out keeps one straggler of two from setting its own bar.
 
     >>> typical_of_others(pd.Series([10.0, 12.0, 40.0])).tolist()
     [26.0, 25.0, 11.0]
+    >>> typical_of_others(pd.Series([10.0])).tolist()
+    [nan]
     """
     array = values.to_numpy(dtype=float)
+    if len(array) < 2:
+        return pd.Series(np.nan, index=values.index, dtype=float)
     return pd.Series([float(np.median(np.delete(array, i))) for i in range(len(array))], index=values.index)
 
 
@@ -184,6 +189,11 @@ def contended(measured: Measurements) -> pd.DataFrame:
     if slowdown is None:
         return pd.DataFrame(columns=columns)
     is_starved = starved(measured, judged, slowdown, is_slow)
+    if not is_starved.any():
+        # Among them a worker without run-queue samples while it stepped (a TF1 non-chief that
+        # trained only its last seconds): no wait share, so no evidence; with fewer than two
+        # shares known no worker has a peer to be starved against (``starved``).
+        return pd.DataFrame(columns=columns)
     share = judged["task"].astype(str).map(dict(zip(measured.run_queue["task"].astype(str),
                                                     measured.run_queue["runq_wait_share"]))).astype(float)
     typical = typical_of_others(share.dropna()).reindex(judged.index)
