@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from benchmarks.harness import faults
+from benchmarks.harness.cluster import training_started
 from benchmarks.trial_space import DUTY_ON_MS, Trial
 from benchmarks.userjobs import gen_fit, ps_embed, ps_tutorial, tf1_feed
 from benchmarks.userjobs.runner import run_cluster
@@ -98,22 +99,13 @@ def fix_description(trial: Trial) -> str:
     return " ".join(f"--tune {t}" for t in config.tune) or "fault removed"
 
 
-def _training_started(logdir: Path, timeout_s: float = 180.0) -> None:
-    """Until a task file under ``logdir`` holds records (the collectors are writing)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if any(p.stat().st_size > 0 for p in (logdir / "plugins" / "tfdiag").glob("*.tfdiag")):
-            return
-        time.sleep(0.2)
-
-
 @contextlib.contextmanager
 def _after_onset(trial: Trial, logdir: Path, start, stop):
     """``start()`` now, or at the mid-run onset on a thread; ``stop(handle)`` on exit."""
     handles, done = [], threading.Event()
 
     def later():
-        _training_started(logdir)
+        training_started(logdir)
         if not done.wait(trial.spec.onset_s):
             handles.append(start())
 
@@ -152,7 +144,7 @@ def while_running(trial: Trial, logdir: Path, hung: dict):
 def _hang(cluster, trial: Trial, logdir: Path, hung: dict):
     """Stops the task mid-run and keeps it stopped; analyses the hung run until ``stalled``
     appears (or ``HANG_GIVE_UP_S``), keeps that report in ``hung``, then ends the job."""
-    _training_started(logdir)
+    training_started(logdir)
     time.sleep(trial.spec.onset_s)
     with faults.stall(cluster.tasks[trial.task].process.pid):
         stopped = time.monotonic()
