@@ -71,7 +71,7 @@ class Case:
 
 
 def _cases() -> list[Case]:
-    steps = {"ps_ctl": 1200, "ps_fit": 800, "mwms_fit": 450, "tf1_session": 2500}
+    steps = {"ps_ctl": 1800, "ps_fit": 800, "mwms_fit": 450, "tf1_session": 2500}
     cases = [Case(job, fault, task, count) for job, count in steps.items() for fault in ("stop", "kill")
              for task in ("worker:1",) + (("ps:0",) if JOBS[job].ps else ())]
     return cases + [
@@ -172,6 +172,7 @@ def run_case(case: Case, workdir: Path) -> dict:
                 fault_at = None  # the task raises at its raise_at step: the fault is its exit
             result["load1_fault"] = os.getloadavg()[0]
             summary_log = cluster.tasks[cluster.spec.summary_task].log
+            # Followed while a task that runs the job's code, other than the target, is alive.
             job_tasks = [t.process for t in cluster.tasks.values() if t.job in cluster.spec.job_roles]
 
             def watch():
@@ -187,7 +188,7 @@ def run_case(case: Case, workdir: Path) -> dict:
                 watch()
                 if fault_at is None and began - started > EXCEPTION_WAIT_S:
                     break
-                if fault_at is not None and (began - fault_at > FOLLOW_S or all(p.poll() is not None for p in job_tasks)
+                if fault_at is not None and (began - fault_at > FOLLOW_S or all(p.poll() is not None for p in job_tasks if p is not target)
                                              or result["named_s"] is not None and result["announced_s"] is not None):
                     break
                 report = analyze_json(logdir, out, watch)
