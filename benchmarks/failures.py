@@ -183,16 +183,18 @@ def run_case(case: Case, workdir: Path) -> dict:
                 if fault_at is not None and result["announced_s"] is None and announced(summary_log, case.task):
                     result["announced_s"] = round(now - fault_at, 1)
 
+            followed = False  # an analysis ended after the fault: the job is over only then
             while True:
                 began = time.monotonic()
                 watch()
                 if fault_at is None and began - started > EXCEPTION_WAIT_S:
                     break
-                if fault_at is not None and (began - fault_at > FOLLOW_S or all(p.poll() is not None for p in job_tasks if p is not target)
-                                             or result["named_s"] is not None and result["announced_s"] is not None):
+                if followed and (began - fault_at > FOLLOW_S or None not in (result["named_s"], result["announced_s"])
+                                 or all(p.poll() is not None for p in job_tasks if p is not target)):
                     break
                 report = analyze_json(logdir, out, watch)
-                if fault_at is not None and result["named_s"] is None and judge(report, case.task)["named"]:
+                followed = fault_at is not None
+                if followed and result["named_s"] is None and judge(report, case.task)["named"]:
                     result["named_s"] = round(time.monotonic() - fault_at, 1)
                     result["hung"] = judge(report, case.task)
                     print(f"  named after {result['named_s']} s: {result['hung']['title']}", file=sys.stderr, flush=True)
