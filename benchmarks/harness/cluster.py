@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
+from pathlib import Path
 
 import psutil
 
@@ -67,3 +69,14 @@ def load_line(load_before: float) -> str:
     """The load average (1 min) at a benchmark's start and now, on this host's cores: how busy the figures' host was."""
     return (f"load average (1 min) {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end, "
             f"on {os.cpu_count()} cores")
+
+
+def training_started(logdir: Path, timeout_s: float = 180.0) -> bool:
+    """Waits until a task file under ``logdir`` holds records (the collectors are writing);
+    False when none did within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if any(p.stat().st_size > 0 for p in (Path(logdir) / "plugins" / "tfdiag").glob("*.tfdiag")):
+            return True
+        time.sleep(0.2)
+    return False

@@ -9,6 +9,7 @@
   cgroup v2, ``cpu.cfs_quota_us`` on v1). Needs a writable cgroup hierarchy with the
   ``cpu`` controller (root here); the process is moved back and the cgroup removed on stop.
 * :class:`stall` — ``SIGSTOP`` until released (the same guarantee).
+* :func:`kill` — ``SIGKILL`` to a process and its children (``SIGCONT`` first: none is left stopped).
 * :func:`on_task` — either of them on one task of a local cluster, once it started.
 * a delaying TCP proxy in front of a ps: the launcher's ``slow-ps=I:MS`` injection
   (``tfdiag.sample_jobs.launcher`` starts ``tfdiag.sample_jobs.proxy`` and rewrites ps I's
@@ -81,6 +82,13 @@ def _signal_all(pids: list[int], sig: int) -> None:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)
+
+
+def kill(pid: int) -> None:
+    """Kills ``pid`` and its children now (``SIGCONT`` first, so a stopped one is not left behind)."""
+    family = _family(pid)
+    _signal_all(family, signal.SIGCONT)
+    _signal_all(family, signal.SIGKILL)
 
 
 class _Stopper:

@@ -1,7 +1,8 @@
-"""Outside faults on real processes: a CPU quota and a stall never leave a process stopped."""
+"""Outside faults on real processes: a CPU quota and a stall never leave a process stopped; a kill ends the family."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import time
@@ -23,7 +24,8 @@ def family():
     processes = [psutil.Process(parent.pid), *psutil.Process(parent.pid).children()]
     yield processes
     for process in processes:
-        process.kill()
+        with contextlib.suppress(psutil.NoSuchProcess):  # gone already: a test killed it
+            process.kill()
     parent.wait()
 
 
@@ -49,6 +51,12 @@ def test_a_stall_holds_every_process_until_released(family):
     held.release()
     time.sleep(0.05)
     assert psutil.STATUS_STOPPED not in states(family)
+
+
+def test_a_kill_ends_the_whole_family_even_when_stopped(family):
+    faults.stall(family[0].pid)
+    faults.kill(family[0].pid)
+    assert psutil.wait_procs(family, timeout=10)[1] == []
 
 
 def cpu_seconds(processes):
