@@ -7,7 +7,9 @@ is read (exact counters, histograms and a bounded set of rows); system and proce
 samples, heartbeats and probes per file (``FOLDS``): what it holds does not grow with
 the run's length. A refresh folds only the new records and rebuilds the frames of kinds
 that got some; a large first read folds the files in parallel (``parallel_fold``), and
-adopts the folds a previous session saved (``fold_cache``, with ``cache``). A file
+adopts the folds a previous session saved (``fold_cache``, with ``cache``: the tab's and
+``tfdiag analyze``'s), saving its own the same way whether read here or in a fold
+process (``_save``). A file
 that shrank or was replaced is read again from byte 0. A frame whose payload is one
 already loaded (a copied task file, a frame written twice) is counted once.
 ``window_load.WindowLoader`` keeps only a run's last seconds. Nothing in
@@ -215,8 +217,7 @@ class RunLoader:
         state = self._files[path] = _TaskFile(identity)
         changed = self._take(path, state, read_task_file(path, 0))
         fold = FileFold(path, state, self._steps, self._seen, self._changed_kinds, changed)
-        if self.cache is not None and self.cache.worth(state.offset, state.cached):
-            self.cache.save(fold, fold_key(self._caps, self._steps))
+        self._save(path, state, fold)
         return fold
 
     def _cached(self, unread: list[tuple[Path, tuple[int, int], int]]) -> dict[Path, FileFold]:
@@ -226,14 +227,17 @@ class RunLoader:
         key = fold_key(self._caps, self._steps)
         return {path: fold for path, *_ in unread if (fold := self.cache.load(path, key)) is not None}
 
-    def _save(self, path: Path, state: _TaskFile) -> bool:
-        """Saves the fold of ``path`` read here if the fold cache wants it (``FoldCache.worth``)."""
+    def _save(self, path: Path, state: _TaskFile, fold: FileFold | None = None) -> bool:
+        """Saves the fold of ``path`` if the fold cache wants it (``FoldCache.worth``): ``fold``
+        (a fold process's, ``fold_file``), else what this loader holds of the file; the one
+        way the serial read and the fold processes save."""
         if self.cache is None or not self._folds or not self.cache.worth(state.offset, state.cached):
             return False
-        kinds = {kept.kind for kept in state.records} | set(state.folds)
-        steps = self._steps.of_file(str(path))
-        fold = FileFold(path, state, steps, {digest: self._seen[digest] for digest in state.digests},
-                        kinds | ({"step"} if steps.groups else set()), True)
+        if fold is None:
+            kinds = {kept.kind for kept in state.records} | set(state.folds)
+            steps = self._steps.of_file(str(path))
+            fold = FileFold(path, state, steps, {digest: self._seen[digest] for digest in state.digests},
+                            kinds | ({"step"} if steps.groups else set()), True)
         self.cache.save(fold, fold_key(self._caps, self._steps))
         return True
 
@@ -403,6 +407,8 @@ def _task_from_file_name(path: Path) -> str:
     return path.name[: -len(LOG_SUFFIX)].replace("-", ":", 1)
 
 
-def load_run(run_dir: str | os.PathLike, progress: ProgressCallback | None = None) -> LoadedRun:
-    """Loads a whole run once. Raises ``RunNotFoundError`` if ``run_dir`` is not a run."""
-    return RunLoader(run_dir).refresh(progress)
+def load_run(run_dir: str | os.PathLike, progress: ProgressCallback | None = None,
+             cache: FoldCache | None = None) -> LoadedRun:
+    """Loads a whole run once, adopting and saving folds in ``cache`` (None: none). Raises
+    ``RunNotFoundError`` if ``run_dir`` is not a run."""
+    return RunLoader(run_dir, cache=cache).refresh(progress)
