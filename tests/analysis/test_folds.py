@@ -193,13 +193,15 @@ def _analyze(run, tmp_path, name: str, *options: str) -> bytes:
 def test_a_cached_analyze_reports_what_an_uncached_one_does(tmp_path, monkeypatch, processes):
     """Cold (saving), warm (every fold adopted) and warm after the run grew (the saved folds
     and the appended bytes): the uncached report, byte for byte, folded serially or by fold
-    processes. The run stays under the folds' caps; past them a grown file's fold is the one
-    a live session holds (tests/analysis/test_fold_cache.py)."""
+    processes; with small caps, so the folds compact during a read and after it, as a wide
+    run's do."""
     from benchmarks import synth
     from tfdiag.analysis import fold_cache, load
+    from tfdiag.analysis.row_fold import RowFold
 
     run = _run(tmp_path)
     monkeypatch.setattr(fold_cache, "MIN_FILE_BYTES", 0)  # every file saved
+    monkeypatch.setattr(RowFold, "cap_for", classmethod(lambda cls, files: 64))
     monkeypatch.setattr(parallel_fold, "PARALLEL_BYTES", 0 if processes > 1 else 1 << 60)
     monkeypatch.setattr(parallel_fold, "cores", lambda: processes)
     uncached = _analyze(run, tmp_path, "uncached", "--no-cache")

@@ -7,7 +7,9 @@ TensorBoard tab's loaders and ``tfdiag analyze`` (``compare``, ``export-trace``;
 ``--no-cache``) share it: a later session of either adopts each file's fold instead of
 reading the file again, then reads only the bytes appended since (an entry covers a
 file's first ``offset`` bytes). Both read with the loader's default caps and spell a run's
-path absolute, so an entry one saves is the other's.
+path absolute, so an entry one saves is the other's. An entry is the fold as a read from
+byte 0 leaves it, before ``RowFold.settle`` (``RunLoader._save``), so appended records are
+folded on as a fresh read of the grown file folds them: the same report, byte for byte.
 
 An entry is used only when everything it depends on is unchanged: the same path, the same
 file (device and inode), at least ``offset`` bytes, the same size and modification time

@@ -108,6 +108,7 @@ class _TaskFile:
     skipped: list[SkippedRecords] = field(default_factory=list)
     pending: list[SkippedRecords] = field(default_factory=list)  # tail / unread: retried at each refresh
     cached: int = 0  # the bytes of it whose fold is in the fold cache (``fold_cache``)
+    fresh: bool = True  # its folds are those a read from byte 0 makes (``_settle``): it may be saved
 
 
 class FileFold(NamedTuple):
@@ -199,6 +200,7 @@ class RunLoader:
             if not adopted or state.offset < size:  # read here: not folded elsewhere, or grown since
                 changed |= self._take(path, state, read_task_file(path, state.offset))
                 saved |= self._save(path, state)
+            self._settle(state)
             done += max(size - offset, 0)
             if progress is not None:
                 progress(done, total)
@@ -218,6 +220,7 @@ class RunLoader:
         changed = self._take(path, state, read_task_file(path, 0))
         fold = FileFold(path, state, self._steps, self._seen, self._changed_kinds, changed)
         self._save(path, state, fold)
+        self._settle(state)
         return fold
 
     def _cached(self, unread: list[tuple[Path, tuple[int, int], int]]) -> dict[Path, FileFold]:
@@ -230,8 +233,11 @@ class RunLoader:
     def _save(self, path: Path, state: _TaskFile, fold: FileFold | None = None) -> bool:
         """Saves the fold of ``path`` if the fold cache wants it (``FoldCache.worth``): ``fold``
         (a fold process's, ``fold_file``), else what this loader holds of the file; the one
-        way the serial read and the fold processes save."""
-        if self.cache is None or not self._folds or not self.cache.worth(state.offset, state.cached):
+        way the serial read and the fold processes save. Saved before ``_settle``, and only
+        while no settle compacted it, so the next session folds appended records as a
+        fresh read of the whole file does."""
+        if (self.cache is None or not self._folds or not state.fresh
+                or not self.cache.worth(state.offset, state.cached)):
             return False
         if fold is None:
             kinds = {kept.kind for kept in state.records} | set(state.folds)
@@ -240,6 +246,12 @@ class RunLoader:
                             kinds | ({"step"} if steps.groups else set()), True)
         self.cache.save(fold, fold_key(self._caps, self._steps))
         return True
+
+    def _settle(self, state: _TaskFile) -> None:
+        """Brings a file's folds back under their caps after a read (``RowFold.settle``). A fold
+        compacted here folds later records unlike a read from byte 0 does: no longer ``fresh``."""
+        compacted = [fold.settle() for fold in state.folds.values()]
+        state.fresh = state.fresh and not any(compacted)
 
     def _adopt(self, fold: FileFold) -> bool:
         """Takes ``fold`` (``fold_file``'s) as its file's state; False, taking nothing, when
@@ -308,8 +320,7 @@ class RunLoader:
                 state.records.extend(_Kept(frame.kind, batch, source, frame.digest, self._last_ns(frame.kind, batch))
                                      for batch in conformed)
             self._changed_kinds.add(frame.kind)
-        for fold in [self._steps, *state.folds.values()]:  # under their caps again, frames let go
-            fold.settle()
+        self._steps.settle()  # frames let go; the file's own folds settle after a save (``_settle``)
         state.skipped.extend(result.skipped)
         pending = [item for item in (result.truncated_tail, result.unread) if item is not None]
         changed = bool(result.frames or result.skipped) or pending != state.pending
