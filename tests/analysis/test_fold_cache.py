@@ -170,7 +170,7 @@ def test_an_entry_that_would_run_code_is_refused(run, tmp_path, caplog, monkeypa
     loader = RunLoader(run, caps=CAPS, processes=1, cache=cache)
     loader.refresh()
     path = _files(run)[0]
-    fold = loader._cached([(path, None, 0)])[path]
+    fold = cache.load(path, fold_key(loader._caps, loader._steps))
     original = pickle.dumps
     monkeypatch.setattr(pickle, "dumps", lambda value, protocol: original(_Planted(), protocol))
     fold.state.cached = 0

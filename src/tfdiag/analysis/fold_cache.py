@@ -158,6 +158,19 @@ class FoldCache:
         """Whether a fold of a file's first ``offset`` bytes is worth saving, ``cached`` of them saved already."""
         return offset >= self.min_file_bytes and offset > cached * GROWTH
 
+    def holds(self, path: Path, key: str) -> bool:
+        """Whether the entry of ``path`` says it is still that file's fold for ``key``, by its
+        header alone; an entry that cannot be told so is left to ``load`` to judge (True)."""
+        try:
+            with open_private(self._entry(path)) as file:
+                start = file.read(len(_MAGIC) + 4)
+                header = json.loads(file.read(int.from_bytes(start[len(_MAGIC):], "big")))
+            return header.get("path") == str(path) and header.get("key") == key and _fits(path, header)
+        except FileNotFoundError:
+            return False
+        except Exception:  # noqa: BLE001 - damaged or foreign: ``load`` logs it and the file is read
+            return True
+
     def load(self, path: Path, key: str) -> FileFold | None:
         """The saved fold of ``path`` if it is still that file's (module docstring); None otherwise."""
         entry = self._entry(path)

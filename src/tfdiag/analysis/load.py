@@ -193,7 +193,7 @@ class RunLoader:
         parallel = {path for path, *_ in folded} if folds is not None else set()
         for path, identity, size in unread:
             offset = self._offset(path)
-            fold = cached.get(path) or (next(folds) if path in parallel else None)
+            fold = self._saved(path) if path in cached else next(folds) if path in parallel else None
             adopted = fold is not None and self._adopt(fold)
             state = self._files.setdefault(path, _TaskFile(identity))
             changed |= adopted and fold.changed
@@ -223,12 +223,17 @@ class RunLoader:
         self._settle(state)
         return fold
 
-    def _cached(self, unread: list[tuple[Path, tuple[int, int], int]]) -> dict[Path, FileFold]:
-        """The saved folds of the files of ``unread`` that the fold cache holds."""
+    def _cached(self, unread: list[tuple[Path, tuple[int, int], int]]) -> set[Path]:
+        """The files of ``unread`` whose saved fold the fold cache holds, by the entries'
+        headers: each is read in its turn (``_saved``), so only one unsettled fold is held."""
         if self.cache is None or not self._folds:
-            return {}
+            return set()
         key = fold_key(self._caps, self._steps)
-        return {path: fold for path, *_ in unread if (fold := self.cache.load(path, key)) is not None}
+        return {path for path, *_ in unread if self.cache.holds(path, key)}
+
+    def _saved(self, path: Path) -> FileFold | None:
+        """The saved fold of ``path``; None if it cannot be read (the file is then read here)."""
+        return self.cache.load(path, fold_key(self._caps, self._steps))
 
     def _save(self, path: Path, state: _TaskFile, fold: FileFold | None = None) -> bool:
         """Saves the fold of ``path`` if the fold cache wants it (``FoldCache.worth``): ``fold``
