@@ -1,12 +1,16 @@
 """Scale benchmark: analysing large synthetic runs, whole and as they grow.
 
-Four modes, each printing Markdown table rows (with the load average before and after):
+Five modes, each printing Markdown table rows (with the load average before and after):
 
 - default: writes the run with ``benchmarks/synth.py`` unless it exists (``--step-ms``,
   ``--real-cadence`` passed on), then runs ``tfdiag analyze --format json`` in a fresh
   process, measuring wall time, CPU time and peak RSS (the analysing process's own
   ``ru_maxrss``, and the largest of its fold processes'), and checks that the analysis
-  never imported TensorFlow; ``--serial`` folds the task files in that one process;
+  never imported TensorFlow; ``--serial`` folds the task files in that one process; it
+  reads without the fold cache (``--no-cache``), as every mode but ``--cache``;
+- ``--cache``: the default's measurement three times, one after the other: without the
+  cache, cold (an empty cache directory: it saves every file's fold) and warm (it adopts
+  them), with the size of the cache and whether the three reports are the same bytes;
 - ``--duration SHORT LONG``: the default's measurement of two runs of the same steps, the
   second spread over ten times the duration (``--step-ms``): its peak RSS must stay
   within ``DURATION_MEMORY_RATIO`` of the first's, with the same findings;
@@ -22,6 +26,7 @@ Four modes, each printing Markdown table rows (with the load average before and 
     python benchmarks/scale.py /tmp/synth-10m --workers 64 --steps 156250 --serial
     python benchmarks/scale.py --duration /tmp/synth-10m /tmp/synth-10m-long  # the long one: --step-ms 200
     python benchmarks/scale.py /tmp/synth-10m --grow 1000
+    python benchmarks/scale.py /tmp/synth-1m --workers 64 --steps 20000 --cache
     python benchmarks/scale.py --check logs/ps_ctl-slow logs/mwms-clean
 """
 
@@ -32,19 +37,22 @@ import json
 import math
 import os
 import resource
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
-# Runs the CLI in-process (serially when asked), then reports its own peak RSS, its fold
-# processes' largest, their CPU time together, and whether TensorFlow got imported.
+# Runs the CLI in-process (serially when asked, with the options after the third argument),
+# then reports its own peak RSS, its fold processes' largest, their CPU time together, and
+# whether TensorFlow got imported.
 PROBE = (
     "import json, math, resource, sys, tfdiag.cli, tfdiag.analysis.parallel_fold as fold;"
     "fold.PARALLEL_BYTES = math.inf if sys.argv[3] == 'serial' else fold.PARALLEL_BYTES;"
-    "code = tfdiag.cli.main(['analyze', sys.argv[1], '--format', 'json', '-q', '-o', sys.argv[2]]);"
+    "code = tfdiag.cli.main(['analyze', sys.argv[1], '--format', 'json', '-q', '-o', sys.argv[2], *sys.argv[4:]]);"
     "own, folds = (resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN));"
     "print(json.dumps({'tensorflow': 'tensorflow' in sys.modules, 'peak_mb': own.ru_maxrss / 1024,"
     " 'fold_peak_mb': folds.ru_maxrss / 1024,"
@@ -59,31 +67,54 @@ def _load() -> str:
     return "/".join(f"{value:.1f}" for value in os.getloadavg())
 
 
-def measure(run: Path, serial: bool = False) -> dict | None:
-    """Analyses ``run`` in a fresh process: the probe's figures, the wall time and the report."""
+def measure(run: Path, serial: bool = False, cache: Path | None = None, label: str = "") -> dict | None:
+    """Analyses ``run`` in a fresh process, through the fold cache in ``cache`` (None: none):
+    the probe's figures, the wall time and the report."""
     output = run / "scale-report.json"
+    options = ["--no-cache"] if cache is None else []
+    environment = {**os.environ, **({"TFDIAG_CACHE_DIR": str(cache)} if cache is not None else {})}
     load_before = _load()
     started = time.perf_counter()
-    child = subprocess.run([sys.executable, "-c", PROBE, str(run), str(output), "serial" if serial else "parallel"],
-                           capture_output=True, text=True)
+    child = subprocess.run([sys.executable, "-c", PROBE, str(run), str(output), "serial" if serial else "parallel",
+                            *options], capture_output=True, text=True, env=environment)
     wall_s = time.perf_counter() - started
     if child.returncode not in (0, 1):
         print(child.stderr, file=sys.stderr)
         return None
     probe = json.loads(child.stderr.strip().splitlines()[-1])
-    report = json.loads(output.read_text())
+    text = output.read_text()
+    report = json.loads(text)
     print(f"| {run.name}: {report['summary']['steps']:,} step records, {len(report['workers'])} workers | "
-          f"{'serial' if serial else 'parallel'} | "
+          f"{'serial' if serial else 'parallel'}{label} | "
           f"{wall_s:.1f} s | {probe['cpu_s']:.1f} s | {probe['peak_mb']:,.0f} MB | {probe['fold_peak_mb']:,.0f} MB | "
           f"{'yes' if probe['tensorflow'] else 'no'} | {load_before} → {_load()} |")
-    return {**probe, "wall_s": wall_s, "report": report}
+    return {**probe, "wall_s": wall_s, "report": report, "text": text}
 
 
-def whole(run: Path, workers: int, steps: int, synth_options: list[str], serial: bool) -> int:
+def whole(run: Path, workers: int, steps: int, synth_options: list[str], serial: bool, cache: bool) -> int:
     if not run.exists():
         subprocess.run([sys.executable, str(HERE / "synth.py"), str(run), "--workers", str(workers),
                         "--steps", str(steps), *synth_options], check=True)
+    if cache:
+        return cached(run, serial)
     return 0 if measure(run, serial) is not None else 1
+
+
+def cached(run: Path, serial: bool) -> int:
+    """The default's measurement without the fold cache, cold (saving) and warm, in a fresh
+    cache directory; 1 if one failed or the reports differ."""
+    directory = Path(tempfile.mkdtemp(prefix="tfdiag-scale-cache-"))
+    try:
+        runs = [measure(run, serial, None, ", no cache"), measure(run, serial, directory, ", cold: saving"),
+                measure(run, serial, directory, ", warm")]
+        size_mb = sum(entry.stat().st_size for entry in (directory / "folds").iterdir()) / 2**20
+    finally:
+        shutil.rmtree(directory)
+    if None in runs:
+        return 1
+    same = len({item["text"] for item in runs}) == 1
+    print(f"cache {size_mb:,.0f} MB; the three reports are {'the same bytes' if same else 'not the same'}")
+    return 0 if same else 1
 
 
 def duration(short: Path, long: Path) -> int:
@@ -174,6 +205,7 @@ def main(argv=None) -> int:
     parser.add_argument("--step-ms", type=float, help="synth.py's, for a run it writes")
     parser.add_argument("--real-cadence", action="store_true", help="synth.py's, for a run it writes")
     parser.add_argument("--serial", action="store_true", help="fold the task files in the analysing process")
+    parser.add_argument("--cache", action="store_true", help="analyse without the fold cache, cold and warm")
     parser.add_argument("--check", action="store_true", help="compare the streaming and exact paths on RUNs")
     parser.add_argument("--duration", action="store_true", help="compare the peak RSS of two runs (short, long)")
     args = parser.parse_args(argv)
@@ -189,7 +221,7 @@ def main(argv=None) -> int:
         return grow(args.run[0], args.grow)
     synth_options = (["--step-ms", str(args.step_ms)] if args.step_ms else []) + (
         ["--real-cadence"] if args.real_cadence else [])
-    return whole(args.run[0], args.workers, args.steps, synth_options, args.serial)
+    return whole(args.run[0], args.workers, args.steps, synth_options, args.serial, args.cache)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TENSORFLOW = ("tensorflow", "keras", "tf_keras")
 # What the TensorBoard, CLI and analysis side never import (nor anything they import).
 TRAINING_SIDE = ("tfdiag.collectors", "tfdiag.sample_jobs")
+# The command line: ``cli`` and what it writes to stderr (``cli_stderr``).
+CLI = ("tfdiag.cli", "tfdiag.cli_stderr")
 
 
 @dataclass(frozen=True)
@@ -38,14 +40,14 @@ RULES = (
     Rule("tfdiag.events", ("tfdiag",)),
     Rule("tfdiag.errors", ("tfdiag",)),
     Rule("tfdiag.store", TENSORFLOW + TRAINING_SIDE + ("tfdiag.analysis", "tfdiag.report", "tfdiag.tb_plugin",
-                                                       "tfdiag.cli")),
-    Rule("tfdiag.analysis", TENSORFLOW + TRAINING_SIDE + ("tfdiag.report", "tfdiag.tb_plugin", "tfdiag.cli")),
-    Rule("tfdiag.report", TENSORFLOW + TRAINING_SIDE + ("tfdiag.tb_plugin", "tfdiag.cli")),
-    Rule("tfdiag.tb_plugin", TENSORFLOW + TRAINING_SIDE + ("tfdiag.cli",)),
+                                                       *CLI)),
+    Rule("tfdiag.analysis", TENSORFLOW + TRAINING_SIDE + ("tfdiag.report", "tfdiag.tb_plugin", *CLI)),
+    Rule("tfdiag.report", TENSORFLOW + TRAINING_SIDE + ("tfdiag.tb_plugin", *CLI)),
+    Rule("tfdiag.tb_plugin", TENSORFLOW + TRAINING_SIDE + CLI),
     Rule("tfdiag.collectors", ("tfdiag.analysis", "tfdiag.report", "tfdiag.tb_plugin", "tfdiag.sample_jobs",
-                               "tfdiag.cli")),
+                               *CLI)),
     Rule("tfdiag.collectors", TENSORFLOW, module_level_only=True),
-    Rule("tfdiag.sample_jobs", ("tfdiag.analysis", "tfdiag.report", "tfdiag.tb_plugin", "tfdiag.cli")),
+    Rule("tfdiag.sample_jobs", ("tfdiag.analysis", "tfdiag.report", "tfdiag.tb_plugin", *CLI)),
 )
 
 # Modules allowed to import TensorFlow at import time, and why. Importing

@@ -238,12 +238,12 @@ def test_demo_runs_analyses_and_writes_html(capsys, fake_sample_cli, tmp_path):
 
 
 def test_progress_bar_for_large_runs_only(capsys, monkeypatch, straggler):
-    import tfdiag.cli as cli
+    import tfdiag.cli_stderr as cli_stderr
 
     assert main(["analyze", str(straggler), "-o", os.devnull]) == 0
     assert "reading" not in capsys.readouterr().err  # a small run: no bar
-    monkeypatch.setattr(cli, "PROGRESS_LARGE_BYTES", 1)
-    monkeypatch.setattr(cli, "PROGRESS_TTY_BYTES", 1)
+    monkeypatch.setattr(cli_stderr, "PROGRESS_LARGE_BYTES", 1)
+    monkeypatch.setattr(cli_stderr, "PROGRESS_TTY_BYTES", 1)
     assert main(["analyze", str(straggler), "-o", os.devnull]) == 0
     assert "reading straggler" in capsys.readouterr().err
     assert main(["analyze", str(straggler), "-o", os.devnull, "--quiet"]) == 0
@@ -350,3 +350,66 @@ def test_closed_stdout_exits_141_quietly(straggler):
     _, err = process.communicate(timeout=120)
     assert process.returncode == 141
     assert err == b""
+
+
+# -- the fold cache -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def saved(monkeypatch, straggler):
+    """``straggler`` analysed once, its task files' folds saved in the test's cache."""
+    from tfdiag.analysis import fold_cache
+
+    monkeypatch.setattr(fold_cache, "MIN_FILE_BYTES", 0)
+    assert main(["analyze", str(straggler), "-q", "-o", os.devnull]) == 0
+    assert list(fold_cache.FoldCache.default().directory.glob("*.fold"))
+    return straggler
+
+
+def _json_and_err(capsys, argv) -> tuple[dict, str]:
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    return json.loads(captured.out), captured.err
+
+
+@pytest.mark.parametrize("problem", ["not a directory", "cannot be written", "damaged entries", "saves fail"])
+def test_a_cache_that_cannot_be_used_is_one_warning(capsys, monkeypatch, tmp_path, saved, problem):
+    """The report is the uncached one, stdout pure JSON, and stderr one warning (none with -q)."""
+    from tfdiag.analysis import fold_cache
+
+    argv = ["analyze", str(saved), "--format", "json"]
+    uncached, _ = _json_and_err(capsys, argv + ["--no-cache"])
+    entries = list(fold_cache.FoldCache.default().directory.glob("*.fold"))
+    if problem == "not a directory":
+        (tmp_path / "a-file").write_text("")
+        monkeypatch.setenv("TFDIAG_CACHE_DIR", str(tmp_path / "a-file"))
+    elif problem == "cannot be written":  # as a read-only directory (the tests may run as root)
+        monkeypatch.setattr(fold_cache.tempfile, "mkstemp", _fails)
+    elif problem == "damaged entries":
+        for entry in entries:
+            entry.write_bytes(b"tfdiag-fold 1\n" + b"\xff" * 64)
+    else:  # a full disk
+        for entry in entries:
+            entry.unlink()
+        monkeypatch.setattr(fold_cache.os, "replace", _fails)
+    report, err = _json_and_err(capsys, argv)
+    assert report == uncached
+    assert len(err.splitlines()) == 1 and err.startswith("tfdiag: warning: ") and "cache" in err
+    assert _json_and_err(capsys, argv + ["-q"]) == (uncached, "")
+
+
+def _fails(*args, **kwargs):
+    raise OSError(28, "No space left on device")
+
+
+def test_compare_and_export_trace_read_through_the_cache_too(capsys, monkeypatch, saved, clean, tmp_path):
+    import tfdiag.analysis.load as load
+
+    reads = []
+    real = load.read_task_file
+    monkeypatch.setattr(load, "read_task_file", lambda path, offset=0: reads.append(path) or real(path, offset))
+    assert main(["compare", str(saved), str(clean), "-q", "-o", os.devnull]) == 0
+    assert main(["export-trace", str(saved), "-q", "-o", os.devnull]) == 0
+    assert reads and not any(str(path).startswith(str(saved)) for path in reads)  # only clean's files
+    assert main(["compare", str(saved), str(clean), "-q", "-o", os.devnull, "--no-cache"]) == 0
+    assert any(str(path).startswith(str(saved)) for path in reads)

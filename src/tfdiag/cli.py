@@ -13,6 +13,11 @@ Reports go to stdout (or ``-o FILE``) and nothing else does: progress, warnings 
 errors go to stderr. Every name and message from a run is shown with its control
 characters and undecodable bytes escaped (``tfdiag.report.safe_text``).
 
+``analyze``, ``compare`` and ``export-trace`` read runs through the fold cache the
+TensorBoard tab reads (``tfdiag.analysis.fold_cache``; ``--no-cache``: not), so a run
+analysed here opens warm in the tab and a grown run's new analysis reads only what was
+appended; a cache that cannot be used is one warning, never a failed command.
+
 ``analyze``, ``compare`` and ``export-trace`` never import TensorFlow; ``sample`` and
 ``demo`` import the sample jobs only when they run (``sample`` also to build its options).
 
@@ -24,15 +29,17 @@ Example:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import os
 import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from tfdiag import __version__
+from tfdiag.cli_stderr import ProgressBar, logged_warnings, say, warn
 from tfdiag.errors import RunNotFoundError, TfdiagError
 from tfdiag.report.safe_text import printable, printable_lines
 
@@ -43,10 +50,8 @@ EXIT_STDOUT_CLOSED = 128 + 13  # as a shell reports a command killed by SIGPIPE
 
 REPORT_FORMATS = ("text", "json", "markdown", "html")
 SEVERITIES = ("warning", "critical")
-# Runs with at least this many bytes of logs get a progress bar even when stderr is not a
-# terminal (a CI log); on a terminal the bar appears from PROGRESS_TTY_BYTES on.
-PROGRESS_LARGE_BYTES = 256 * 1024 * 1024
-PROGRESS_TTY_BYTES = 8 * 1024 * 1024
+
+NO_CACHE_HELP = "read every task file, without the fold cache the TensorBoard tab shares"
 
 DEMO_JOB = "ps_ctl"
 # The demo's fault: worker 1 becomes 40 ms a step slower part-way through the run, so the
@@ -70,51 +75,20 @@ class StdoutClosedError(Exception):
     """stdout was closed (the reader of a pipe went away, or the command ran with ``>&-``)."""
 
 
-def _say(message: str) -> None:
-    if sys.stderr is not None:
-        print(printable(message), file=sys.stderr, flush=True)
+@contextlib.contextmanager
+def _fold_cache(off: bool, quiet: bool) -> Iterator:
+    """The fold cache a command reads its runs through (None when ``off``: ``--no-cache``);
+    while it is used, the library's warnings go to stderr as the CLI's own (none if ``quiet``)."""
+    from tfdiag.analysis.fold_cache import FoldCache
+
+    with logged_warnings(quiet):
+        yield None if off else FoldCache.default()
 
 
-def _warn(message: str) -> None:
-    _say("tfdiag: warning: " + " ".join(str(message).split()))
-
-
-class _ProgressBar:
-    """The ``progress`` callback of ``analyze``: a tqdm bar on stderr, for large runs only."""
-
-    def __init__(self, description: str, enabled: bool = True):
-        self.description = description
-        self.enabled = enabled
-        self._bar = None
-
-    def __call__(self, done: int, total: int) -> None:
-        if not self.enabled:
-            return
-        if self._bar is None:
-            threshold = PROGRESS_TTY_BYTES if _stderr_is_tty() else PROGRESS_LARGE_BYTES
-            if total < threshold:
-                self.enabled = False
-                return
-            from tqdm import tqdm
-
-            self._bar = tqdm(total=total, desc=self.description, unit="B", unit_scale=True, file=sys.stderr, leave=False)
-        self._bar.update(done - self._bar.n)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
-            self._bar = None
-
-
-def _stderr_is_tty() -> bool:
-    try:
-        return sys.stderr.isatty()
-    except (AttributeError, ValueError):
-        return False
-
-
-def _analyze_run(path: str, quiet: bool):
-    """Analyses ``path`` with a progress bar, printing the run's warnings to stderr."""
+def _analyze_run(path: str, quiet: bool, cache):
+    """Analyses ``path`` with a progress bar through ``cache`` (``_fold_cache``), printing the
+    run's warnings to stderr. The path is made absolute, as the tab's are (``RunIndex``), so
+    both save and adopt the same cache entries."""
     from tfdiag.analysis import analyze
 
     run = Path(path)
@@ -122,14 +96,14 @@ def _analyze_run(path: str, quiet: bool):
         raise RunNotFoundError(f"{path}: no such run directory")
     if not run.is_dir():
         raise RunNotFoundError(f"{path}: not a directory")
-    progress = _ProgressBar(printable(f"reading {run.name or path}"), enabled=not quiet)
+    progress = ProgressBar(printable(f"reading {run.name or path}"), enabled=not quiet)
     try:
-        report = analyze(run, progress=progress)
+        report = analyze(Path(os.path.abspath(run)), progress=progress, cache=cache)
     finally:
         progress.close()
     if not quiet:
         for warning in report.run.get("warnings") or []:
-            _warn(warning)
+            warn(warning)
     return report
 
 
@@ -142,7 +116,7 @@ def _write_output(text: str, output: str | None, quiet: bool = False) -> None:
     except OSError as error:
         raise CommandError(f"{output}: cannot write ({error.strerror or error})") from error
     if not quiet:
-        _say(f"tfdiag: wrote {output}")
+        say(f"tfdiag: wrote {output}")
 
 
 def _to_stdout(text: str) -> None:
@@ -170,7 +144,8 @@ def _fails(report, fail_on: str | None) -> bool:
 def cmd_analyze(args: argparse.Namespace) -> int:
     from tfdiag.report import render
 
-    report = _analyze_run(args.run, args.quiet)
+    with _fold_cache(args.no_cache, args.quiet) as cache:
+        report = _analyze_run(args.run, args.quiet, cache)
     _write_output(render(report, args.format), args.output, args.quiet)
     return EXIT_FINDINGS if _fails(report, args.fail_on) else EXIT_OK
 
@@ -178,8 +153,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from tfdiag.report.compare import compare_reports, render_comparison
 
-    base = _analyze_run(args.base, args.quiet)
-    new = _analyze_run(args.new, args.quiet)
+    with _fold_cache(args.no_cache, args.quiet) as cache:
+        base = _analyze_run(args.base, args.quiet, cache)
+        new = _analyze_run(args.new, args.quiet, cache)
     _write_output(render_comparison(compare_reports(base, new), args.format), args.output, args.quiet)
     return EXIT_OK
 
@@ -188,7 +164,8 @@ def cmd_export_trace(args: argparse.Namespace) -> int:
     from tfdiag.report.json_format import dumps
     from tfdiag.report.trace import render_chrome_trace
 
-    report = _analyze_run(args.run, args.quiet)
+    with _fold_cache(args.no_cache, args.quiet) as cache:
+        report = _analyze_run(args.run, args.quiet, cache)
     _write_output(dumps(render_chrome_trace(report), indent=None) + "\n", args.output, args.quiet)
     return EXIT_OK
 
@@ -198,7 +175,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
     status = watch(args.run, _to_stdout, interval_s=args.interval, timeout_s=args.timeout,
                    redraw=_stdout_is_tty())
-    _say(f"tfdiag watch: {status.state}: {status.reason}")
+    say(f"tfdiag watch: {status.state}: {status.reason}")
     return EXIT_STATUS[status.state]
 
 
@@ -237,7 +214,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         run_dir = logdir / f"{name}-{suffix}"
     onset = int(args.steps * DEMO_ONSET_FRACTION)
     inject = f"slow-worker=1:{DEMO_SLOW_MS}@{onset}"
-    _say(
+    say(
         f"tfdiag demo: running sample job {DEMO_JOB!r} on a local cluster (2 ps, 2 workers, {args.steps} steps); "
         f"worker 1 slows down by {DEMO_SLOW_MS} ms a step from step {onset} ({inject}), and tfdiag's live findings "
         f"announce it while the job trains; logs go to {run_dir}"
@@ -248,8 +225,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     returncode = result if isinstance(result, int) else getattr(result, "returncode", 0)
     if returncode:
         raise CommandError(f"the sample job failed (exit status {returncode}); its task logs are under {run_dir}")
-    _say(f"tfdiag demo: training finished in {time.monotonic() - started:.0f} s; analysing {run_dir}")
-    report = _analyze_run(str(run_dir), quiet=False)
+    say(f"tfdiag demo: training finished in {time.monotonic() - started:.0f} s; analysing {run_dir}")
+    with _fold_cache(False, False) as cache:
+        report = _analyze_run(str(run_dir), False, cache)
     html_path = run_dir / "report.html"
     _write_output(render_html(report), str(html_path), quiet=True)
     footer = (
@@ -319,6 +297,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     analyze.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
     analyze.add_argument("--fail-on", choices=SEVERITIES, help="exit 1 if a finding is at least this severe")
     analyze.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no warnings on stderr")
+    analyze.add_argument("--no-cache", action="store_true", help=NO_CACHE_HELP)
     analyze.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     analyze.set_defaults(func=cmd_analyze)
 
@@ -330,6 +309,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     compare.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
     compare.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     compare.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no warnings on stderr")
+    compare.add_argument("--no-cache", action="store_true", help=NO_CACHE_HELP)
     compare.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     compare.set_defaults(func=cmd_compare)
 
@@ -339,6 +319,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     trace.add_argument("run", metavar="RUN", help="run directory")
     trace.add_argument("-o", "--output", metavar="FILE", required=True, help="trace file to write ('-' for stdout)")
     trace.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no warnings on stderr")
+    trace.add_argument("--no-cache", action="store_true", help=NO_CACHE_HELP)
     trace.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     trace.set_defaults(func=cmd_export_trace)
 
@@ -405,10 +386,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TfdiagError as error:
         if debug:
             traceback.print_exc()
-        _say(f"tfdiag: error: {_one_line(error)}")
+        say(f"tfdiag: error: {_one_line(error)}")
         return EXIT_USAGE
     except KeyboardInterrupt:
-        _say("tfdiag: interrupted")
+        say("tfdiag: interrupted")
         return 130
     except StdoutClosedError:
         _silence_stdout()
@@ -417,7 +398,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if debug:
             traceback.print_exc()
         else:
-            _say(f"tfdiag: error: internal error: {type(error).__name__}: {_one_line(error)} (run with --debug for the traceback)")
+            say(f"tfdiag: error: internal error: {type(error).__name__}: {_one_line(error)} (run with --debug for the traceback)")
         return EXIT_USAGE
 
 

@@ -178,3 +178,47 @@ def test_the_parallel_fold_reports_what_the_serial_one_does(tmp_path, monkeypatc
     assert parallel_run.refresh() is parallel_run.refresh()  # the incremental refresh still works
     if threads:
         done.set()
+
+
+def _analyze(run, tmp_path, name: str, *options: str) -> bytes:
+    """``tfdiag analyze RUN --format json``'s report (the CLI, the user's fold cache unless ``--no-cache``)."""
+    from tfdiag.cli import main
+
+    output = tmp_path / f"{name}.json"
+    assert main(["analyze", str(run), "--format", "json", "-q", "-o", str(output), *options]) in (0, 1)
+    return output.read_bytes()
+
+
+@pytest.mark.parametrize("processes", [1, 2], ids=["serial", "parallel"])
+def test_a_cached_analyze_reports_what_an_uncached_one_does(tmp_path, monkeypatch, processes):
+    """Cold (saving), warm (every fold adopted) and warm after the run grew (the saved folds
+    and the appended bytes): the uncached report, byte for byte, folded serially or by fold
+    processes; with small caps, so the folds compact during a read and after it, as a wide
+    run's do."""
+    from benchmarks import synth
+    from tfdiag.analysis import fold_cache, load
+    from tfdiag.analysis.row_fold import RowFold
+
+    run = _run(tmp_path)
+    monkeypatch.setattr(fold_cache, "MIN_FILE_BYTES", 0)  # every file saved
+    monkeypatch.setattr(RowFold, "cap_for", classmethod(lambda cls, files: 64))
+    monkeypatch.setattr(parallel_fold, "PARALLEL_BYTES", 0 if processes > 1 else 1 << 60)
+    monkeypatch.setattr(parallel_fold, "cores", lambda: processes)
+    uncached = _analyze(run, tmp_path, "uncached", "--no-cache")
+    entries = list(fold_cache.FoldCache.default().directory.glob("*.fold"))
+    assert entries == []  # --no-cache saves nothing
+    assert _analyze(run, tmp_path, "cold") == uncached
+    files = sorted((run / "plugins" / "tfdiag").glob("*.tfdiag"))
+    assert len(list(fold_cache.FoldCache.default().directory.glob("*.fold"))) == len(files)
+    reads = []
+    real = load.read_task_file
+    monkeypatch.setattr(load, "read_task_file", lambda path, offset=0: reads.append((path.name, offset)) or real(path, offset))
+    assert _analyze(run, tmp_path, "warm") == uncached
+    assert reads == []
+    sizes = {path.name: path.stat().st_size for path in files}
+    synth.main([str(run), "--steps", "40", "--append", "--jobs", "1", "--frame-rows", "512"])
+    assert _analyze(run, tmp_path, "grown-uncached", "--no-cache") != uncached
+    reads.clear()
+    assert _analyze(run, tmp_path, "grown") == (tmp_path / "grown-uncached.json").read_bytes()
+    grown = [(path.name, sizes[path.name]) for path in files if path.stat().st_size > sizes[path.name]]
+    assert grown and sorted(reads) == grown  # the warm analyze read only what was appended

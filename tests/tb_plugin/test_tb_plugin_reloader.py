@@ -199,3 +199,21 @@ def test_a_saved_view_of_other_files_is_not_shown(tmp_path, monkeypatch):
     assert get_json(client, PREFIX + "/report?run=run", status=202)["stage"] == "analysing"
     held.release()
     assert until_ready(client, PREFIX + "/report?run=run")["summary"]["steps"] == 110
+
+
+def test_the_tab_opens_warm_after_tfdiag_analyze(tmp_path, monkeypatch):
+    """The CLI's and the tab's loaders share cache entries (the same caps and code, the run's
+    path spelt absolute by both, here given relative to each)."""
+    from tfdiag.analysis import fold_cache
+    from tfdiag.cli import main
+
+    monkeypatch.setattr(fold_cache, "MIN_FILE_BYTES", 0)
+    monkeypatch.chdir(tmp_path)
+    make_run(tmp_path / "logs" / "run", steps=400)
+    assert main(["analyze", "logs/run", "-q", "-o", "report.json", "--format", "json"]) == 0
+    reads = []
+    real = load.read_task_file
+    monkeypatch.setattr(load, "read_task_file", lambda path, offset=0: reads.append(Path(path).name) or real(path, offset))
+    shown = get_json(client_for(make_plugin("logs")), PREFIX + "/report?run=run")
+    assert reads == []
+    assert shown["summary"] == json.loads((tmp_path / "report.json").read_text())["summary"]

@@ -7,21 +7,24 @@ import os
 from tfdiag.analysis import sections
 from tfdiag.analysis.advisor import advise
 from tfdiag.analysis.detectors import detect_all
+from tfdiag.analysis.fold_cache import FoldCache
 from tfdiag.analysis.load import LoadedRun, ProgressCallback, load_run
 from tfdiag.analysis.measurements import measure
 from tfdiag.analysis.result import Report
 from tfdiag.analysis.timelines import build_timelines
 
 
-def analyze(run: str | os.PathLike | LoadedRun, progress: ProgressCallback | None = None) -> Report:
-    """Analyses a run directory (or an already loaded run) and returns its Report.
+def analyze(run: str | os.PathLike | LoadedRun, progress: ProgressCallback | None = None,
+            cache: FoldCache | None = None) -> Report:
+    """Analyses a run directory (or an already loaded run) and returns its Report; a
+    directory is read through ``cache`` (``fold_cache``; None: every file is read).
 
     Example:
         >>> report = analyze("logs/run1")  # doctest: +SKIP
         >>> report.summary["primary_bottleneck"]  # doctest: +SKIP
         'straggler'
     """
-    loaded = run if isinstance(run, LoadedRun) else load_run(run, progress)
+    loaded = run if isinstance(run, LoadedRun) else load_run(run, progress, cache)
     measured = measure(loaded)
     findings = advise(detect_all(measured), measured)
     return Report(

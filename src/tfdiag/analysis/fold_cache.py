@@ -3,9 +3,13 @@
 A ``FileFold`` (``RunLoader.fold_file``: what the loader holds of one task file) is saved
 in a private user cache: ``$TFDIAG_CACHE_DIR``, else ``$XDG_CACHE_HOME/tfdiag``, else
 ``~/.cache/tfdiag``; one entry per task file, ``folds/<hash of its path>.fold``. The
-TensorBoard tab's loaders use it (``tfdiag analyze`` does not): a second session adopts
-each file's fold instead of reading the file again, then reads only the bytes appended
-since (an entry covers a file's first ``offset`` bytes).
+TensorBoard tab's loaders and ``tfdiag analyze`` (``compare``, ``export-trace``; not with
+``--no-cache``) share it: a later session of either adopts each file's fold instead of
+reading the file again, then reads only the bytes appended since (an entry covers a
+file's first ``offset`` bytes). Both read with the loader's default caps and spell a run's
+path absolute, so an entry one saves is the other's. An entry is the fold as a read from
+byte 0 leaves it, before ``RowFold.settle`` (``RunLoader._save``), so appended records are
+folded on as a fresh read of the grown file folds them: the same report, byte for byte.
 
 An entry is used only when everything it depends on is unchanged: the same path, the same
 file (device and inode), at least ``offset`` bytes, the same size and modification time
@@ -17,6 +21,11 @@ a file not owned by this user or writable by others) is damaged or foreign: it i
 ignored and rebuilt, never trusted. Entries are pickles, read with an unpickler that
 builds only the classes a fold holds, and only from files this user owns.
 
+The cache never stops a read: a directory that cannot be made or written turns it off
+(``default``: None), and an entry that cannot be read or saved is the file read instead.
+A cache logs its first problem as a warning and later ones at debug level, so a damaged
+or full cache says so once, not once per task file.
+
 Bounded: after a read that saved entries, the oldest (by last use) are removed until the
 cache holds at most ``TFDIAG_CACHE_MAX_MB`` (default 2,048 MB; 0 turns the cache off).
 A file is saved when it holds at least ``min_file_bytes`` (smaller ones fold in less time
@@ -25,6 +34,7 @@ than an entry takes to read) and again when it has grown by a quarter since its 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import io
@@ -116,10 +126,14 @@ class FoldCache:
         self.directory = Path(directory) / "folds"
         self.max_bytes = max_bytes
         self.min_file_bytes = min_file_bytes
+        self._warned = False  # whether a problem was logged as a warning (``_warn``)
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         info = os.lstat(self.directory)
         if not stat.S_ISDIR(info.st_mode) or not _owned(info) or info.st_mode & 0o077:
             raise PermissionError(f"{self.directory} is not a directory private to this user")
+        descriptor, probe = tempfile.mkstemp(dir=self.directory, suffix=".tmp")  # OSError if it cannot be written
+        os.close(descriptor)
+        os.unlink(probe)
 
     @classmethod
     def default(cls) -> FoldCache | None:
@@ -135,7 +149,7 @@ class FoldCache:
         home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         directory = os.environ.get("TFDIAG_CACHE_DIR") or os.path.join(home, "tfdiag")
         try:
-            return cls(directory, max_mb << 20)
+            return cls(directory, max_mb << 20, MIN_FILE_BYTES)
         except OSError as error:
             logger.warning("tfdiag: no fold cache (%s); each session reads its runs from the start", error)
             return None
@@ -143,6 +157,19 @@ class FoldCache:
     def worth(self, offset: int, cached: int) -> bool:
         """Whether a fold of a file's first ``offset`` bytes is worth saving, ``cached`` of them saved already."""
         return offset >= self.min_file_bytes and offset > cached * GROWTH
+
+    def holds(self, path: Path, key: str) -> bool:
+        """Whether the entry of ``path`` says it is still that file's fold for ``key``, by its
+        header alone; an entry that cannot be told so is left to ``load`` to judge (True)."""
+        try:
+            with open_private(self._entry(path)) as file:
+                start = file.read(len(_MAGIC) + 4)
+                header = json.loads(file.read(int.from_bytes(start[len(_MAGIC):], "big")))
+            return header.get("path") == str(path) and header.get("key") == key and _fits(path, header)
+        except FileNotFoundError:
+            return False
+        except Exception:  # noqa: BLE001 - damaged or foreign: ``load`` logs it and the file is read
+            return True
 
     def load(self, path: Path, key: str) -> FileFold | None:
         """The saved fold of ``path`` if it is still that file's (module docstring); None otherwise."""
@@ -160,8 +187,8 @@ class FoldCache:
         except FileNotFoundError:
             return None
         except Exception as error:  # noqa: BLE001 - whatever is wrong with an entry, the file is read instead
-            logger.warning("tfdiag: ignored the fold cache entry %s of %s (%s: %s); the file is read instead",
-                           entry, path, type(error).__name__, error)
+            self._warn("tfdiag: ignored the fold cache entry %s of %s (%s: %s); the file is read instead",
+                       entry, path, type(error).__name__, error)
             return None
 
     def save(self, fold: FileFold, key: str) -> None:
@@ -188,19 +215,21 @@ class FoldCache:
                 raise
         except OSError as error:
             state.cached = previous
-            logger.warning("tfdiag: cannot save the fold of %s in the cache (%s)", path, error)
+            self._warn("tfdiag: cannot save the fold of %s in the cache (%s)", path, error)
 
     def trim(self) -> None:
         """Removes the least recently used entries (and any leftover temporary file) beyond ``max_bytes``."""
         entries = []
-        with os.scandir(self.directory) as listing:
-            for item in listing:
-                try:
-                    info = item.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                if stat.S_ISREG(info.st_mode):
-                    entries.append((info.st_mtime_ns, info.st_size, item.path))
+        try:
+            with os.scandir(self.directory) as listing:
+                for item in listing:
+                    with contextlib.suppress(OSError):
+                        info = item.stat(follow_symlinks=False)
+                        if stat.S_ISREG(info.st_mode):
+                            entries.append((info.st_mtime_ns, info.st_size, item.path))
+        except OSError as error:
+            self._warn("tfdiag: cannot list the fold cache %s (%s)", self.directory, error)
+            return
         total = sum(size for _, size, _ in entries)
         for _, size, name in sorted(entries):
             if total <= self.max_bytes:
@@ -209,8 +238,12 @@ class FoldCache:
                 os.unlink(name)
                 total -= size
             except OSError as error:
-                logger.warning("tfdiag: cannot remove %s from the fold cache (%s)", name, error)
+                self._warn("tfdiag: cannot remove %s from the fold cache (%s)", name, error)
 
+    def _warn(self, message: str, *args) -> None:
+        """Logs a problem: the cache's first as a warning, later ones at debug level."""
+        logger.log(logging.DEBUG if self._warned else logging.WARNING, message, *args)
+        self._warned = True
     def _entry(self, path: Path) -> Path:
         name = f"{os.path.realpath(path)}\0{path}"
         return self.directory / (hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:40] + ".fold")

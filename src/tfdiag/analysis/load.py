@@ -7,7 +7,9 @@ is read (exact counters, histograms and a bounded set of rows); system and proce
 samples, heartbeats and probes per file (``FOLDS``): what it holds does not grow with
 the run's length. A refresh folds only the new records and rebuilds the frames of kinds
 that got some; a large first read folds the files in parallel (``parallel_fold``), and
-adopts the folds a previous session saved (``fold_cache``, with ``cache``). A file
+adopts the folds a previous session saved (``fold_cache``, with ``cache``: the tab's and
+``tfdiag analyze``'s), saving its own the same way whether read here or in a fold
+process (``_save``). A file
 that shrank or was replaced is read again from byte 0. A frame whose payload is one
 already loaded (a copied task file, a frame written twice) is counted once.
 ``window_load.WindowLoader`` keeps only a run's last seconds. Nothing in
@@ -106,6 +108,7 @@ class _TaskFile:
     skipped: list[SkippedRecords] = field(default_factory=list)
     pending: list[SkippedRecords] = field(default_factory=list)  # tail / unread: retried at each refresh
     cached: int = 0  # the bytes of it whose fold is in the fold cache (``fold_cache``)
+    fresh: bool = True  # its folds are those a read from byte 0 makes (``_settle``): it may be saved
 
 
 class FileFold(NamedTuple):
@@ -190,13 +193,14 @@ class RunLoader:
         parallel = {path for path, *_ in folded} if folds is not None else set()
         for path, identity, size in unread:
             offset = self._offset(path)
-            fold = cached.get(path) or (next(folds) if path in parallel else None)
+            fold = self._saved(path) if path in cached else next(folds) if path in parallel else None
             adopted = fold is not None and self._adopt(fold)
             state = self._files.setdefault(path, _TaskFile(identity))
             changed |= adopted and fold.changed
             if not adopted or state.offset < size:  # read here: not folded elsewhere, or grown since
                 changed |= self._take(path, state, read_task_file(path, state.offset))
                 saved |= self._save(path, state)
+            self._settle(state)
             done += max(size - offset, 0)
             if progress is not None:
                 progress(done, total)
@@ -215,27 +219,44 @@ class RunLoader:
         state = self._files[path] = _TaskFile(identity)
         changed = self._take(path, state, read_task_file(path, 0))
         fold = FileFold(path, state, self._steps, self._seen, self._changed_kinds, changed)
-        if self.cache is not None and self.cache.worth(state.offset, state.cached):
-            self.cache.save(fold, fold_key(self._caps, self._steps))
+        self._save(path, state, fold)
+        self._settle(state)
         return fold
 
-    def _cached(self, unread: list[tuple[Path, tuple[int, int], int]]) -> dict[Path, FileFold]:
-        """The saved folds of the files of ``unread`` that the fold cache holds."""
+    def _cached(self, unread: list[tuple[Path, tuple[int, int], int]]) -> set[Path]:
+        """The files of ``unread`` whose saved fold the fold cache holds, by the entries'
+        headers: each is read in its turn (``_saved``), so only one unsettled fold is held."""
         if self.cache is None or not self._folds:
-            return {}
+            return set()
         key = fold_key(self._caps, self._steps)
-        return {path: fold for path, *_ in unread if (fold := self.cache.load(path, key)) is not None}
+        return {path for path, *_ in unread if self.cache.holds(path, key)}
 
-    def _save(self, path: Path, state: _TaskFile) -> bool:
-        """Saves the fold of ``path`` read here if the fold cache wants it (``FoldCache.worth``)."""
-        if self.cache is None or not self._folds or not self.cache.worth(state.offset, state.cached):
+    def _saved(self, path: Path) -> FileFold | None:
+        """The saved fold of ``path``; None if it cannot be read (the file is then read here)."""
+        return self.cache.load(path, fold_key(self._caps, self._steps))
+
+    def _save(self, path: Path, state: _TaskFile, fold: FileFold | None = None) -> bool:
+        """Saves the fold of ``path`` if the fold cache wants it (``FoldCache.worth``): ``fold``
+        (a fold process's, ``fold_file``), else what this loader holds of the file; the one
+        way the serial read and the fold processes save. Saved before ``_settle``, and only
+        while no settle compacted it, so the next session folds appended records as a
+        fresh read of the whole file does."""
+        if (self.cache is None or not self._folds or not state.fresh
+                or not self.cache.worth(state.offset, state.cached)):
             return False
-        kinds = {kept.kind for kept in state.records} | set(state.folds)
-        steps = self._steps.of_file(str(path))
-        fold = FileFold(path, state, steps, {digest: self._seen[digest] for digest in state.digests},
-                        kinds | ({"step"} if steps.groups else set()), True)
+        if fold is None:
+            kinds = {kept.kind for kept in state.records} | set(state.folds)
+            steps = self._steps.of_file(str(path))
+            fold = FileFold(path, state, steps, {digest: self._seen[digest] for digest in state.digests},
+                            kinds | ({"step"} if steps.groups else set()), True)
         self.cache.save(fold, fold_key(self._caps, self._steps))
         return True
+
+    def _settle(self, state: _TaskFile) -> None:
+        """Brings a file's folds back under their caps after a read (``RowFold.settle``). A fold
+        compacted here folds later records unlike a read from byte 0 does: no longer ``fresh``."""
+        compacted = [fold.settle() for fold in state.folds.values()]
+        state.fresh = state.fresh and not any(compacted)
 
     def _adopt(self, fold: FileFold) -> bool:
         """Takes ``fold`` (``fold_file``'s) as its file's state; False, taking nothing, when
@@ -304,8 +325,7 @@ class RunLoader:
                 state.records.extend(_Kept(frame.kind, batch, source, frame.digest, self._last_ns(frame.kind, batch))
                                      for batch in conformed)
             self._changed_kinds.add(frame.kind)
-        for fold in [self._steps, *state.folds.values()]:  # under their caps again, frames let go
-            fold.settle()
+        self._steps.settle()  # frames let go; the file's own folds settle after a save (``_settle``)
         state.skipped.extend(result.skipped)
         pending = [item for item in (result.truncated_tail, result.unread) if item is not None]
         changed = bool(result.frames or result.skipped) or pending != state.pending
@@ -403,6 +423,8 @@ def _task_from_file_name(path: Path) -> str:
     return path.name[: -len(LOG_SUFFIX)].replace("-", ":", 1)
 
 
-def load_run(run_dir: str | os.PathLike, progress: ProgressCallback | None = None) -> LoadedRun:
-    """Loads a whole run once. Raises ``RunNotFoundError`` if ``run_dir`` is not a run."""
-    return RunLoader(run_dir).refresh(progress)
+def load_run(run_dir: str | os.PathLike, progress: ProgressCallback | None = None,
+             cache: FoldCache | None = None) -> LoadedRun:
+    """Loads a whole run once, adopting and saving folds in ``cache`` (None: none). Raises
+    ``RunNotFoundError`` if ``run_dir`` is not a run."""
+    return RunLoader(run_dir, cache=cache).refresh(progress)

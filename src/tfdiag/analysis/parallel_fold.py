@@ -3,8 +3,9 @@
 A run's task files are independent until they are merged. ``RunLoader.fold_file`` folds
 one file as the loader itself would (its step records into a ``StepAccumulator`` of its
 own, its system samples into buckets, every other record kept), and ``refresh`` adopts
-the folds in file order, so the run is the one a serial read gives, byte for byte. The
-same map (a task file to its ``FileFold``) and merge (adopted in file order) would run
+the folds in file order, so the run is the one a serial read gives, byte for byte. A
+fold process saves the fold it made in the loader's fold cache as the serial read saves
+its own (``RunLoader._save``, ``fold_cache``). The same map (a task file to its ``FileFold``) and merge (adopted in file order) would run
 on a distributed engine (docs/architecture.md, "Scale").
 
 A child process costs about 0.3 s to start, paid back only by a large read: under

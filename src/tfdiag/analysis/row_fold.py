@@ -12,7 +12,8 @@ costs about the same for 256 rows as for 2,048, so while one read goes on a fold
 to ``ROWS`` rows before it compacts, and ``settle`` (the loader calls it after each read)
 brings what it holds back under ``cap``: a day of a sample a second is 40 compactions of
 a file, not 340. A file is read whole in the loader's process or in a fold process alike,
-so the serial and the parallel fold compact at the same rows.
+so the serial and the parallel fold compact at the same rows. A compaction in ``settle``
+falls where a read ended, so the loader saves a file's fold before it (``fold_cache``).
 """
 
 from __future__ import annotations
@@ -51,13 +52,14 @@ class RowFold:
         if self._raw_rows > self._read_cap:
             self._compact()
 
-    def settle(self) -> None:
-        """After a read: compacts when more than ``cap`` rows came since the last compaction,
+    def settle(self) -> bool:
+        """After a read: compacts when more than ``cap`` rows came since the last compaction
+        (True: then the records folded next are compacted unlike a read from byte 0 would),
         else makes each run of one writer's batches one batch (a collector flushes a row or
         two a frame, and a small batch's columns cost more than their rows)."""
         if self._raw_rows > self.cap:
             self._compact()
-            return
+            return True
         runs: list[tuple[list[pa.RecordBatch], str]] = []
         for batch, source in self._raw:
             if runs and runs[-1][1] == source:
@@ -65,12 +67,13 @@ class RowFold:
             else:
                 runs.append(([batch], source))
         if len(runs) == len(self._raw):
-            return
+            return False
         self._raw = []
         for batches, source in runs:
             if len(batches) > 1 and sum(batch.num_rows for batch in batches):
                 batches = pa.Table.from_batches(batches).combine_chunks().to_batches()
             self._raw += [(batch, source) for batch in batches]
+        return False
 
     def batches(self) -> list[tuple[pa.RecordBatch, str]]:
         """The rows held, each batch with its writing task."""

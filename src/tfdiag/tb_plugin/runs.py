@@ -75,7 +75,8 @@ class RunIndex:
     """
 
     def __init__(self, logdir: str | None, ttl_s: float = DISCOVERY_TTL_S, clock: Clock = time.monotonic):
-        self.logdir = os.path.expanduser(logdir) if logdir else None
+        # absolute, as ``tfdiag analyze`` spells a run: the fold cache's entries are per path
+        self.logdir = os.path.abspath(os.path.expanduser(logdir)) if logdir else None
         self._ttl_s = ttl_s
         self._clock = clock
         self._lock = threading.Lock()
