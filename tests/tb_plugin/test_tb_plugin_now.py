@@ -102,13 +102,15 @@ def test_now_of_a_hung_job_names_the_silent_ps(tmp_path):
 
 
 def test_a_task_that_stopped_writing_is_silent(tmp_path):
-    """worker:1's beats stop at 10 s without a close while worker:0 steps on to 40 s."""
+    """worker:1's beats stop at 10 s without a close while worker:0 steps on to 40 s: worker:1
+    is silent, the job runs on without it."""
     run = RunBuilder(tmp_path / "logs" / "gone", strategy="MultiWorkerMirroredStrategy", workers=2, ps=0, chief=False)
     run.steps_until("worker:0", START_NS + 40_000 * MS).heartbeats("worker:0", until_ms=40_000, subjects=("worker:0",))
     run.steps_until("worker:1", START_NS + 10_000 * MS).heartbeats("worker:1", until_ms=10_000, subjects=("worker:1",))
     run.write(by_task=True)
     now = get_json(client_for(make_plugin(tmp_path / "logs", wall_clock=WallClock(41_000))), PREFIX + "/now?run=gone")
     assert {"task": "worker:1", "signal": "stopped_writing"}.items() <= now["silent"][0].items()
+    assert now["state"] == "running"  # worker:0 still progresses: not hung
 
 
 @pytest.mark.parametrize("route", ["/now", "/faults"])

@@ -2,7 +2,8 @@
 
 Read from an analysed run and the wall clock (``tfdiag watch`` follows a running job
 with it): ``failed`` when a task ended on an error (``task_failure``'s job end),
-``hung`` when a ``stalled`` finding is critical, ``closed`` when every task that beats
+``hung`` when a ``stalled`` finding is critical (not a task that stopped writing while the others
+progress), ``closed`` when every task that beats
 wrote its clean-close marker, ``silent`` when none of them has written for
 ``SILENT_AFTER_S`` of the wall clock and none closed (every process died or froze at
 once: nothing is left to report it), else ``running``.
@@ -44,7 +45,8 @@ def job_status(report: Report, run: LoadedRun, now_ns: int) -> JobStatus:
         if finding.kind == "task_failure" and "root" in finding.evidence:  # last_words.job_end's
             return JobStatus(FAILED, finding.title, progress)
     for finding in report.findings:
-        if finding.kind == "stalled" and finding.severity is Severity.CRITICAL:
+        if finding.kind == "stalled" and finding.severity is Severity.CRITICAL \
+                and finding.evidence.get("state") != "stopped_writing":  # the others still progress
             return JobStatus(HUNG, finding.title, progress)
     beats = run.frame("heartbeat")
     if beats.empty:

@@ -110,7 +110,7 @@ class DiagnosticsHook(tf.compat.v1.train.SessionRunHook):
         # how a restarted task's new session is told from the killed one (analysis/restarts.py).
         self._begin_wall_ns = time.time_ns()
         try:
-            wants = Wants(system_interval_s=self.system_interval_s, last_words=True, stacks=True, liveness=True,
+            wants = Wants(system_interval_s=self.system_interval_s, last_words=True, stacks=True, unwatched_jobs=("ps",),
                           variables=tf.compat.v1.global_variables(), live_interval_s=self.live_interval_s)
             self.task_session = TaskSession(self.logdir, wants, task=self.task, manifest={"api": "tf1_session"})
             self.task, self._writer = self.task_session.task, self.task_session.writer

@@ -1,8 +1,9 @@
-"""Liveness of the tasks that run no collector: is each ps's TensorFlow server answering?
+"""Liveness of the tasks that run no collector: is each one's TensorFlow server answering?
 
 A task that runs tfdiag says it is alive with its heartbeats. A parameter server of a
-TF1 session job runs none: when it freezes, every worker waits on it and the only sign
-in the log would be workers that stopped. :class:`LivenessProbe` asks each such task's
+TF1 session job runs none, nor do the workers and ps of a ParameterServerStrategy job
+(only the coordinator does): when one freezes, the tasks that wait on it stop and the
+only sign in the log would be tasks that stopped. :class:`LivenessProbe` asks each such task's
 gRPC server for its status (``tf_internals.server_status``) every ``interval_s``, from
 a daemon thread, and writes one ``liveness`` row per check: answered (the process runs),
 no answer within ``timeout_s`` (frozen or hung: the kernel still accepts the
@@ -24,7 +25,7 @@ import time
 
 from tfdiag.collectors import tf_internals
 from tfdiag.collectors.budget import charged
-from tfdiag.events import HEARTBEAT_EVERY_S, cluster_tasks
+from tfdiag.events import HEARTBEAT_EVERY_S, task_name
 
 logger = logging.getLogger("tfdiag")
 
@@ -36,13 +37,15 @@ LIVENESS_TIMEOUT_S = 2.0
 STOP_TIMEOUT_S = LIVENESS_TIMEOUT_S + 1.0
 
 
-def unwatched_tasks(cluster: dict) -> dict[str, str]:
-    """``{task: address}`` of the tasks of ``cluster`` that run no collector: its ps tasks.
+def unwatched_tasks(cluster: dict, jobs: tuple[str, ...] = ("ps",)) -> dict[str, str]:
+    """``{task: address}`` of the tasks of ``cluster`` in ``jobs``: those that run no collector.
 
     >>> unwatched_tasks({"ps": ["h:1", "h:2"], "worker": ["h:3"]})
     {'ps:0': 'h:1', 'ps:1': 'h:2'}
+    >>> unwatched_tasks({"ps": ["h:1"], "worker": ["h:3"], "chief": ["h:4"]}, jobs=("worker", "ps"))
+    {'worker:0': 'h:3', 'ps:0': 'h:1'}
     """
-    return {task: cluster["ps"][index] for index, task in enumerate(cluster_tasks(cluster, jobs=("ps",)))}
+    return {task_name(job, index): address for job in jobs for index, address in enumerate(cluster.get(job) or ())}
 
 
 class LivenessProbe:

@@ -77,8 +77,9 @@ class Wants:
         last_words: an ``exit`` record if the process ends while training.
         stacks: the task's Python stacks to ``RUN/plugins/tfdiag/<task>.stacks`` when its
             progress counter stops moving, or on ``SIGUSR1``.
-        liveness: in the task that writes the manifest, check that every ps's server
-            answers (the tasks that run no collector of a TF1 job).
+        unwatched_jobs: in the task that writes the manifest, check that every task of these
+            jobs answers: the tasks that run no collector (a TF1 job's ps; a
+            ParameterServerStrategy job's workers and ps).
         variables: a model, ``tf.Module`` or list of variables whose placement to record.
         closures: record the closures of an instrumented coordinator (``session.closures``).
         examples_per_step: examples one closure consumes where its elements do not say.
@@ -93,7 +94,7 @@ class Wants:
     capture_faults: bool = False
     last_words: bool = False
     stacks: bool = False
-    liveness: bool = False
+    unwatched_jobs: tuple[str, ...] = ()
     variables: object = None
     closures: bool = False
     examples_per_step: int | None = None
@@ -155,8 +156,9 @@ class TaskSession:
         prober = self._run("rpc", wants.probe_interval_s, lambda: self._prepared_prober(faults), RpcProber.stop)
         if prober is not None:
             self._deferred.append(("rpc", prober))
-        self._run("liveness", wants.liveness and self.writes_manifest,
-                  lambda: LivenessProbe(self.writer, unwatched_tasks(self.cluster)).start(), LivenessProbe.stop)
+        self._run("liveness", wants.unwatched_jobs and self.writes_manifest,
+                  lambda: LivenessProbe(self.writer, unwatched_tasks(self.cluster, wants.unwatched_jobs)).start(),
+                  LivenessProbe.stop)
         live = self._run("live", self.writes_manifest,
                          lambda: live_thread.start(self.logdir, self.writer, wants.live_interval_s),
                          live_thread.LiveThread.stop)

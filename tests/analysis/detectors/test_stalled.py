@@ -59,15 +59,15 @@ def test_a_run_that_ended_cleanly_is_not_stalled(builder):
     assert _stalled(analyze(run.write())) == []
 
 
-def test_a_task_that_died_is_reported_as_stopped_not_hung(builder):
+def test_a_task_that_died_is_reported_critical_as_stopped_not_hung(builder):
     run = builder(strategy="MultiWorkerMirroredStrategy")
     run.steps("worker:0", count=120, step_ms=500)  # to 60 s, writing its own beats
     run.steps("worker:1", count=40, step_ms=500)  # to 20 s, then its beats stop: no close marker
     run.heartbeats("worker:0", until_ms=60_500, subjects=("worker:0",))
     run.heartbeats("worker:1", until_ms=20_000, subjects=("worker:1",))
     [finding] = _stalled(analyze(run.write()))
-    assert finding.severity is Severity.WARNING
-    assert finding.evidence["state"] == "stopped_writing"
+    assert finding.severity is Severity.CRITICAL
+    assert finding.evidence["state"] == "stopped_writing" and finding.evidence["first_stalled"] == "worker:1"
     assert finding.tasks == ("worker:1",)
     assert "hung" not in finding.title and "died" in finding.summary
 

@@ -261,17 +261,20 @@ def _stacks_files(measured: Measurements, tasks: list[str]) -> dict[str, str]:
 
 
 def _stopped_finding(now_ns, stopped, last_beat) -> Finding:
+    """Critical: a task lost for the rest of the run takes its share of the job's work with it."""
+    stopped = sorted(stopped, key=lambda task: last_beat[task])  # the first to stop first
     return Finding(
         kind=KIND,
-        severity=Severity.WARNING,
+        severity=Severity.CRITICAL,
         title=f"{', '.join(stopped)} stopped writing without a clean close",
         summary=f"{', '.join(stopped)} wrote no heartbeat for the last "
                 f"{max(now_ns - last_beat[t] for t in stopped) / 1e9:.0f} s of the run and never closed its "
                 "collectors: the task died (killed, crashed) or its process was frozen. The tasks still "
-                "writing made progress, so the job is not hung.",
+                "writing made progress, so the job is not hung, but runs without it.",
         tasks=tuple(stopped),
         evidence={
             "state": "stopped_writing",
+            "first_stalled": stopped[0],
             "stopped_writing": [{"task": task, "last_heartbeat_ns": int(last_beat[task])} for task in stopped],
             "latest_heartbeat_ns": now_ns,
         },
