@@ -5,9 +5,9 @@ Each case (``CASES``) runs a sample job on a loopback cluster (an exception: the
 the same structure that raises in its own code, ``benchmarks/userjobs``), waits for the first
 records and ``FAULT_AFTER_S`` more, plants the fault, then runs ``tfdiag analyze RUN --format
 json`` in a fresh process, one after another (at least ``POLL_S`` apart), for up to
-``FOLLOW_S``: *named while it hangs* is the time from the fault to the end of the first
-analysis whose critical ``task_failure`` or ``stalled`` finding names the task as its root
-(:func:`judge`); *announced*, to the first ``tfdiag: TASK stalled|task_failure`` line in the
+``FOLLOW_S``, and once more after the job is over: *named* is the time from the fault to the
+end of the first analysis, while the job hangs or once it died, whose critical
+``task_failure`` or ``stalled`` finding names the task as its root (:func:`judge`); *announced*, to the first ``tfdiag: TASK stalled|task_failure`` line in the
 summary task's log. Then every task is killed and the dead run analysed once more. One JSON
 line a case (``--results``, appended), a markdown table on stdout, progress on stderr.
 
@@ -183,17 +183,19 @@ def run_case(case: Case, workdir: Path) -> dict:
                 if fault_at is not None and result["announced_s"] is None and announced(summary_log, case.task):
                     result["announced_s"] = round(now - fault_at, 1)
 
-            followed = False  # an analysis ended after the fault: the job is over only then
+            followed = False  # an analysis ended after the fault
+            read_over = False  # an analysis began once the job was over: it read the job's end
             while True:
                 began = time.monotonic()
                 watch()
                 if fault_at is None and began - started > EXCEPTION_WAIT_S:
                     break
+                over = all(p.poll() is not None for p in job_tasks if p is not target)
                 if followed and (began - fault_at > FOLLOW_S or None not in (result["named_s"], result["announced_s"])
-                                 or all(p.poll() is not None for p in job_tasks if p is not target)):
+                                 or read_over):
                     break
                 report = analyze_json(logdir, out, watch)
-                followed = fault_at is not None
+                followed, read_over = fault_at is not None, over and fault_at is not None
                 if followed and result["named_s"] is None and judge(report, case.task)["named"]:
                     result["named_s"] = round(time.monotonic() - fault_at, 1)
                     result["hung"] = judge(report, case.task)
@@ -226,7 +228,7 @@ def table(results: list[dict]) -> str:
     def secs(value):
         return "no" if value is None else f"{value:.1f} s"
 
-    lines = ["| job | fault | task | named while it hangs | announced | named after it died | others told apart "
+    lines = ["| job | fault | task | named | announced | named after it died | others told apart "
              "| finding | load |", "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         verdicts = [v for v in (r.get("hung"), r["dead"]) if v and v["named"]]
@@ -240,7 +242,7 @@ def table(results: list[dict]) -> str:
     times = [r["named_s"] for r in results if r["named_s"] is not None]
     named = sum(1 for r in results if r["named_s"] is not None or r["dead"]["named"])
     p50, p90 = _percentile(times, 0.5), _percentile(times, 0.9)
-    spread = f"p50 {p50:.1f} s, p90 {p90:.1f} s, max {max(times):.1f} s" if times else "none named while it hangs"
+    spread = f"p50 {p50:.1f} s, p90 {p90:.1f} s, max {max(times):.1f} s" if times else "none named"
     within = sum(1 for t in times if t <= NAMED_WITHIN_S)
     lines.append(f"| **root task named / all cases: {named}/{len(results)}** | | | {spread} | | "
                  f"{sum(1 for r in results if r['dead']['named'])}/{len(results)} | | "
@@ -263,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     for index, case in enumerate(cases, 1):
         print(f"[{index}/{len(cases)}] {case.name}", file=sys.stderr, flush=True)
         results.append(run_case(case, args.workdir))
-        print(f"  fault at {results[-1]['fault_s']} s; named while it hangs: {results[-1]['named_s']}; "
+        print(f"  fault at {results[-1]['fault_s']} s; named: {results[-1]['named_s']}; "
               f"after it died: {results[-1]['dead']['named']}", file=sys.stderr, flush=True)
         if args.results:
             with open(args.results, "a") as out:

@@ -124,3 +124,23 @@ def test_traced_variables_are_the_variables_the_graph_read_so_far():
     f()
     assert [[id(v) for v in s] for s in seen] == [[id(read)]]
     assert tf_internals.traced_variables() == []  # eager: no trace
+
+
+# The chief's error when ps:0 was killed under ParameterServerStrategy (TF 2.21, benchmarks/failures.py
+# ps_ctl/kill/ps:0): its own call to ps:0 failed, and its call through worker:0 relayed ps:0's failure.
+PS_KILLED_THROUGH_A_WORKER = (
+    "Graph execution error:\n\nfailed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:56281: "
+    "Failed to connect to remote host: Connection refused\n"
+    "Additional GRPC error information from remote target /job:ps/replica:0/task:0/device:CPU:0 while calling "
+    "/tensorflow.eager.EagerService/RunComponentFunction:\n:UNKNOWN:Error received from peer  {grpc_status:14, "
+    'grpc_message:"failed to connect to all addresses"}\n'
+    "Additional GRPC error information from remote target /job:worker/replica:0/task:0 while calling "
+    "/tensorflow.eager.EagerService/Enqueue:\n:UNKNOWN:Error received from peer  {grpc_status:14, "
+    'grpc_message:" failed to connect to all addresses\\nAdditional GRPC error information from remote target '
+    "/job:ps/replica:0/task:0/device:CPU:0 while calling /tensorflow.eager.EagerService/RunComponentFunction:\\n"
+    ':UNKNOWN:Error received from peer  {grpc_status:14, grpc_message:\\"failed to connect\\"}"} '
+    "[Op:__inference_instrumented_1367]")
+
+
+def test_a_worker_that_relayed_a_dead_ps_error_is_not_blamed():
+    assert tf_internals.tasks_blamed(PS_KILLED_THROUGH_A_WORKER, "chief:0") == ["ps:0"]

@@ -287,6 +287,8 @@ def callback_model(callback):
 # on tasks that stopped beating, and gRPC's note on the peer that reset a connection.
 _UNHEALTHY_TASKS = re.compile(r"following tasks are unhealthy[^:]*:((?:\s*/job:[^\s,]+)+)")
 _REMOTE_TARGET = re.compile(r"from remote target (/job:[^\s,]+)")
+# ... and a note quoted inside another target's message: its newline is escaped.
+_RELAYED_TARGET = re.compile(r"\\n\s*Additional GRPC error information from remote target (/job:[^\s,]+)")
 
 
 def tasks_blamed(error_text: str, own_task: str | None = None) -> list[str]:
@@ -300,10 +302,32 @@ def tasks_blamed(error_text: str, own_task: str | None = None) -> list[str]:
     >>> tasks_blamed("Detected at node Foo on /job:worker/replica:0/task:0", "worker:0")
     []
     """
-    devices = [device for group in _UNHEALTHY_TASKS.findall(error_text or "") for device in group.split()]
-    devices += _REMOTE_TARGET.findall(error_text or "")
+    text = error_text or ""
+    devices = [device for group in _UNHEALTHY_TASKS.findall(text) for device in group.split()]
+    devices += _failed_remote_targets(text)
     tasks = (task_of_device(device) for device in devices)
     return [task for task in dict.fromkeys(tasks) if task and task != own_task]
+
+
+def _failed_remote_targets(text: str) -> list[str]:
+    """The remote targets an error's gRPC notes name as failed. A target whose own quoted
+    message (its newlines escaped, ``\\n``) names a further remote target only relayed that
+    one's failure (the coordinator's call through worker 0 to a ps that died): the further
+    target is named instead.
+
+    >>> _failed_remote_targets("error\\nAdditional GRPC error information from remote target /job:ps/task:0 while A"
+    ...     "\\nAdditional GRPC error information from remote target /job:worker/task:0 while B: {grpc_message:"
+    ...     "\\"refused\\\\nAdditional GRPC error information from remote target /job:ps/task:0 while C\\"}")
+    ['/job:ps/task:0', '/job:ps/task:0']
+    """
+    relayed = {m.start(1): m[1] for m in _RELAYED_TARGET.finditer(text)}
+    named = [(m.start(1), m[1]) for m in _REMOTE_TARGET.finditer(text) if m.start(1) not in relayed]
+    if not named:
+        return list(relayed.values())
+    failed = []
+    for (at, target), (end, _) in zip(named, named[1:] + [(len(text), None)]):
+        failed += [inner for position, inner in relayed.items() if at < position < end] or [target]
+    return failed
 
 
 # -- TensorFlow's gRPC server ----------------------------------------------------------------

@@ -72,6 +72,20 @@ def test_a_task_that_died_is_reported_critical_as_stopped_not_hung(builder):
     assert "hung" not in finding.title and "died" in finding.summary
 
 
+def test_a_task_that_stopped_writing_as_the_others_stalled_is_named_first(builder):
+    """A synchronous TF1 job: worker:1 froze at 20 s (its beats stop), worker:0 waits for it,
+    beating on without progress to 60 s."""
+    run = builder(strategy="tf1_session")
+    run.steps("worker:0", count=40, step_ms=500)
+    run.steps("worker:1", count=40, step_ms=500)
+    run.heartbeats("worker:0", until_ms=60_000, subjects=("worker:0",))
+    run.heartbeats("worker:1", until_ms=20_000, subjects=("worker:1",))
+    [finding] = _stalled(analyze(run.write()))
+    assert finding.evidence["state"] == "whole_job" and finding.evidence["first_stalled"] == "worker:1"
+    assert finding.tasks == ("worker:1", "worker:0")
+    assert finding.title.endswith("worker:1 stopped writing")
+
+
 def test_a_run_whose_every_writer_stopped_at_once_is_judged_at_its_last_beat(builder):
     run = builder()
     for worker in WORKERS:

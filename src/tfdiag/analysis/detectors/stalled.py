@@ -199,6 +199,9 @@ def _stalled_finding(measured, beats, now_ns, stalled, progressing, stopped, las
     # Where the hang began: the workers that stopped answering, then the first to stop.
     stalled = sorted(stalled, key=lambda state: (state["task"] not in unresponsive, state["since_ns"]))
     names = [state["task"] for state in stalled]
+    # A task that stopped writing (died or frozen) by a beat after the stall began, before it.
+    stopped = sorted(stopped, key=lambda task: last_beat[task])
+    stopped_first = [task for task in stopped if last_beat[task] <= began_ns + HEARTBEAT_EVERY_S * 1e9]
     whole_job = not progressing
     in_flight = _in_flight(beats, now_ns)
     scope = "The whole job has" if whole_job else f"{', '.join(names)} ha{'ve' if len(names) > 1 else 's'}"
@@ -218,6 +221,8 @@ def _stalled_finding(measured, beats, now_ns, stalled, progressing, stopped, las
         others += (f"; {', '.join(unresponsive)} stopped answering the coordinator's probes, which "
                    f"{', '.join(waiting)} still answer{'s' if len(waiting) == 1 else ''}: "
                    f"{'it waits' if len(waiting) == 1 else 'they wait'} for {', '.join(unresponsive)}")
+    elif stopped_first and not silent:
+        others += f"; {', '.join(stopped_first)} stopped writing as the stall began: the others wait for it"
     elif not silent and len(stalled) > 1 and stalled[1]["since_ns"] > stalled[0]["since_ns"]:
         lag_s = (stalled[1]["since_ns"] - stalled[0]["since_ns"]) / 1e9
         others += f"; {names[0]} stopped first, {lag_s:.1f} s before the next"
@@ -225,14 +230,15 @@ def _stalled_finding(measured, beats, now_ns, stalled, progressing, stopped, las
         kind=KIND,
         severity=Severity.CRITICAL,
         title=f"{'Whole job stalled' if whole_job else 'Stalled: ' + ', '.join(names)} for {longest:.0f} s"
-              + (f"; {', '.join(silent_names + unresponsive)} not answering"
-                 if silent_names or (unresponsive and waiting) else ""),
+              + (f"; {', '.join(dict.fromkeys(silent_names + unresponsive))} not answering"
+                 if silent_names or (unresponsive and waiting) else
+                 f"; {', '.join(stopped_first)} stopped writing" if stopped_first else ""),
         summary=f"{scope} made no progress for up to {longest:.0f} s{others}{detail}{gone}. "
                 "The run is still alive (heartbeats continue): a hung task, not a finished run.",
-        tasks=tuple(dict.fromkeys(silent_names + unresponsive + names + stopped)),
+        tasks=tuple(dict.fromkeys(silent_names + unresponsive + stopped_first + names + stopped)),
         evidence={
             "state": "whole_job" if whole_job else "partial",
-            "first_stalled": names[0],
+            "first_stalled": (stopped_first or names)[0],
             "unresponsive": unresponsive,
             "silent": silent,
             "stacks": _stacks_files(measured, names),
