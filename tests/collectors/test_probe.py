@@ -27,7 +27,10 @@ def probed_run(tmp_path_factory):
 
 def test_probes_cover_every_link_and_offsets_stay_within_uncertainty(probed_run):
     outcome, run = probed_run
-    assert outcome["collectors"] == ["faults", "last_words", "live", "rpc", "stacks", "system"]  # live: on by default
+    # live: on by default; liveness: the workers and ps run no collector of their own
+    assert outcome["collectors"] == ["faults", "last_words", "live", "liveness", "rpc", "stacks", "system"]
+    checks = run.frame("liveness")
+    assert set(checks["target"]) == {"worker:0", "worker:1", "ps:0", "ps:1"} and (checks["status"] == "OK").all()
     links = link_table(run.frame("rpc")).set_index(["src", "dst"])
     for dst in ("worker:0", "worker:1", "ps:0", "ps:1"):
         assert links.loc[("chief:0", dst), "samples"] >= 5
