@@ -12,21 +12,28 @@ from __future__ import annotations
 import pandas as pd
 
 from tfdiag.analysis.align import to_reference_clock
+from tfdiag.events import HEARTBEAT_EVERY_S
 
 # One unanswered check can be a hiccup (a long garbage collection on the target); two in a
 # row, several seconds apart, are a task that is not running.
 MIN_UNANSWERED = 2
+# A check comes every HEARTBEAT_EVERY_S: the last answer of a task that froze as the others
+# stalled can come after their last progress (worker 1 of ps_ctl answered 0.15 s after its
+# last closure, then froze). Two checks' spacing covers it.
+ANSWER_AFTER_STALL_S = 2 * HEARTBEAT_EVERY_S
 VERDICTS = {"DEADLINE_EXCEEDED": "frozen or hung", "UNAVAILABLE": "gone"}
 
 
 def silent_tasks(liveness: pd.DataFrame, offsets: dict[str, int], since_ns: float) -> list[dict]:
-    """The targets whose checks since ``since_ns`` all failed: ``{"task", "status",
-    "verdict", "unanswered", "last_answer_ns"}`` each (``last_answer_ns`` None when it never
-    answered), in the order they went silent.
+    """The targets that went silent as a stall began at ``since_ns``: every check since their
+    last answer failed, at least ``MIN_UNANSWERED`` of them, and that answer came no later
+    than ``ANSWER_AFTER_STALL_S`` after ``since_ns``. ``{"task", "status", "verdict",
+    "unanswered", "last_answer_ns"}`` each (``last_answer_ns`` None when it never answered),
+    in the order they went silent.
 
     >>> checks = pd.DataFrame({"task": "worker:0", "target": "ps:0", "time_ns": [1, 6, 11, 16],
     ...                        "status": ["OK", "OK", "DEADLINE_EXCEEDED", "DEADLINE_EXCEEDED"]})
-    >>> silent_tasks(checks, {}, since_ns=10)
+    >>> silent_tasks(checks, {}, since_ns=5)
     [{'task': 'ps:0', 'status': 'DEADLINE_EXCEEDED', 'verdict': 'frozen or hung', 'unanswered': 2, 'last_answer_ns': 6}]
     """
     if liveness.empty:
@@ -34,13 +41,13 @@ def silent_tasks(liveness: pd.DataFrame, offsets: dict[str, int], since_ns: floa
     checks = liveness.assign(time_ns=to_reference_clock(liveness["time_ns"], liveness["task"], offsets))
     silent = []
     for target, own in checks.sort_values("time_ns").groupby(checks["target"].astype(str), sort=True):
-        since = own[own["time_ns"] >= since_ns]
-        failed = since["status"] != "OK"
-        if len(since) < MIN_UNANSWERED or not failed.all():
-            continue
         answered = own.loc[own["status"] == "OK", "time_ns"]
-        status = str(since["status"].iloc[-1])
+        last_answer = int(answered.max()) if not answered.empty else None
+        unanswered = own if last_answer is None else own[own["time_ns"] > last_answer]
+        if len(unanswered) < MIN_UNANSWERED or (
+                last_answer is not None and last_answer > since_ns + ANSWER_AFTER_STALL_S * 1e9):
+            continue
+        status = str(unanswered["status"].iloc[-1])
         silent.append({"task": target, "status": status, "verdict": VERDICTS.get(status, "not answering"),
-                       "unanswered": int(len(since)),
-                       "last_answer_ns": int(answered.max()) if not answered.empty else None})
+                       "unanswered": int(len(unanswered)), "last_answer_ns": last_answer})
     return sorted(silent, key=lambda task: task["last_answer_ns"] or 0)

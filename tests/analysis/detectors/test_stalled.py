@@ -215,10 +215,27 @@ def test_a_ps_that_stopped_answering_is_named_before_the_floor(builder):
     [finding] = _stalled(analyze(run.write(by_task=True)))
     assert finding.tasks == ("ps:0", "worker:0", "worker:1")
     assert "ps:0 not answering" in finding.title
-    assert "ps:0 has not answered a status check since the stall began (2 checks, DEADLINE_EXCEEDED: frozen or hung)" \
-        in finding.summary
+    assert "ps:0 has not answered its last 2 status checks, since the stall began (DEADLINE_EXCEEDED: frozen or " \
+        "hung)" in finding.summary
     [silent] = finding.evidence["silent"]
     assert silent["last_answer_ns"] == START_NS + 19_000 * MS
+
+
+def test_a_ps_that_answered_once_after_the_stall_began_then_froze_is_named(builder):
+    """The ps answered 1 s after the workers' last progress (it froze just after): still the
+    task they wait for (ps_ctl's worker 1 answered 0.15 s after its last closure)."""
+    run = _ps_job_stalled_at(builder, 20_000, [])
+    run.liveness("ps:0", ["OK", "DEADLINE_EXCEEDED", "DEADLINE_EXCEEDED"], start_ms=21_000, every_ms=5_000)
+    [finding] = _stalled(analyze(run.write(by_task=True)))
+    assert finding.tasks[0] == "ps:0" and finding.evidence["silent"][0]["last_answer_ns"] == START_NS + 21_000 * MS
+
+
+def test_a_ps_silent_only_long_after_the_stall_began_is_not_its_cause(builder):
+    """The ps answered for 11 s into the stall (past ANSWER_AFTER_STALL_S), then went silent:
+    the workers' stall is judged by the floor, and the ps not named as what they wait for."""
+    run = _ps_job_stalled_at(builder, 20_000, [])
+    run.liveness("ps:0", ["OK"] * 7 + ["DEADLINE_EXCEEDED"] * 2, start_ms=19_000, every_ms=2_000)
+    assert _stalled(analyze(run.write(by_task=True))) == []  # 15 s of stall: under the floor
 
 
 @pytest.mark.parametrize("statuses", [["OK", "OK", "OK"], ["OK", "DEADLINE_EXCEEDED"]],

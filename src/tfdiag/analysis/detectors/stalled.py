@@ -212,8 +212,8 @@ def _stalled_finding(measured, beats, now_ns, stalled, progressing, stopped, las
     gone = f"; {', '.join(stopped)} stopped writing without closing (died or frozen)" if stopped else ""
     if silent:
         others += "; " + "; ".join(
-            f"{task['task']} has not answered a status check since the stall began ({task['unanswered']} checks, "
-            f"{task['status']}: {task['verdict']})" for task in silent)
+            f"{task['task']} has not answered its last {task['unanswered']} status checks, since the stall began "
+            f"({task['status']}: {task['verdict']})" for task in silent)
         others += f": {'the stalled tasks wait' if len(names) > 1 else names[0] + ' waits'} for it"
     silent_names = [task["task"] for task in silent]
     waiting = [name for name in names if name in answering]
