@@ -7,8 +7,8 @@ records and ``FAULT_AFTER_S`` more, plants the fault, then runs ``tfdiag analyze
 json`` in a fresh process, one after another (at least ``POLL_S`` apart), for up to
 ``FOLLOW_S``, and once more after the job is over: *named* is the time from the fault to the
 end of the first analysis, while the job hangs or once it died, whose critical
-``task_failure`` or ``stalled`` finding names the task as its root (:func:`judge`); *announced*, to the first ``tfdiag: TASK stalled|task_failure`` line in the
-summary task's log. Then every task is killed and the dead run analysed once more. One JSON
+``task_failure`` or ``stalled`` finding names the task as its root (:func:`judge`);
+*announced*, to the first ``tfdiag: TASK stalled|task_failure`` line in the summary task's log. Then every task is killed and the dead run analysed once more. One JSON
 line a case (``--results``, appended), a markdown table on stdout, progress on stderr.
 
     tools/loopback-only flock /tmp/tfdiag-bench.lock .venv/bin/python -m benchmarks.failures \\

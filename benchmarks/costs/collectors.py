@@ -15,12 +15,17 @@ import time
 from pathlib import Path
 
 from benchmarks.harness.revision import baseline_module
-from tfdiag.collectors import system
+from tfdiag.collectors import system, tf_internals
 from tfdiag.events import KINDS
 from tfdiag.store import writer
 
 LISTENER = ("import socket, time; s = socket.create_server(('127.0.0.1', 0)); "
             "print(s.getsockname()[1], flush=True); time.sleep(3600)")
+# A TensorFlow server that prints its address once it listens (a ps of a TF1 job: no collector).
+TF_SERVER = ("import socket, sys, tensorflow as tf; s = socket.socket(); s.bind(('127.0.0.1', 0)); "
+             "address = f'127.0.0.1:{s.getsockname()[1]}'; s.close(); "
+             "server = tf.distribute.Server(tf.train.ClusterSpec({'ps': [address]}), job_name='ps', task_index=0); "
+             "print(address, flush=True); server.join()")
 # One coordinator second of a 2-worker ps_ctl run (docs/benchmarks.md): its record kinds and rows.
 COORDINATOR_SECOND = {"system": 1, "heartbeat": 3, "closure": 10, "step": 10, "rpc": 1}
 # The pause before each of the samples taken as the sampler takes them, apart.
@@ -156,6 +161,30 @@ def measure_wake(modules: dict, args) -> None:
          interleaved(modules, args.blocks, lambda module: wake_up_cpu_us(module, args.seconds)), "µs")
 
 
+def measure_liveness(args) -> None:
+    """CPU of one status check (``collectors/liveness.py``) of ``--tasks`` local TensorFlow
+    servers: the checking thread's, and this process's (gRPC's own threads included)."""
+    children = [subprocess.Popen([sys.executable, "-c", TF_SERVER], stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL, text=True) for _ in range(args.tasks)]
+    try:
+        checks = [tf_internals.server_status(child.stdout.readline().strip()) for child in children]
+        for check in checks:
+            assert check(10.0) == "OK", "a server did not answer"
+        for block in range(args.blocks):
+            thread_start, process_start = time.thread_time_ns(), time.process_time_ns()
+            for _ in range(args.samples):
+                for check in checks:
+                    check(2.0)
+            made = args.samples * len(checks)
+            print(f"one status check (block {block + 1}, {made} checks): "
+                  f"{(time.thread_time_ns() - thread_start) / made / 1e3:.0f} µs of the checking thread's CPU, "
+                  f"{(time.process_time_ns() - process_start) / made / 1e3:.0f} µs of the process's", flush=True)
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()
+
+
 def rows_of(kind: str, count: int) -> list[dict]:
     values = {"int64": 1_700_000_000_000_000_000, "float64": 1.5, "string": "worker:0", "bool": True}
     return [{name: values[type_] for name, type_ in KINDS[kind].columns} for _ in range(count)]
@@ -178,7 +207,7 @@ def measure_flush(modules: dict, args, logdir: str) -> None:
 
 def collector_cost_arguments(parser) -> None:
     parser.add_argument("--baseline", help="git revision to compare with (default: none)")
-    parser.add_argument("--only", choices=("sample", "wake", "flush"), action="append")
+    parser.add_argument("--only", choices=("sample", "wake", "flush", "liveness"), action="append")
     parser.add_argument("--tasks", type=int, default=4, help="listening processes of the cluster (default 4)")
     parser.add_argument("--samples", type=int, default=200, help="samples a block (default 200)")
     parser.add_argument("--paused", type=int, default=10,
@@ -211,6 +240,9 @@ def collector_cost(args) -> int:
       the current sample's CPU by function.
     * ``wake``: a running sampler thread's CPU per timed wake-up (10 a second), over
       ``--seconds`` a block in which no sample is due.
+    * ``liveness``: one status check of a TensorFlow server (``--tasks`` of them, children
+      of this script), ``--samples`` rounds a block: the checking thread's CPU and the
+      process's (gRPC's threads); this checkout's code only.
     * ``flush``: ``TaskWriter``'s encoding of a flush (what the flush thread does but the
       file write), per record kind with ``--rows`` rows, and for a coordinator's typical
       second (system, heartbeat, closure, step and rpc records).
@@ -220,13 +252,15 @@ def collector_cost(args) -> int:
     if args.baseline:
         samplers = {"baseline": baseline_module(args.baseline, "src/tfdiag/collectors/system.py")} | samplers
         writers = {"baseline": baseline_module(args.baseline, "src/tfdiag/store/writer.py")} | writers
-    chosen = args.only or ["sample", "wake", "flush"]
+    chosen = args.only or ["sample", "wake", "flush", "liveness"]
     if "sample" in chosen:
         measure_sample(samplers, args)
     if "wake" in chosen:
         measure_wake(samplers, args)
     if "flush" in chosen:
         measure_flush(writers, args, args.logdir or tempfile.mkdtemp(prefix="tfdiag-collector-cost-"))
+    if "liveness" in chosen:
+        measure_liveness(args)
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
     return 0
 

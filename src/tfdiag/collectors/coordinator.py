@@ -61,8 +61,8 @@ class InstrumentedCoordinator:
         self.examples_per_step = examples_per_step
         wants = Wants(system_interval_s=system_interval_s, probe_interval_s=probe_interval_s,
                       probe_workers=probe_workers, capture_faults=capture_faults, last_words=True, stacks=True,
-                      unwatched_jobs=("worker", "ps"), variables=variables, closures=True, examples_per_step=examples_per_step,
-                      live_interval_s=live_interval_s)
+                      unwatched_jobs=("worker", "ps"), variables=variables, closures=True,
+                      examples_per_step=examples_per_step, live_interval_s=live_interval_s)
         self.task_session = TaskSession(logdir, wants, strategy=getattr(coordinator, "strategy", None), task=task,
                                    default_task="chief:0")
         self.task = self.task_session.task

@@ -26,9 +26,9 @@ step, or, for a run that feeds data, the time since the previous run ended (the 
 
 At ``begin()`` the hook opens its task session (``task_session``), which records where
 the graph's global variables live (``placement``) and runs the system sampler, the task's
-last words and, in the chief, the ps liveness checks and live findings until ``end()``; once the TF session is ready the hook writes a
-``session`` record with both times: on a non-chief worker the gap is its wait for the
-chief to initialise the model.
+last words and, in the chief, the ps liveness checks and live findings until ``end()``; once
+the TF session is ready the hook writes a ``session`` record with both times: on a non-chief
+worker the gap is its wait for the chief to initialise the model.
 """
 
 from __future__ import annotations
@@ -110,8 +110,9 @@ class DiagnosticsHook(tf.compat.v1.train.SessionRunHook):
         # how a restarted task's new session is told from the killed one (analysis/restarts.py).
         self._begin_wall_ns = time.time_ns()
         try:
-            wants = Wants(system_interval_s=self.system_interval_s, last_words=True, stacks=True, unwatched_jobs=("ps",),
-                          variables=tf.compat.v1.global_variables(), live_interval_s=self.live_interval_s)
+            wants = Wants(system_interval_s=self.system_interval_s, last_words=True, stacks=True,
+                          unwatched_jobs=("ps",), variables=tf.compat.v1.global_variables(),
+                          live_interval_s=self.live_interval_s)
             self.task_session = TaskSession(self.logdir, wants, task=self.task, manifest={"api": "tf1_session"})
             self.task, self._writer = self.task_session.task, self.task_session.writer
             self._progress = self.task_session.progress()

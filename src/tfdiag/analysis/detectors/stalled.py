@@ -199,7 +199,8 @@ def _stalled_finding(measured, beats, now_ns, stalled, progressing, stopped, las
     # Where the hang began: the workers that stopped answering, then the first to stop.
     stalled = sorted(stalled, key=lambda state: (state["task"] not in unresponsive, state["since_ns"]))
     names = [state["task"] for state in stalled]
-    # A task that stopped writing (died or frozen) by a beat after the stall began, before it.
+    # The tasks that stopped writing (died or froze) no later than a beat after the others'
+    # last progress: the stall's likely cause, named before the tasks that wait.
     stopped = sorted(stopped, key=lambda task: last_beat[task])
     stopped_first = [task for task in stopped if last_beat[task] <= began_ns + HEARTBEAT_EVERY_S * 1e9]
     whole_job = not progressing
