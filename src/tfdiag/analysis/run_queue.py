@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 RUN_QUEUE_COLUMNS = ["task", "run_ms", "runq_wait_ms", "samples", "runq_wait_share"]
@@ -38,38 +39,87 @@ def run_queue_table(system: pd.DataFrame, job_process: pd.DataFrame, steps: pd.D
     >>> run_queue_table(system, pd.DataFrame(), steps)["runq_wait_share"].tolist()
     [0.25]
     """
-    parts = [frame[["task", "time_ns", "source", "run_ms", "runq_wait_ms"]].assign(own=own)
-             for frame, own in ((system, True), (job_process, False))
-             if not frame.empty and "runq_wait_ms" in frame and "source" in frame]
-    if not parts or steps.empty:
+    readings = _Readings.of(system, job_process, ("run_ms", "runq_wait_ms"))
+    if readings is None or steps.empty:
         return pd.DataFrame(columns=RUN_QUEUE_COLUMNS)
-    samples = pd.concat(parts, ignore_index=True)
-    samples = samples.assign(task=samples["task"].astype(str), source=samples["source"].astype(str))
-    sampled_itself = set(samples.loc[samples["own"] & samples["runq_wait_ms"].notna(), "task"])
-    samples = samples[samples["own"] | ~samples["task"].isin(sampled_itself)]  # its own over another's view of it
+    run, wait = readings.values["run_ms"], readings.values["runq_wait_ms"]
+    own_task = np.unique(readings.task[readings.own & ~np.isnan(wait)])
+    # Its own readings over another's view of it; an own reading without figures dates nothing.
+    readings = readings.where((readings.own | ~np.isin(readings.task, own_task)) & (~np.isnan(run) | ~readings.own))
     # A reading covers the time since the same sampler's previous one of that task (a
     # job_process row without figures dates the first): it counts where that span overlaps
     # the task's stepping, as readings come every few seconds and a run may step for few.
-    samples = samples[samples["run_ms"].notna() | ~samples["own"]].sort_values(["source", "task", "time_ns"])
-    since = samples.groupby(["source", "task"])["time_ns"].shift().astype("float64")
-    samples = samples.assign(since_ns=since.fillna(samples["time_ns"].astype("float64")))
-    samples = samples.dropna(subset=["run_ms", "runq_wait_ms"])
-    if samples.empty:  # logs from before the columns
-        return pd.DataFrame(columns=RUN_QUEUE_COLUMNS)
-    task = steps["task"].astype(str)
-    first, last = steps["begin_ns"].groupby(task).min(), steps["end_ns"].groupby(task).max()
-    begins, ends = samples["task"].map(first).astype(float), samples["task"].map(last).astype(float)
-    inside = samples[(samples["time_ns"] > begins) & (samples["since_ns"] < ends)]
-    if inside.empty:
-        return pd.DataFrame(columns=RUN_QUEUE_COLUMNS)
-    counts = inside.groupby(["task", "source"]).size()
-    chosen = counts.groupby(level="task").idxmax().tolist()  # (task, source) with the most samples
-    inside = inside.set_index(["task", "source"]).loc[chosen].reset_index()
-    table = inside.groupby("task").agg(run_ms=("run_ms", "sum"), runq_wait_ms=("runq_wait_ms", "sum"),
-                                       samples=("run_ms", "size"))
-    demand = table["run_ms"] + table["runq_wait_ms"]
-    table["runq_wait_share"] = (table["runq_wait_ms"] / demand.where(demand > 0)).astype(float)
-    return table.reset_index()[RUN_QUEUE_COLUMNS]
+    previous = readings.previous_ns()
+    since = np.where(np.isnan(previous), readings.time_ns, previous)
+    run, wait = readings.values["run_ms"], readings.values["runq_wait_ms"]
+    inside = ~np.isnan(run) & ~np.isnan(wait) & readings.while_stepping(steps, since)
+    rows = []
+    for task in np.unique(readings.task[inside]):
+        mine = inside & (readings.task == task)
+        sources, counts = np.unique(readings.source[mine], return_counts=True)
+        chosen = mine & (readings.source == sources[np.argmax(counts)])  # the sampler with the most readings
+        run_ms, wait_ms = float(run[chosen].sum()), float(wait[chosen].sum())
+        demand = run_ms + wait_ms
+        rows.append((str(task), run_ms, wait_ms, int(chosen.sum()), wait_ms / demand if demand > 0 else math.nan))
+    return pd.DataFrame(rows, columns=RUN_QUEUE_COLUMNS)
+
+
+@dataclass(frozen=True)
+class _Readings:
+    """The samplers' readings of the tasks (their own ``system`` rows and the ``job_process``
+    rows of the processes a sampler counts) as numpy columns: who was read, by whom, when,
+    whether by itself, and the figures asked for."""
+
+    task: np.ndarray
+    source: np.ndarray
+    time_ns: np.ndarray
+    own: np.ndarray
+    values: dict[str, np.ndarray]
+
+    @classmethod
+    def of(cls, system: pd.DataFrame, job_process: pd.DataFrame, figures: tuple[str, ...],
+           own_figures: tuple[str, ...] = ()) -> _Readings | None:
+        """The readings of the frames holding ``figures[-1]`` and a ``source``; a figure a frame
+        lacks (or, for its own rows, one outside ``own_figures`` where given) reads NaN."""
+        parts = []
+        for frame, own in ((system, True), (job_process, False)):
+            if frame.empty or figures[-1] not in frame or "source" not in frame:
+                continue
+            nan = np.full(len(frame), math.nan)
+            parts.append((frame["task"].astype(str).to_numpy(object), frame["source"].astype(str).to_numpy(object),
+                          frame["time_ns"].to_numpy(np.int64), np.full(len(frame), own),
+                          {name: frame[name].to_numpy(np.float64) if name in frame
+                           and not (own and own_figures and name not in own_figures) else nan
+                           for name in figures}))
+        if not parts:
+            return None
+        return cls(*(np.concatenate([part[i] for part in parts]) for i in range(4)),
+                   {name: np.concatenate([part[4][name] for part in parts]) for name in figures})
+
+    def where(self, keep: np.ndarray) -> _Readings:
+        return _Readings(self.task[keep], self.source[keep], self.time_ns[keep], self.own[keep],
+                         {name: values[keep] for name, values in self.values.items()})
+
+    def previous_ns(self) -> np.ndarray:
+        """Each reading's previous one by the same sampler of the same task (NaN: its first)."""
+        order = np.lexsort((self.time_ns, self.task, self.source))
+        task, source, time_ns = self.task[order], self.source[order], self.time_ns[order]
+        previous = np.full(len(order), math.nan)
+        same = (task[1:] == task[:-1]) & (source[1:] == source[:-1])
+        previous[1:][same] = time_ns[:-1][same]
+        unsorted = np.empty_like(previous)
+        unsorted[order] = previous
+        return unsorted
+
+    def while_stepping(self, steps: pd.DataFrame, since_ns: np.ndarray) -> np.ndarray:
+        """Readings whose span (``since_ns`` to its time) overlaps its task's stepping: ending
+        after its first step's start, beginning before its last step's end."""
+        task = steps["task"].astype(str)
+        first = steps["begin_ns"].groupby(task).min().to_dict()
+        last = steps["end_ns"].groupby(task).max().to_dict()
+        begins = np.array([first.get(t, math.nan) for t in self.task], dtype=np.float64)
+        ends = np.array([last.get(t, math.nan) for t in self.task], dtype=np.float64)
+        return (self.time_ns > begins) & (since_ns < ends)
 
 
 @dataclass(frozen=True)
@@ -139,37 +189,25 @@ def held_table(system: pd.DataFrame, job_process: pd.DataFrame, steps: pd.DataFr
     >>> held_table(pd.DataFrame(), job_process, steps)[HELD_COLUMNS[1:]].values.tolist()
     [[0.2, 0.3, 0.3]]
     """
-    parts = []
-    for frame, own in ((system, True), (job_process, False)):
-        if frame.empty or "throttled_ms" not in frame or "source" not in frame:
-            continue
-        frame = frame.assign(task=frame["task"].astype(str), source=frame["source"].astype(str))
-        frame = frame.sort_values(["source", "task", "time_ns"])
-        covered = frame.groupby(["source", "task"])["time_ns"].diff().astype("float64")
-        probes, stopped = (None, None) if own else (frame.get("probes"), frame.get("stopped_probes"))
-        parts.append(pd.DataFrame({
-            "task": frame["task"], "source": frame["source"], "time_ns": frame["time_ns"], "own": own,
-            "covered_ns": covered, "throttled_ms": frame["throttled_ms"].astype("float64"),
-            "probes": (probes if probes is not None else pd.Series(math.nan, index=frame.index)).astype("float64"),
-            "stopped": (stopped if stopped is not None else pd.Series(math.nan, index=frame.index)).astype("float64"),
-        }))
-    if not parts or steps.empty:
+    readings = _Readings.of(system, job_process, ("probes", "stopped_probes", "throttled_ms"),
+                            own_figures=("throttled_ms",))
+    if readings is None or steps.empty:
         return pd.DataFrame(columns=HELD_COLUMNS)
-    rows = pd.concat(parts, ignore_index=True).dropna(subset=["covered_ns"])
-    task = steps["task"].astype(str)
-    first, last = steps["begin_ns"].groupby(task).min(), steps["end_ns"].groupby(task).max()
-    rows = rows[(rows["time_ns"] > rows["task"].map(first).astype(float))
-                & (rows["time_ns"] - rows["covered_ns"] < rows["task"].map(last).astype(float))]
+    previous = readings.previous_ns()
+    readings = readings.where(~np.isnan(previous))
+    covered = readings.time_ns - previous[~np.isnan(previous)]
+    inside = readings.while_stepping(steps, readings.time_ns - covered)
+    throttled, probes, stopped = (readings.values[name] for name in ("throttled_ms", "probes", "stopped_probes"))
     table = []
-    for name, of_task in rows.groupby("task"):
-        own = of_task[of_task["own"]]
-        throttled = own if own["throttled_ms"].notna().any() else of_task[~of_task["own"]]
-        throttled = throttled.dropna(subset=["throttled_ms"])
-        throttled_share = (min(float(throttled["throttled_ms"].sum()) * 1e6 / float(throttled["covered_ns"].sum()), 1.0)
-                           if len(throttled) and throttled["covered_ns"].sum() > 0 else math.nan)
-        probed = of_task.dropna(subset=["probes", "stopped"])
-        stopped_share = (float(probed["stopped"].sum()) / float(probed["probes"].sum())
-                         if probed["probes"].sum() > 0 else math.nan)
+    for name in np.unique(readings.task[inside]):
+        mine = inside & (readings.task == name)
+        own = mine & readings.own
+        of_throttled = (own if (~np.isnan(throttled[own])).any() else mine & ~readings.own) & ~np.isnan(throttled)
+        span_ns = float(covered[of_throttled].sum())
+        throttled_share = min(float(throttled[of_throttled].sum()) * 1e6 / span_ns, 1.0) if span_ns > 0 else math.nan
+        probed = mine & ~np.isnan(probes) & ~np.isnan(stopped)
+        stopped_share = (float(stopped[probed].sum()) / float(probes[probed].sum())
+                         if probes[probed].sum() > 0 else math.nan)
         known = [share for share in (throttled_share, stopped_share) if not math.isnan(share)]
-        table.append((name, throttled_share, stopped_share, max(known) if known else math.nan))
+        table.append((str(name), throttled_share, stopped_share, max(known) if known else math.nan))
     return pd.DataFrame(table, columns=HELD_COLUMNS)
