@@ -18,15 +18,7 @@ cluster: each probe of a link costs 2-3 ms of CPU between the two ends, and all 
 links of 2 workers × 2 ps every second would take 1.3 % of a 2-core machine
 (``benchmarks/micro.py probe_cost``). While the links read as before, pass after pass, the
 pause between rounds grows up to ``MAX_SLOWDOWN`` times ``interval_s``; a round trip that
-moved brings it back (``_Cadence``). A single round trip out of its link's band is a
-reason to look closer: the next ``CLOSER_ROUNDS`` rounds probe that link again, and the
-links from the same source to the other tasks of its job (its peers), at the base pause
-(``_look_closer``). So a link that turns slow between two of its turns (every 8-32 s on
-2 workers x 2 ps) has the three fresh round trips, beside its peers', that a live
-slow-link screen needs within seconds. Closer looks spend a credit of the ``probe``
-budget's share of a core (``budget``) that the rounds in turn leave: on a loaded host,
-where a link's jitter reads out of band every few probes, they stop while it is spent
-rather than multiply the probe's cost. Every ``payload_every``-th pass over the links also
+moved brings it back (``_Cadence``). Every ``payload_every``-th pass over the links also
 moves ``payload_bytes`` from each remote task (a tensor filled there from its
 timestamp, so nothing can fold it into a constant); the analysis turns the extra time
 into bandwidth.
@@ -60,7 +52,7 @@ import time
 
 from tfdiag.collectors import tf_internals
 from tfdiag.collectors.bounded import LateCallError
-from tfdiag.collectors.budget import COMPONENTS, LEDGER, MeteredCalls, charged
+from tfdiag.collectors.budget import MeteredCalls, charged
 from tfdiag.collectors.probe_function import traced_probe
 from tfdiag.errors import InvalidOptionError
 from tfdiag.events import device_of
@@ -91,14 +83,6 @@ MAX_SLOWDOWN = 4
 MOVE_RATIO = 3.0
 MOVE_FLOOR_S = 0.002
 MOVED_AFTER = 3
-# Rounds that probe a link again after a round trip of it read out of band, with its peers:
-# the three fresh round trips of each that the live screen judges a link on
-# (analysis/live_screen.py LINK_SAMPLES). A lone spike of jitter costs these rounds' probes
-# (two or three legs each, 2-3 ms of CPU a probe).
-CLOSER_ROUNDS = 3
-# The most CPU closer looks may spend ahead of the probe's share: about two closer looks at
-# a link and its peer (a probe costs this process about 1-2 ms).
-CLOSER_BURST_NS = 12_000_000
 # Every 10th probe of a link carries 1 MB: far below any link the analysis would call
 # slow, and the bandwidth estimate still gets a sample per link every 10 passes.
 DEFAULT_PAYLOAD_EVERY = 10
@@ -122,17 +106,15 @@ class _Cadence:
         self._outlying: dict = {}  # leg -> its readings out of band in a row, up to now
         self._moved = False
 
-    def observe(self, leg, rtt_s: float) -> bool:
-        """A round trip without payload of ``leg``; whether it read out of the link's band.
-        ``MOVED_AFTER`` in a row out of its typical band mean the link changed: the pause
-        goes back to ``interval_s``, and the new reading is its typical one."""
+    def observe(self, leg, rtt_s: float) -> None:
+        """A round trip without payload of ``leg``. ``MOVED_AFTER`` in a row out of its
+        typical band mean the link changed: the pause goes back to ``interval_s``."""
         if rtt_s <= 0:  # below the clock's resolution: says nothing
-            return False
+            return
         typical = self._typical.get(leg)
         if typical is None:
             self._typical[leg] = rtt_s
-            return False
-        if not _out_of_band(typical, rtt_s):
+        elif not _out_of_band(typical, rtt_s):
             self._typical[leg] = typical ** 0.75 * rtt_s ** 0.25
             self._outlying.pop(leg, None)
         elif self._outlying.get(leg, 0) + 1 >= MOVED_AFTER:
@@ -142,7 +124,6 @@ class _Cadence:
             self.slowdown = 1
         else:
             self._outlying[leg] = self._outlying.get(leg, 0) + 1
-        return _out_of_band(typical, rtt_s)
 
     def pass_done(self) -> None:
         """A pass over every link ended: slow down if none of its readings moved."""
@@ -248,9 +229,6 @@ class RpcProber:
         self.relays = [(relay, dst) for relay, dst in relays if relay != dst]
         self._legs = [(None, target) for target in self.targets] + self.relays
         self._next_leg = 0  # where the next round starts in self._legs
-        self._closer: dict[tuple, int] = {}  # leg -> rounds that still probe it beside their turn (_look_closer)
-        self._credit_ns = CLOSER_BURST_NS  # CPU closer looks may still spend (_spend)
-        self._credited_at_ns: int | None = None
         self._functions: dict[tuple, object] = {}
         self._backoff = {leg: _Backoff() for leg in self._legs}
         self._reached: set[str] = set()
@@ -274,15 +252,13 @@ class RpcProber:
         # The first round runs at once: the coordinator starts the probe only once its
         # first closure has come back, after the training's set-up.
         while not self._stop.is_set():
-            charged_before = LEDGER.charged_ns("probe")  # this thread's and the probe calls' own
+            pause_s = self._pause_s()
             try:
                 with charged("probe"):
                     self._probe_once()
-                pause_s = self._pause_s()
             except Exception as error:  # noqa: BLE001 - a collector never breaks training
                 self._note_once("probe", f"tfdiag: RPC probe from {self.src} failed: {error!r}; retrying later")
                 pause_s = min(MAX_BACKOFF_S, 10 * self.interval_s)
-            self._spend(LEDGER.charged_ns("probe") - charged_before)
             self.probes += 1
             if self._stop.wait(pause_s):
                 return
@@ -389,7 +365,7 @@ class RpcProber:
 
     def _next_legs(self) -> list:
         """The legs of this round: all of them in the first passes, then the next
-        ``legs_per_round`` in turn (a pass ends at the last), and those to look at closer."""
+        ``legs_per_round`` in turn (a pass ends at the last)."""
         start = self._next_leg
         size = len(self._legs) if self.passes < FULL_PASSES else self.legs_per_round
         legs = self._legs[start:start + size]
@@ -399,34 +375,10 @@ class RpcProber:
             self.passes += 1
             if self.passes > FULL_PASSES:
                 self._cadence.pass_done()
-        if self._credit_ns <= 0:  # spent: the closer looks pending are dropped
-            self._closer = {}
-        closer = [leg for leg in self._closer if leg not in legs]
-        self._closer = {leg: rounds - 1 for leg, rounds in self._closer.items() if rounds > 1}
-        return legs + closer
-
-    def _spend(self, cpu_ns: int) -> None:
-        """Takes a round's CPU (charged to ``probe``: this thread's and its calls') from the
-        closer looks' credit, which accrues at the ``probe`` budget's share of a core, up to
-        ``CLOSER_BURST_NS`` ahead."""
-        now_ns = time.monotonic_ns()
-        accrued = (now_ns - (self._credited_at_ns or now_ns)) * COMPONENTS["probe"].core_share
-        self._credit_ns = min(self._credit_ns + int(accrued), CLOSER_BURST_NS) - cpu_ns
-        self._credited_at_ns = now_ns
+        return legs
 
     def _pause_s(self) -> float:
-        closer = self._closer and self._credit_ns > 0
-        return self._cadence.pause_s() if self.passes >= FULL_PASSES and not closer else self.interval_s
-
-    def _look_closer(self, leg) -> None:
-        """The next ``CLOSER_ROUNDS`` rounds probe ``leg`` again, and its peers: the legs from
-        the same source to the other tasks of its target's job (a slow link is one slower
-        than its peers)."""
-        relay, target = leg
-        job = target.split(":")[0]
-        peers = [other for other in self._legs
-                 if other[0] == relay and other[1] != target and other[1].split(":")[0] == job]
-        self._closer.update(dict.fromkeys([leg, *peers], CLOSER_ROUNDS))
+        return self._cadence.pause_s() if self.passes >= FULL_PASSES else self.interval_s
 
     def _probe_leg(self, leg, payload: bool) -> None:
         relay, target = leg
@@ -453,8 +405,8 @@ class RpcProber:
         if relay is None:
             self._reached.add(target)
             self._down.discard(target)
-        if not payload and self._cadence.observe(leg, times[2] - times[0]) and self.passes >= FULL_PASSES:
-            self._look_closer(leg)
+        if not payload:
+            self._cadence.observe(leg, times[2] - times[0])
         self._write(relay or self.src, target, *times, payload)
 
     def _payload_now(self) -> bool:
