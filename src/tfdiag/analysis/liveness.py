@@ -19,7 +19,9 @@ from tfdiag.events import HEARTBEAT_EVERY_S
 MIN_UNANSWERED = 2
 # A check comes every HEARTBEAT_EVERY_S: the last answer of a task that froze as the others
 # stalled can come after their last progress (worker 1 of ps_ctl answered 0.15 s after its
-# last closure, then froze). Two checks' spacing covers it.
+# last closure, then froze). Two checks' spacing covers it: this, or twice a target's own
+# spacing where its checks came further apart (collectors/liveness.round_every_s spaces the
+# rounds of a job with many such tasks).
 ANSWER_AFTER_STALL_S = 2 * HEARTBEAT_EVERY_S
 VERDICTS = {"DEADLINE_EXCEEDED": "frozen or hung", "UNAVAILABLE": "gone"}
 
@@ -27,7 +29,7 @@ VERDICTS = {"DEADLINE_EXCEEDED": "frozen or hung", "UNAVAILABLE": "gone"}
 def silent_tasks(liveness: pd.DataFrame, offsets: dict[str, int], since_ns: float) -> list[dict]:
     """The targets that went silent as a stall began at ``since_ns``: every check since their
     last answer failed, at least ``MIN_UNANSWERED`` of them, and that answer came no later
-    than ``ANSWER_AFTER_STALL_S`` after ``since_ns``. ``{"task", "status", "verdict",
+    than ``ANSWER_AFTER_STALL_S`` (or two of its checks' median spacing) after ``since_ns``. ``{"task", "status", "verdict",
     "unanswered", "last_answer_ns"}`` each (``last_answer_ns`` None when it never answered),
     in the order they went silent.
 
@@ -44,8 +46,9 @@ def silent_tasks(liveness: pd.DataFrame, offsets: dict[str, int], since_ns: floa
         answered = own.loc[own["status"] == "OK", "time_ns"]
         last_answer = int(answered.max()) if not answered.empty else None
         unanswered = own if last_answer is None else own[own["time_ns"] > last_answer]
-        if len(unanswered) < MIN_UNANSWERED or (
-                last_answer is not None and last_answer > since_ns + ANSWER_AFTER_STALL_S * 1e9):
+        spacing_ns = float(own["time_ns"].diff().median()) if len(own) > 1 else 0.0
+        allowed_ns = max(ANSWER_AFTER_STALL_S * 1e9, 2 * spacing_ns)
+        if len(unanswered) < MIN_UNANSWERED or (last_answer is not None and last_answer > since_ns + allowed_ns):
             continue
         status = str(unanswered["status"].iloc[-1])
         silent.append({"task": target, "status": status, "verdict": VERDICTS.get(status, "not answering"),

@@ -230,6 +230,18 @@ def test_a_ps_that_answered_once_after_the_stall_began_then_froze_is_named(build
     assert finding.tasks[0] == "ps:0" and finding.evidence["silent"][0]["last_answer_ns"] == START_NS + 21_000 * MS
 
 
+def test_a_ps_checked_seldom_that_answered_after_the_stall_began_is_still_named(builder):
+    """A job of many unwatched tasks checks each every 30 s (liveness.round_every_s): the ps's
+    last answer came 25 s into the stall, within two of its checks' spacing."""
+    run = builder(strategy="tf1_session", workers=2, ps=1, chief=False)
+    for worker in WORKERS:
+        run.steps(worker, count=int(20_000 / 21), step_ms=20)
+        run.heartbeats(worker, until_ms=110_000, subjects=(worker,))
+    run.liveness("ps:0", ["OK", "DEADLINE_EXCEEDED", "DEADLINE_EXCEEDED"], start_ms=45_000, every_ms=30_000)
+    [finding] = _stalled(analyze(run.write(by_task=True)))
+    assert finding.tasks[0] == "ps:0" and finding.evidence["silent"][0]["last_answer_ns"] == START_NS + 45_000 * MS
+
+
 def test_a_ps_silent_only_long_after_the_stall_began_is_not_its_cause(builder):
     """The ps answered for 11 s into the stall (past ANSWER_AFTER_STALL_S), then went silent:
     the workers' stall is judged by the floor, and the ps not named as what they wait for."""
