@@ -9,7 +9,7 @@ for ``--on`` seconds and off for ``--off`` seconds, over and over until the job 
 - ``slow_link``: the delaying proxy in front of ps 1 (``slow-ps=1:--rtt-ms``), its delay
   switched by a file (``proxy.SWITCH_ENV_VAR``);
 - ``input``: worker 1's input ``--input-ms`` slower per batch, switched by a file
-  (``mwms_dict_fit.INPUT_SWITCH_ENV_VAR``; that job only).
+  (``INPUT_SWITCH_ENV_VAR`` of ``mwms_dict_fit`` and ``ps_tutorial``; those jobs only).
 
 Jobs: ``ps_ctl`` (bundled: 2 workers, 2 ps), ``ps_tutorial`` and ``mwms_dict_fit`` (user-style,
 ``benchmarks/userjobs/``). Read back from the task files: for every onset, the seconds to
