@@ -31,7 +31,7 @@ UNITS = {None: 1.0, "x": 1.0, "%": 0.01, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "MB"
 # A constant's unit by its name's ending, in the same base units.
 SUFFIXES = {"_PCT": 0.01, "_NS": 1e-9, "_MS": 1e-3, "_S": 1.0, "_BYTES": 1.0}
 # Modules a bare or module-qualified name may come from, in the order they are tried.
-PACKAGES = ("tfdiag.analysis.detectors", "tfdiag.analysis")
+PACKAGES = ("tfdiag.analysis.detectors", "tfdiag.analysis", "tfdiag.collectors")
 BARE_MODULES = ("tfdiag.analysis.step_stats", "tfdiag.analysis.closure_gaps", "tfdiag.analysis.live",
                 "tfdiag.analysis.advisor")
 

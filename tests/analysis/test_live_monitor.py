@@ -99,6 +99,68 @@ def test_a_link_delay_that_begins_mid_run_is_announced(tmp_path):
     assert began.tasks == ("ps:0",) and 30 < began_at <= 40
 
 
+def test_a_link_delay_that_ends_is_cleared_and_a_new_one_announced_again(tmp_path):
+    job = Job(tmp_path / "run").until(30).until(50, rtt_ms={"ps:0": 20.5}).until(80)
+    job.until(100, rtt_ms={"ps:0": 20.5})
+    cleared = [t for t, change in job.announced if change.state == "cleared" and change.kind == "slow_link"]
+    assert [t for t, _ in job.began("slow_link")][1:] and 50 < cleared[0] <= 50 + 15
+    assert 80 < job.began("slow_link")[1][0] <= 80 + 10
+
+
+def _reading(run, dst: str, at_s: float, rtt_ms: float) -> None:
+    """A round trip from chief:0 to ``dst`` sent ``at_s`` into the run."""
+    send, rtt = START_NS + int(at_s * S), int(rtt_ms * MS)
+    run.record("rpc", src="chief:0", dst=dst, send_ns=send, remote_ns=send + rtt // 2, recv_ns=send + rtt,
+               payload_bytes=0)
+
+
+def _screened(run, at_s: float) -> LiveScreen:
+    run.write(by_task=True)
+    screen = LiveScreen(run.path)
+    screen.update(START_NS + int(at_s * S))
+    return screen
+
+
+def _screen_links(run, readings: dict[str, list[float]], until_s: int) -> list:
+    """Round trips to each ps of ``readings`` (ms), one a second up to ``until_s``, the last
+    ones as listed (the first repeated before them), screened every second; the last screen's candidates."""
+    run.write(by_task=True)
+    screen = LiveScreen(run.path)
+    for at_s in range(until_s):
+        for dst, values in readings.items():
+            _reading(run, dst, at_s, values[max(at_s - until_s + len(values), 0)])
+        run.grow()
+        screen.update(START_NS + int((at_s + 0.5) * S))
+        found = screen.candidates()
+    return found
+
+
+def test_a_link_that_rose_above_its_peers_is_a_candidate_until_read_fast_again(tmp_path):
+    """Its last three round trips slow: a candidate; its newest fast again (the delay ended): none."""
+    for newest_ms, expected in ((20.0, [("slow_link", "ps:1")]), (0.5, [])):
+        readings = {"ps:0": [0.5], "ps:1": [0.5, 20.0, 20.0, 20.0, newest_ms]}
+        assert _screen_links(RunBuilder(tmp_path / f"run-{newest_ms}", workers=2, ps=2), readings, 30) == expected
+
+
+def test_a_link_slower_than_its_peers_all_along_is_no_candidate(tmp_path):
+    """A ps busier than the others, its round trips 3x theirs from the start: no rise, no candidate."""
+    readings = {"ps:0": [0.8], "ps:1": [4.0]}
+    assert _screen_links(RunBuilder(tmp_path / "run", workers=2, ps=2), readings, 40) == []
+
+
+def test_a_slow_links_window_follows_the_pace_of_the_link_looked_at_closer(tmp_path):
+    """The probe reads a link that turned slow every second, the others every 16 s: the
+    candidate's window holds its readings since the change, not a minute of older ones."""
+    run = RunBuilder(tmp_path / "run", workers=2, ps=2)
+    for at_s in (12, 28, 44, 60):
+        _reading(run, "ps:0", at_s, 0.5)
+        _reading(run, "ps:1", at_s - 8, 0.5)
+    for at_s in (58, 59, 60):
+        _reading(run, "ps:1", at_s, 20.0)
+    screen = _screened(run, 61)
+    assert screen.probe_interval_s(frozenset({"ps:1"})) == 1.0 and screen.probe_interval_s() > 8
+
+
 def test_a_worker_that_stops_is_named_within_30_s(tmp_path):
     job = Job(tmp_path / "run").until(30)
     # worker:1 stops: no more steps, its progress count stands still; worker:0 steps on.

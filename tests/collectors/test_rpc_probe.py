@@ -250,6 +250,86 @@ def test_rounds_slow_down_while_links_hold_still_and_speed_up_when_one_moves(mon
     assert steady[-1] == 2.0 and len(writer.records["rpc"]) == 38  # 2 in the first round, 1 a round after
 
 
+def _cluster_prober(monkeypatch, calls):
+    """A prober over 2 workers and 2 ps, every worker relaying to every ps, past its first
+    pass and a steady one (its pause has grown)."""
+    monkeypatch.setattr(rpc_probe, "FULL_PASSES", 1)
+    workers, ps = ["worker:0", "worker:1"], ["ps:0", "ps:1"]
+    prober = RpcProber(FakeWriter("chief:0"), "chief:0", workers + ps, interval_s=0.5, payload_every=0,
+                       relays=[(w, p) for w in workers for p in ps], legs_per_round=1)
+    monkeypatch.setattr(prober, "probe", fake_probe(calls))
+    while prober.passes < 2:
+        prober._probe_once()
+    return prober
+
+
+def test_a_slowdown_has_the_links_from_here_and_from_the_slowed_workers_probed_again(monkeypatch):
+    calls = []
+    prober = _cluster_prober(monkeypatch, calls)
+    rounds = []
+    for _ in range(4):  # one round takes one link in turn until training slows
+        calls.clear()
+        prober._probe_once()
+        rounds.append(list(calls))
+    assert all(len(legs) == 1 for legs in rounds) and prober._pause_s() > prober.interval_s
+    prober.look_closer({"worker:1"})
+    closer = []
+    for _ in range(rpc_probe.CLOSER_ROUNDS + 1):
+        calls.clear()
+        prober._probe_once()
+        closer.append(set(calls))
+    wanted = {(None, "worker:0"), (None, "worker:1"), (None, "ps:0"), (None, "ps:1"),
+              ("worker:1", "ps:0"), ("worker:1", "ps:1")}
+    # Each of the next CLOSER_ROUNDS rounds: its turn, and every link from here and from
+    # worker:1 (beside its peers from the same source), at the base pause; then its turn only.
+    assert all(wanted <= legs and len(legs - wanted) <= 1 for legs in closer[:-1]), closer
+    assert len(closer[-1]) == 1
+
+
+def test_closer_looks_stop_while_their_credit_is_spent(monkeypatch):
+    calls = []
+    prober = _cluster_prober(monkeypatch, calls)
+    prober.look_closer({"worker:0"})
+    prober._spend(rpc_probe.CLOSER_BURST_NS + 1)  # rounds that cost more than the credit held
+    calls.clear()
+    prober._probe_once()
+    assert len(calls) == 1 and prober._pause_s() > prober.interval_s  # its turn only, at the slowed pause
+    prober._credit_ns = rpc_probe.CLOSER_BURST_NS  # the credit accrued again: the next slowdown ...
+    prober.look_closer({"worker:0"})
+    calls.clear()
+    prober._probe_once()
+    assert len(calls) >= 6 and prober._pause_s() == prober.interval_s  # ... is looked at closer
+
+
+def test_closer_looks_are_charged_their_share_of_a_round(monkeypatch):
+    calls = []
+    prober = _cluster_prober(monkeypatch, calls)
+    assert prober._probe_once() == 0.0
+    prober.look_closer({"worker:0"})
+    assert 5 / 6 <= prober._probe_once() <= 6 / 7  # 6 closer legs beside its turn (or 5, one of them its turn)
+    prober._credited_at_ns = time.monotonic_ns()
+    prober._spend(1_000_000)
+    assert prober._credit_ns <= rpc_probe.CLOSER_BURST_NS - 1_000_000 + 100_000
+
+
+def test_a_slowdown_wakes_the_probe_from_its_pause(monkeypatch):
+    calls = []
+    prober = RpcProber(FakeWriter("chief:0"), "chief:0", ["ps:0", "ps:1"], interval_s=30.0, payload_every=0)
+    monkeypatch.setattr(prober, "probe", fake_probe(calls))
+    prober.start()
+    try:
+        deadline = time.monotonic() + 10
+        while len(calls) < 2 and time.monotonic() < deadline:  # the first round, then a 30-s pause
+            time.sleep(0.01)
+        first = len(calls)
+        prober.look_closer({"worker:0"})
+        while len(calls) == first and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(calls) > first, "look_closer did not end the pause"
+    finally:
+        prober.stop()
+
+
 def _passes(cadence, readings_by_pass):
     """Feeds ``readings_by_pass`` (one ``{leg: rtt_s}`` a pass) to ``cadence``; its slowdown after each pass."""
     slowdowns = []

@@ -54,10 +54,12 @@ FREE_RETRIES = 2
 # live.WINDOW_S, that many times before its wait grows (about 100 ms each).
 FREE_VERDICT_RETRIES = 4
 MAX_RETRY_S = 120.0
-# A straggler or input_bound candidate back on the screen after this long away is a new
-# onset: judged at once, whatever wait its rejections had earned (a further rejection
-# waits on as they say). Its last streak's records have then left a verdict's longest
-# window (live.WINDOW_S), so the verdict judges new evidence; one verdict per onset.
+# A candidate back on the screen after this long away is a new onset: judged at once (a
+# slow_link once it stood SCREEN_PERSIST_S), whatever wait its rejections had earned (a
+# further rejection waits on as they say). Its last streak's records have then left a
+# verdict's longest window (live.WINDOW_S), so the verdict judges new evidence; one
+# verdict per onset. (A slow link's screen reads fresh round trips, which the probe takes
+# once training slows, so a link is seldom a candidate on a clean run.)
 NEW_ONSET_GAP_S = 10.0
 # Seconds an announced finding's candidate must have been gone before a judgement is asked
 # to clear it: its window still holds the change until about half of it is past the end.
@@ -98,6 +100,7 @@ class LiveMonitor:
         self._retry: dict[tuple[str, str], tuple[int, int]] = {}  # candidate -> (next try ns, rejections)
         self._seen_ns: dict[tuple[str, str], int] = {}  # candidate -> the last screen that showed it
         self._clear_at_ns = {"verdicts": 0, "links": 0}  # the next judgement of each that may clear a finding
+        self._clear_wait_s = {"verdicts": CONFIRM_RETRY_S, "links": CONFIRM_RETRY_S}  # and the wait after it
         self._stops: dict[tuple[str, str], Transition] = {}  # announced by the screen, not cleared
 
     def tick(self, now_ns: int | None = None) -> list[Transition]:
@@ -107,8 +110,7 @@ class LiveMonitor:
         self.screens += 1
         candidates = self.screen.candidates()
         for key in candidates:
-            if key[0] in VERDICT_KINDS and key not in self._since and key in self._retry \
-                    and now_ns - self._seen_ns[key] >= NEW_ONSET_GAP_S * 1e9:
+            if key not in self._since and key in self._retry and now_ns - self._seen_ns[key] >= NEW_ONSET_GAP_S * 1e9:
                 self._retry[key] = (now_ns, self._retry[key][1])  # a new onset: judged now
         self._since = {key: self._since.get(key, now_ns) for key in candidates}
         self._from = {key: self._from.get(key, self.screen.recent_from_ns) for key in candidates}
@@ -123,8 +125,9 @@ class LiveMonitor:
         due = [key for key in standing if self._due(key, now_ns)]
         unshown = self._unshown(self._live_links.announced_keys() if self._live_links else [], now_ns)
         if (due or (unshown and now_ns >= self._clear_at_ns["links"])) and self.may_confirm():
-            transitions += self._confirm(now_ns, standing, due, frozenset(unshown))
-            self._clear_at_ns["links"] = now_ns + int(CONFIRM_RETRY_S * 1e9)
+            confirmed = self._confirm(now_ns, standing, due, frozenset(unshown))
+            self._next_clear("links", now_ns, bool(unshown), confirmed)
+            transitions += confirmed
         return transitions
 
     def _verdict(self, now_ns: int) -> list[Transition]:
@@ -147,9 +150,19 @@ class LiveMonitor:
         self.verdicts += 1
         self.verdict_cpu_ns += time.thread_time_ns() - begin
         self._rejected(due, now_ns, FREE_VERDICT_RETRIES)
-        if unshown:
-            self._clear_at_ns["verdicts"] = now_ns + int(CONFIRM_RETRY_S * 1e9)
+        self._next_clear("verdicts", now_ns, bool(unshown), transitions)
         return transitions
+
+    def _next_clear(self, judge: str, now_ns: int, asked: bool, transitions: list[Transition]) -> None:
+        """When ``judge`` may next be asked to clear: ``CONFIRM_RETRY_S`` on, twice as long
+        each time it was asked and cleared nothing (a finding its screen no longer shows
+        but its window still holds: a slow link probed seldom again), up to ``MAX_RETRY_S``."""
+        if not asked:
+            return
+        cleared = any(transition.state == "cleared" for transition in transitions)
+        wait_s = CONFIRM_RETRY_S if cleared else self._clear_wait_s[judge]
+        self._clear_at_ns[judge] = now_ns + int(wait_s * 1e9)
+        self._clear_wait_s[judge] = CONFIRM_RETRY_S if cleared else min(2 * wait_s, MAX_RETRY_S)
 
     def _confirm(self, now_ns: int, standing: list[tuple[str, str]], due: list[tuple[str, str]],
                  gone: frozenset = frozenset()) -> list[Transition]:
@@ -158,7 +171,7 @@ class LiveMonitor:
 
         self.setup_cpu_ns += time.thread_time_ns() - begin
         begin = time.thread_time_ns()
-        window_s = link_window_s(self.screen.probe_interval_s())
+        window_s = link_window_s(self.screen.probe_interval_s(frozenset(task for _, task in standing) or None))
         current = self._live_links  # made again when the probe's pace changed twofold and no slow link is announced
         if current is None or (not current.announced_keys() and not 0.5 <= window_s / current.window_s <= 2):
             self._live_links = LiveFindings(self.path, window_s, only_confirmed=True)
@@ -167,7 +180,13 @@ class LiveMonitor:
         transitions = self._live_links.evaluate(now_ns, confirm=confirm, gone=gone)
         self.confirmations += 1
         self.confirm_cpu_ns += time.thread_time_ns() - begin
-        self._rejected(due, now_ns, FREE_RETRIES)
+        # A window that still reaches back before the candidate's first screen holds round
+        # trips from before the change, and the detector judges a link by its fastest: its
+        # rejection is no evidence yet, and the candidate is judged again CONFIRM_RETRY_S on.
+        early = [key for key in due if now_ns - self._since[key] < window_s * 1e9 and not self._covered(key)]
+        for key in early:
+            self._retry[key] = (now_ns + int(CONFIRM_RETRY_S * 1e9), self._retry.get(key, (0, 0))[1])
+        self._rejected([key for key in due if key not in early], now_ns, FREE_RETRIES)
         return transitions
 
     def _due(self, key: tuple[str, str], now_ns: int) -> bool:

@@ -7,7 +7,7 @@ compute), each link's recent probe round trips (or traced transfer times), and w
 ``live_stops`` needs (heartbeats, liveness checks, exit records); and keeps the batches of
 the last ``KEPT_S`` seconds a verdict reads (``kept``). ``candidates()`` then screens the
 windows in a few milliseconds and returns the (kind, task) pairs worth judging: a worker
-slower than the others (``straggler``), a link slower than it was (``slow_link``), a
+slower than the others (``straggler``), a link slower than its peers (``slow_link``), a
 worker waiting on its input (``input_bound``).
 
 Every screen threshold is looser than the bar of the detector it stands for: the screen
@@ -52,18 +52,34 @@ SCREEN_SLOWDOWN = 1.2
 # input_bound detector's warning share (0.2). A rise, not a level: a job input-bound from
 # its start is the whole-run report's, and a candidate the analysis keeps rejecting costs.
 SCREEN_INPUT_SHARE = 0.1
-# A link to a ps whose recent median round trip is this much above, and this many times,
-# the median of the links from the same task to the other ps is a candidate: half the
-# slow_link detector's bars (MIN_EXTRA_NS, 2 ms; SLOW_RATIO, 3x), against the same peers
-# (a loaded host slows every link alike).
-SCREEN_LINK_EXTRA_NS = 1_000_000
-SCREEN_LINK_RATIO = 1.5
-# A link's recent round trips: its last LINK_SAMPLES probes (the slow_link detector's
-# MIN_LINK_SAMPLES), if no older than LINK_RECENT_S. The probe paces itself to its own
-# budget, so on a loaded host a link may get a round trip every 15 s rather than every
-# second: a window of seconds would hold none (live.LINK_WINDOW_S is the analysis's).
+# A link to a ps whose last LINK_SAMPLES round trips were all this much above, and this
+# many times, the links' from the same task to the other ps (the fastest of each link's
+# last ones; the median over the peers) is a candidate: the slow_link detector's bars
+# (MIN_EXTRA_NS, 2 ms; SLOW_RATIO, 3x) on its statistic, over fewer round trips (the
+# fastest of fewer reads higher: looser for the link judged). A link's fastest round trip
+# is what the path costs: load only adds to a probe, and a ps busier than the others
+# reads slower at the median (ps_ctl's ps:1 1.5x, every screen) but not at the fastest;
+# a link read fast again (a delay that ended) is no candidate, whatever its older readings
+# say. Half these bars read a loaded 2-core host's jitter (2-25 ms on any link) as a
+# candidate on most screens of a clean ps_ctl run, each a confirmation.
+SCREEN_LINK_EXTRA_NS = 2_000_000
+SCREEN_LINK_RATIO = 3.0
+# A link is screened on its last LINK_SAMPLES round trips (the slow_link detector's
+# MIN_LINK_SAMPLES) when all were read in the last LINK_FRESH_S: the probe reads each link
+# in turn, every 8-32 s on 2 workers x 2 ps, but looks closer at every link, a second
+# apart, once the workers' closures slow (collectors/rpc_probe.py); older readings would keep a
+# delay that ended on the screen for half a minute. LINK_RECENT_S of each link are kept
+# (the probe's pace, ``probe_interval_s``).
 LINK_SAMPLES = 3
+LINK_FRESH_S = 10.0
 LINK_RECENT_S = 60.0
+# A link is a candidate only once it rose SCREEN_LINK_EXTRA_NS above its usual fastest round
+# trip (the median of what the last USUAL_SCREENS screens read of it): a rise, not a level,
+# as for the input screen. A ps busier than the others can read 3x its peers at the
+# fastest of three round trips on a loaded host all run long (ps_ctl's ps:1, 4-8 ms against
+# 1-2 ms, judged and rejected on most screens); a link slow from the start is the whole-run
+# report's.
+USUAL_SCREENS = 30
 # Fewest records of a worker (steps) or a link (round trips) in the recent window for its
 # median to be compared: fewer is too noisy to be worth a confirmation.
 MIN_SCREEN_RECORDS = 4
@@ -170,12 +186,14 @@ class LiveScreen:
         self.results: dict[str, _Series] = defaultdict(_Series)  # worker -> (closure result, its dispatch)
         self.links: dict[tuple[str, str, str], _Series] = defaultdict(_Series)  # (source, src, dst) -> (time, ns)
         self.lowest_input_share: dict[str, float] = {}  # a worker's lowest recent input-wait share so far
+        self.usual_link_ns: dict[tuple, list[int]] = {}  # link -> its fastest recent round trip, screens it was no candidate
         self.stops = Stops(own_task)
         self.last_step: dict[str, int] = {}  # worker -> its highest step number
         self.steps_per_record: dict[str, int] = {}  # worker -> training steps its latest step records cover
         self.newest_ns: dict[str, int] = {}  # worker -> its newest step record's end
         self.first_ns: dict[str, int] = {}  # worker -> its first step record's or closure result's time
         self.recent_from_ns = 0  # where the step screens' window of the last update begins
+        self.now_ns = 0  # the time of the last update
         self.bytes_read = 0
         self.kept: list[tuple[Path, str, str, int, pa.RecordBatch]] = []  # (file, kind, task, newest time, batch)
         self._files: dict[Path, tuple[tuple[int, int], int]] = {}  # path -> ((device, inode), next offset)
@@ -194,6 +212,7 @@ class LiveScreen:
         for path in self._listed[1]:
             self._read(path)
         self._rows = None
+        self.now_ns = now_ns
         self.kept = [item for item in self.kept if item[3] >= now_ns - int(KEPT_S * 1e9)]
         newest = max(self.newest_ns.values(), default=now_ns)
         current = [ns for ns in self.newest_ns.values() if ns >= newest - LAGGING_S * 1e9]
@@ -291,7 +310,8 @@ class LiveScreen:
         for name, screen, series in (("steps", lambda: self._stragglers() + self._input_waits(), self.steps),
                                      ("results", self._slow_results, self.results),
                                      ("links", self._slow_links, self.links)):
-            versions = (tuple((key, item.version) for key, item in series.items()), tuple(self.first_ns.items()))
+            versions = (tuple((key, item.version) for key, item in series.items()), tuple(self.first_ns.items()),
+                        self.now_ns if name == "links" else None)  # a link's readings age (LINK_FRESH_S)
             if self._screened.get(name, (None,))[0] != versions:
                 self._screened[name] = (versions, screen())
             found += self._screened[name][1]
@@ -369,27 +389,38 @@ class LiveScreen:
             self.lowest_input_share[task] = min(self.lowest_input_share.get(task, share), share)
         return found
 
-    def probe_interval_s(self) -> float | None:
-        """The median seconds between a link's round trips lately; None before any link has two."""
+    def probe_interval_s(self, targets: frozenset[str] | None = None) -> float | None:
+        """The seconds between a link's last ``LINK_SAMPLES`` round trips: the median over
+        every link, or the shortest over the links to ``targets``; None before any such link
+        has two. The probe looks closer at the links once training slows
+        (``collectors/rpc_probe.py``): the link that made a slow-link candidate is probed
+        seconds apart, the others up to 32 s, so its window holds its readings since the change."""
         gaps = []
-        for series in self.links.values():
+        for (_, _, dst), series in self.links.items():
             recent = series.since(series.newest() - int(LINK_RECENT_S * 1e9))
-            if recent is not None and len(recent[0]) >= 2:
-                gaps.append((recent[0].max() - recent[0].min()) / (len(recent[0]) - 1) / 1e9)
-        return _median(np.array(gaps)) if gaps else None
+            if recent is not None and len(recent[0]) >= 2 and (targets is None or dst in targets):
+                times = np.sort(recent[0])[-LINK_SAMPLES:]
+                gaps.append((times[-1] - times[0]) / (len(times) - 1) / 1e9)
+        if not gaps:
+            return None
+        return min(gaps) if targets is not None else _median(np.array(gaps))
 
     def _slow_links(self) -> list[tuple[str, str]]:
-        medians = {}
+        fastest = {}  # link -> the fastest of its last LINK_SAMPLES round trips, if all fresh
         for key, series in self.links.items():
-            recent = series.since(series.newest() - int(LINK_RECENT_S * 1e9))
+            recent = series.since(self.now_ns - int(LINK_FRESH_S * 1e9))
             if recent is not None and len(recent[0]) >= LINK_SAMPLES:
-                medians[key] = int(_median(recent[1][np.argsort(recent[0])[-LINK_SAMPLES:]]))
+                fastest[key] = int(recent[1][np.argsort(recent[0])[-LINK_SAMPLES:]].min())
         found = []
-        for key, median in medians.items():
-            peers = [value for other, value in medians.items() if other != key and other[:2] == key[:2]]
-            if not peers:
-                continue  # the detector judges a ps against the others: one ps alone is never slow_link
-            reference = _median(np.array(peers))
-            if median - reference >= SCREEN_LINK_EXTRA_NS and median >= SCREEN_LINK_RATIO * reference:
-                found.append(("slow_link", key[2]))
+        for key, rtt in fastest.items():
+            peers = [value for other, value in fastest.items() if other != key and other[:2] == key[:2]]
+            usual = self.usual_link_ns.setdefault(key, [])
+            if peers and len(usual) >= LINK_SAMPLES:  # one ps alone is never slow_link: judged against the others
+                reference = _median(np.array(peers))
+                if rtt - reference >= SCREEN_LINK_EXTRA_NS and rtt >= SCREEN_LINK_RATIO * reference \
+                        and rtt - _median(np.array(usual)) >= SCREEN_LINK_EXTRA_NS:
+                    found.append(("slow_link", key[2]))
+                    continue
+            usual.append(rtt)
+            del usual[:-USUAL_SCREENS]
         return found

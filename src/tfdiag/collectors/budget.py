@@ -109,6 +109,11 @@ class Ledger:
         with self._lock:
             self._ns[component] = self._ns.get(component, 0) + ns
 
+    def charged_ns(self, component: str) -> int:
+        """CPU ns charged to ``component`` so far (its ``sources`` left out)."""
+        with self._lock:
+            return self._ns.get(component, 0)
+
     def add_source(self, component: str, read_ns: Callable[[], int]) -> None:
         """``read_ns()`` (cumulative CPU ns) is added to ``component`` in every snapshot."""
         with self._lock:

@@ -18,10 +18,18 @@ cluster: each probe of a link costs 2-3 ms of CPU between the two ends, and all 
 links of 2 workers × 2 ps every second would take 1.3 % of a 2-core machine
 (``benchmarks/micro.py probe_cost``). While the links read as before, pass after pass, the
 pause between rounds grows up to ``MAX_SLOWDOWN`` times ``interval_s``; a round trip that
-moved brings it back (``_Cadence``). Every ``payload_every``-th pass over the links also
-moves ``payload_bytes`` from each remote task (a tensor filled there from its
-timestamp, so nothing can fold it into a constant); the analysis turns the extra time
-into bandwidth.
+moved brings it back (``_Cadence``). When training slows, the probe looks closer
+(``look_closer``, which the closure recorder calls when a worker's closures took
+``closure_pace.RISE`` times their usual): the next ``CLOSER_ROUNDS`` rounds probe every link
+from this task and from the workers that slowed, at the base pause. So a link that turns
+slow between two of its turns (every 8-32 s on 2 workers x 2 ps) has, within seconds, the
+three fresh round trips beside its peers' that a live slow-link screen needs, while a
+clean run pays nothing for it. Closer looks spend a credit that accrues at the ``probe``
+budget's share of a core (``budget``), up to ``CLOSER_BURST_NS``: training that slows and
+recovers every few seconds costs at most the probe's share again, not a multiple of it.
+Every ``payload_every``-th pass over the links also moves ``payload_bytes`` from each
+remote task (a tensor filled there from its timestamp, so nothing can fold it into a
+constant); the analysis turns the extra time into bandwidth.
 
 Every probe function (with and without the payload) is traced and run once by
 :meth:`RpcProber.prepare`, which the instrumented coordinator calls before training
@@ -52,7 +60,7 @@ import time
 
 from tfdiag.collectors import tf_internals
 from tfdiag.collectors.bounded import LateCallError
-from tfdiag.collectors.budget import MeteredCalls, charged
+from tfdiag.collectors.budget import COMPONENTS, LEDGER, MeteredCalls, charged
 from tfdiag.collectors.probe_function import traced_probe
 from tfdiag.errors import InvalidOptionError
 from tfdiag.events import device_of
@@ -83,6 +91,14 @@ MAX_SLOWDOWN = 4
 MOVE_RATIO = 3.0
 MOVE_FLOOR_S = 0.002
 MOVED_AFTER = 3
+# Rounds that probe every link from this task and from the workers that slowed, once
+# training slowed (``look_closer``): the three fresh round trips of each that the live
+# screen judges a link on (analysis/live_screen.py LINK_SAMPLES).
+CLOSER_ROUNDS = 3
+# The most CPU closer looks may spend at once: one closer look at every link of 2 workers x
+# 2 ps (8 links, 3 rounds, a probe costs this process 1-2 ms), which the probe's share of a
+# core (0.2 %) accrues again in about 20 s.
+CLOSER_BURST_NS = 40_000_000
 # Every 10th probe of a link carries 1 MB: far below any link the analysis would call
 # slow, and the bandwidth estimate still gets a sample per link every 10 passes.
 DEFAULT_PAYLOAD_EVERY = 10
@@ -212,6 +228,7 @@ class RpcProber:
         self.passes = 0  # passes over every link (a round probes some of them)
         self.records = 0
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set by stop() and look_closer(): the pause ends
         self._thread: threading.Thread | None = None
         self._noted: set[str] = set()
         self.prepared = threading.Event()  # set once prepare() has run: no function is made after
@@ -229,6 +246,10 @@ class RpcProber:
         self.relays = [(relay, dst) for relay, dst in relays if relay != dst]
         self._legs = [(None, target) for target in self.targets] + self.relays
         self._next_leg = 0  # where the next round starts in self._legs
+        self._closer: dict[tuple, int] = {}  # leg -> rounds that still probe it beside their turn
+        self._asked: frozenset[str] | None = None  # the slowed workers of the last look_closer(), not yet taken
+        self._credit_ns = CLOSER_BURST_NS  # CPU closer looks may still spend (_spend)
+        self._credited_at_ns: int | None = None
         self._functions: dict[tuple, object] = {}
         self._backoff = {leg: _Backoff() for leg in self._legs}
         self._reached: set[str] = set()
@@ -245,6 +266,7 @@ class RpcProber:
     def stop(self, timeout_s: float = 10.0) -> None:
         """Stops the thread (waits up to ``timeout_s`` for a probe in flight)."""
         self._stop.set()
+        self._wake.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout_s)
 
@@ -252,16 +274,18 @@ class RpcProber:
         # The first round runs at once: the coordinator starts the probe only once its
         # first closure has come back, after the training's set-up.
         while not self._stop.is_set():
-            pause_s = self._pause_s()
+            charged_before = LEDGER.charged_ns("probe")  # this thread's and the probe calls' own
             try:
                 with charged("probe"):
-                    self._probe_once()
+                    closer_share = self._probe_once()
+                pause_s = self._pause_s()
             except Exception as error:  # noqa: BLE001 - a collector never breaks training
                 self._note_once("probe", f"tfdiag: RPC probe from {self.src} failed: {error!r}; retrying later")
-                pause_s = min(MAX_BACKOFF_S, 10 * self.interval_s)
+                pause_s, closer_share = min(MAX_BACKOFF_S, 10 * self.interval_s), 0.0
+            self._spend(int((LEDGER.charged_ns("probe") - charged_before) * closer_share))
             self.probes += 1
-            if self._stop.wait(pause_s):
-                return
+            self._wake.wait(pause_s)
+            self._wake.clear()
 
     def prepare(self, timeout_s: float = PROBE_TIMEOUT_S, budget_s: float = PREPARE_BUDGET_S) -> int:
         """Traces and runs every probe function once, now; returns how many links are ready.
@@ -351,21 +375,35 @@ class RpcProber:
             except tf.errors.OpError:
                 continue
 
-    def _probe_once(self) -> None:
+    def look_closer(self, workers) -> None:
+        """Training slowed on ``workers``: the next ``CLOSER_ROUNDS`` rounds probe every link
+        from this task and from those workers (each link beside its peers from the same
+        source), the first at once, while the closer looks' credit lasts. Any thread may call it.
+
+        Example:
+            >>> prober.look_closer({"worker:1"})  # closure_recorder's on_slower  # doctest: +SKIP
+        """
+        self._asked = frozenset(workers)
+        self._wake.set()
+
+    def _probe_once(self) -> float:
+        """One round; returns the share of its probes that were closer looks."""
         if self.paused():
-            return
+            return 0.0
         payload = self._payload_now()
         now = time.monotonic()
-        legs = [leg for leg in self._next_legs() if now >= self._backoff[leg].next_try
+        turn, closer = self._next_legs()
+        legs = [leg for leg in turn + closer if now >= self._backoff[leg].next_try
                 and not (leg[0] is not None and {leg[0], leg[1]} & self._down)]  # a dead relay or target
         for leg in legs:
             if self._stop.is_set():
-                return
+                break
             self._probe_leg(leg, payload)
+        return len(closer) / max(len(turn) + len(closer), 1)
 
-    def _next_legs(self) -> list:
+    def _next_legs(self) -> tuple[list, list]:
         """The legs of this round: all of them in the first passes, then the next
-        ``legs_per_round`` in turn (a pass ends at the last)."""
+        ``legs_per_round`` in turn (a pass ends at the last); and those looked at closer."""
         start = self._next_leg
         size = len(self._legs) if self.passes < FULL_PASSES else self.legs_per_round
         legs = self._legs[start:start + size]
@@ -375,10 +413,28 @@ class RpcProber:
             self.passes += 1
             if self.passes > FULL_PASSES:
                 self._cadence.pass_done()
-        return legs
+        asked, self._asked = self._asked, None
+        if asked is not None:
+            self._closer.update(dict.fromkeys(
+                [leg for leg in self._legs if leg[0] is None or leg[0] in asked], CLOSER_ROUNDS))
+        if self._credit_ns <= 0:  # spent: the closer looks pending are dropped
+            self._closer = {}
+        closer = [leg for leg in self._closer if leg not in legs]
+        self._closer = {leg: rounds - 1 for leg, rounds in self._closer.items() if rounds > 1}
+        return legs, closer
+
+    def _spend(self, cpu_ns: int) -> None:
+        """Takes closer looks' CPU (their share of a round's, charged to ``probe``: this
+        thread's and its calls') from their credit, which accrues at the ``probe`` budget's
+        share of a core, up to ``CLOSER_BURST_NS`` ahead."""
+        now_ns = time.monotonic_ns()
+        accrued = (now_ns - (self._credited_at_ns or now_ns)) * COMPONENTS["probe"].core_share
+        self._credit_ns = min(self._credit_ns + int(accrued), CLOSER_BURST_NS) - cpu_ns
+        self._credited_at_ns = now_ns
 
     def _pause_s(self) -> float:
-        return self._cadence.pause_s() if self.passes >= FULL_PASSES else self.interval_s
+        closer = self._closer and self._credit_ns > 0
+        return self._cadence.pause_s() if self.passes >= FULL_PASSES and not closer else self.interval_s
 
     def _probe_leg(self, leg, payload: bool) -> None:
         relay, target = leg

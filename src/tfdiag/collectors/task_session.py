@@ -20,7 +20,8 @@ starts them, in this order:
    dispatches anything (tracing one registers it with every task), and its thread
    starts on :meth:`TaskSession.start_deferred`, which the closure recorder calls once
    the first closure is back (a probe from another thread while the coordinator traced
-   its first closures once hung the warm-up join, slow-ps run);
+   its first closures once hung the warm-up join, slow-ps run); the closure recorder
+   asks it to look closer at the links when a worker's closures turn slower than usual;
 9. the liveness checks (``liveness``) of the tasks that run no collector, in the task
    that writes the manifest;
 10. the live findings thread (``live_thread``), in the task that writes the manifest,
@@ -156,6 +157,8 @@ class TaskSession:
         prober = self._run("rpc", wants.probe_interval_s, lambda: self._prepared_prober(faults), RpcProber.stop)
         if prober is not None:
             self._deferred.append(("rpc", prober))
+            if self.closures is not None:
+                self.closures.on_slower = prober.look_closer  # training slowed: a closer look at the links
         self._run("liveness", wants.unwatched_jobs and self.writes_manifest,
                   lambda: LivenessProbe(self.writer, unwatched_tasks(self.cluster, wants.unwatched_jobs)).start(),
                   LivenessProbe.stop)
