@@ -49,13 +49,17 @@ PHRASES = {
 PHRASE_UNITS = {"PERCENTILE_RELATIVE_ERROR": "%", "DEFAULT_FLUSH_INTERVAL_S": "s", "FETCH_EVERY_S": "s"}
 
 
-def module_named(name: str):
-    """The module ``name`` (a full path, or a module of ``PACKAGES``), or None."""
+def module_named(name: str, defining: str | None = None):
+    """The module ``name`` (a full path, or a module of ``PACKAGES``), or None; with
+    ``defining``, the first such module that defines it (``liveness`` is a module of the
+    analysis and of the collectors)."""
     for candidate in (name, *(f"{package}.{name}" for package in PACKAGES)):
         try:
-            return importlib.import_module(candidate)
+            module = importlib.import_module(candidate)
         except ModuleNotFoundError:
             continue
+        if defining is None or hasattr(module, defining):
+            return module
     return None
 
 
@@ -63,8 +67,8 @@ def constant(name: str, module: str | None, section: str | None):
     """The value of the constant a quote names: in ``module`` when it gives one, else in the
     section's detector, else in the one module of ``BARE_MODULES`` that defines it."""
     if module:
-        found = module_named(module)
-        if found is None or not hasattr(found, name):
+        found = module_named(module, defining=name)
+        if found is None:
             raise LookupError(f"`{module}.{name}`: no such constant")
         return getattr(found, name)
     if section and hasattr(detector := module_named(f"detectors.{section}"), name):

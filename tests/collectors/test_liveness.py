@@ -65,6 +65,39 @@ def test_a_servers_checks_read_answered_then_frozen_then_gone(tmp_path):
 
 
 @pytest.mark.cluster
+def test_a_link_that_turns_slow_is_handed_on_once(tmp_path):
+    """A server behind the delaying proxy: checks while the delay is off are no onset; once
+    it is on (10 ms a round trip), the second slow answer in a row hands the task on, once."""
+    address, proxy_port, switch = _free_address(), _free_address().rsplit(":", 1)[1], tmp_path / "delay-on"
+    server = subprocess.Popen([sys.executable, "-c", PS_SERVER, address], stdout=subprocess.PIPE, text=True,
+                              stderr=subprocess.DEVNULL)
+    proxy = subprocess.Popen([sys.executable, "-m", "tfdiag.sample_jobs.proxy", "--listen", proxy_port, "--target",
+                              address.rsplit(":", 1)[1], "--delay-ms", "5"], stderr=subprocess.DEVNULL,
+                             env={**os.environ, "TFDIAG_PROXY_DELAY_SWITCH": str(switch)})
+    writer = writers.acquire(tmp_path, "worker:0")
+    probe, slow = None, []
+    try:
+        assert server.stdout.readline().strip() == "up"
+        probe = LivenessProbe(writer, {"ps:0": f"127.0.0.1:{proxy_port}"}, interval_s=0.1, timeout_s=1.0)
+        probe.on_slow_link = slow.append
+        probe.start()
+        _wait_for(lambda: probe.checks >= 20, 30)
+        assert slow == []
+        switch.touch()
+        _wait_for(lambda: slow, 10)
+        checks = probe.checks
+        _wait_for(lambda: probe.checks >= checks + 5, 10)
+    finally:
+        if probe is not None:
+            probe.stop()
+        writers.release(writer)
+        for process in (proxy, server):
+            process.kill()
+            process.wait()
+    assert slow == ["ps:0"]
+
+
+@pytest.mark.cluster
 def test_a_frozen_ps_of_a_tf1_job_is_named_while_the_workers_wait_for_it(tmp_path):
     """ps:0 of a TF1 session job is stopped mid-run: within 30 s ``tfdiag analyze`` names it
     first, not answering, and the workers as waiting for it (no collector runs on a ps)."""

@@ -75,7 +75,7 @@ COMPONENTS: dict[str, Budget] = {
     "heartbeat": Budget(core_share=0.0002, what="heartbeat rows every 5 s"),
     # A status request to each task that runs no collector every 5 s: a gRPC call of about
     # 1 ms of client CPU.
-    "liveness": Budget(core_share=0.0005, what="status checks every 5 s of the tasks that run no collector"),
+    "liveness": Budget(core_share=0.001, what="status checks every 2 s of the tasks that run no collector"),
     # A flush encodes each kind's records as one struct array with a schema made once.
     "writer": Budget(core_share=0.0007, what="flush thread: Arrow frames once a second"),
     # The all-reduce probe runs every 5 s, not every N steps: its cost per step falls as the

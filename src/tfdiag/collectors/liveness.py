@@ -9,6 +9,12 @@ a daemon thread, and writes one ``liveness`` row per check: answered (the proces
 no answer within ``timeout_s`` (frozen or hung: the kernel still accepts the
 connection), or refused (nothing listens: the process is gone).
 
+A check is also a round trip to the task over the network path its peers use (through
+whatever delays that path), at a tenth of the RPC probe's cost: two answers in a row that
+took ``SLOW_RATIO`` times the task's usual and ``SLOW_FLOOR_S`` more (``onsets.Onsets``)
+are handed to ``on_slow_link`` (the probe's ``look_closer``), so a link that turns slow
+has the probe's round trips within seconds, while the probe's own turn comes every 8-32 s.
+
 A check costs one small RPC on the target (its device list) and none on the training
 thread, but about ``CHECK_CPU_S`` of this process's CPU (the call and gRPC's own threads:
 ``python -m benchmarks.micro collector_cost --only liveness``). Rounds come every
@@ -27,22 +33,34 @@ import logging
 import threading
 import time
 
+from typing import Callable
+
 from tfdiag.collectors import tf_internals
 from tfdiag.collectors.budget import COMPONENTS, charged
-from tfdiag.events import HEARTBEAT_EVERY_S, task_name
+from tfdiag.collectors.onsets import Onsets
+from tfdiag.events import task_name
 
 logger = logging.getLogger("tfdiag")
 
-# Checks come as often as heartbeats: a silent ps is then seen as soon as a stopped worker.
-LIVENESS_EVERY_S = HEARTBEAT_EVERY_S
+# Checks come more often than heartbeats (5 s): a silent ps is seen as soon as a stopped
+# worker, and a link that turned slow within seconds.
+LIVENESS_EVERY_S = 2.0
 # A live server answers a status request in milliseconds, even under load; one that has
 # not answered in this long is not running.
 LIVENESS_TIMEOUT_S = 2.0
 STOP_TIMEOUT_S = LIVENESS_TIMEOUT_S + 1.0
 # Process CPU of one check with its row written: 502 µs over 1,503 checks of 4 local servers
 # by a running probe (272 µs of it on the checking thread, the rest on gRPC's); the call alone
-# 290-305 µs (benchmarks/costs/collectors.py). 4 tasks every 5 s take 0.04 % of a core.
+# 290-305 µs (benchmarks/costs/collectors.py). 4 tasks every 2 s take 0.1 % of a core.
 CHECK_CPU_S = 0.0005
+# A link turned slow: SLOW_AFTER answers in a row took SLOW_RATIO times the task's usual
+# and SLOW_FLOOR_S more (the RPC probe's band, rpc_probe.MOVE_RATIO and MOVE_FLOOR_S, the
+# slow-link detector's bars). One is jitter: a clean ps_ctl run's checks take 1-2 ms at
+# the median and 6-13 ms at the 90th percentile on a loaded 2-core host; behind a 10 ms
+# delay, at least 11.8.
+SLOW_RATIO = 3.0
+SLOW_FLOOR_S = 0.002
+SLOW_AFTER = 2
 
 
 def round_every_s(tasks: int, interval_s: float = LIVENESS_EVERY_S) -> float:
@@ -50,7 +68,7 @@ def round_every_s(tasks: int, interval_s: float = LIVENESS_EVERY_S) -> float:
     round would take more than the ``liveness`` share of a core.
 
     >>> round_every_s(4), round_every_s(100)
-    (5.0, 100.0)
+    (2.0, 50.0)
     """
     return max(interval_s, tasks * CHECK_CPU_S / COMPONENTS["liveness"].core_share)
 
@@ -68,7 +86,11 @@ def unwatched_tasks(cluster: dict, jobs: tuple[str, ...] = ("ps",)) -> dict[str,
 
 class LivenessProbe:
     """Checks every task of ``targets`` (``{task: address}``) every ``interval_s`` (or as
-    ``round_every_s`` spaces the rounds); one ``liveness`` row per check, through ``writer``."""
+    ``round_every_s`` spaces the rounds); one ``liveness`` row per check, through ``writer``.
+
+    ``on_slow_link`` (an attribute, set once the RPC probe exists) is called on the checking
+    thread with a task whose answers turned slow.
+    """
 
     def __init__(self, writer, targets: dict[str, str], interval_s: float = LIVENESS_EVERY_S,
                  timeout_s: float = LIVENESS_TIMEOUT_S):
@@ -77,6 +99,8 @@ class LivenessProbe:
         self.interval_s = round_every_s(len(self.targets), interval_s)
         self.timeout_s = timeout_s
         self.checks = 0
+        self.on_slow_link: Callable[[str], None] | None = None
+        self._answers = Onsets(SLOW_RATIO, SLOW_FLOOR_S, after=SLOW_AFTER, warm_up=3)
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tfdiag-liveness", daemon=True)
 
@@ -108,10 +132,17 @@ class LivenessProbe:
         sent_ns = time.time_ns()
         begin = time.perf_counter_ns()
         status = check(self.timeout_s)
+        took_ns = time.perf_counter_ns() - begin
         try:
             self.writer.append("liveness", task=self.writer.task, time_ns=sent_ns, target=task,
-                               status=status, duration_ns=time.perf_counter_ns() - begin)
+                               status=status, duration_ns=took_ns)
             self.checks += 1
         except Exception as error:  # noqa: BLE001 - a collector never breaks training
             logger.warning("tfdiag: cannot record a liveness check (%r); the check is off.", error)
             self._done.set()
+            return
+        if status == "OK" and self._answers.began(task, took_ns / 1e9) and self.on_slow_link is not None:
+            try:
+                self.on_slow_link(task)
+            except Exception as error:  # noqa: BLE001
+                logger.warning("tfdiag: cannot hand on a slow link to %s (%r).", task, error)

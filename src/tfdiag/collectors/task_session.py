@@ -23,7 +23,7 @@ starts them, in this order:
    its first closures once hung the warm-up join, slow-ps run); the closure recorder
    asks it to look closer at the links when a worker's closures turn slower than usual;
 9. the liveness checks (``liveness``) of the tasks that run no collector, in the task
-   that writes the manifest;
+   that writes the manifest; a task whose answers turn slow has the probe look closer;
 10. the live findings thread (``live_thread``), in the task that writes the manifest,
    last: it evaluates what the others write (under the coordinator it first has the
    closure recorder flush its records).
@@ -159,9 +159,12 @@ class TaskSession:
             self._deferred.append(("rpc", prober))
             if self.closures is not None:
                 self.closures.on_slower = prober.look_closer  # training slowed: a closer look at the links
-        self._run("liveness", wants.unwatched_jobs and self.writes_manifest,
-                  lambda: LivenessProbe(self.writer, unwatched_tasks(self.cluster, wants.unwatched_jobs)).start(),
-                  LivenessProbe.stop)
+        liveness = self._run("liveness", wants.unwatched_jobs and self.writes_manifest, lambda: LivenessProbe(
+            self.writer, unwatched_tasks(self.cluster, wants.unwatched_jobs)).start(), LivenessProbe.stop)
+        if liveness is not None and prober is not None:
+            workers = frozenset(cluster_tasks(self.cluster, jobs=("worker",)))
+            # A slow ps delays every worker's steps: a closer look at the links from all of them.
+            liveness.on_slow_link = lambda task: prober.look_closer(workers if task.startswith("ps:") else {task})
         live = self._run("live", self.writes_manifest,
                          lambda: live_thread.start(self.logdir, self.writer, wants.live_interval_s),
                          live_thread.LiveThread.stop)
