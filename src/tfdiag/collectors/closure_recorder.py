@@ -38,8 +38,8 @@ import weakref
 from typing import Callable
 
 from tfdiag.collectors import closure_timing, heartbeat, tf_internals
-from tfdiag.collectors.closure_pace import ClosurePace
 from tfdiag.collectors.budget import MeteredCalls, charged
+from tfdiag.collectors.closure_pace import ClosurePace
 from tfdiag.collectors.last_words import shortened
 from tfdiag.events import task_of_device
 

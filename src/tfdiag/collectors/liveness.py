@@ -10,7 +10,7 @@ no answer within ``timeout_s`` (frozen or hung: the kernel still accepts the
 connection), or refused (nothing listens: the process is gone).
 
 A check is also a round trip to the task over the network path its peers use (through
-whatever delays that path), at a tenth of the RPC probe's cost: two answers in a row that
+whatever delays that path), at a fifth of an RPC probe's cost: two answers in a row that
 took ``SLOW_RATIO`` times the task's usual and ``SLOW_FLOOR_S`` more (``onsets.Onsets``)
 are handed to ``on_slow_link`` (the probe's ``look_closer``), so a link that turns slow
 has the probe's round trips within seconds, while the probe's own turn comes every 8-32 s.
@@ -32,7 +32,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-
 from typing import Callable
 
 from tfdiag.collectors import tf_internals
