@@ -148,6 +148,13 @@ def test_a_link_slower_than_its_peers_all_along_is_no_candidate(tmp_path):
     assert _screen_links(RunBuilder(tmp_path / "run", workers=2, ps=2), readings, 40) == []
 
 
+def test_a_delay_from_before_the_links_usual_was_known_does_not_hide_the_next_onset(tmp_path):
+    """ps:1 read slow for its first 30 s, in line with ps:0 for 5 s, then slow again: the
+    slow readings never became its usual, so the second onset is a candidate."""
+    readings = {"ps:0": [0.5], "ps:1": [20.0] + [0.5] * 5 + [20.0] * 4}
+    assert _screen_links(RunBuilder(tmp_path / "run", workers=2, ps=2), readings, 40) == [("slow_link", "ps:1")]
+
+
 def test_a_slow_links_window_follows_the_pace_of_the_link_looked_at_closer(tmp_path):
     """The probe reads a link that turned slow every second, the others every 16 s: the
     candidate's window holds its readings since the change, not a minute of older ones."""

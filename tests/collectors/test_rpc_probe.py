@@ -255,7 +255,7 @@ def _cluster_prober(monkeypatch, calls):
     pass and a steady one (its pause has grown)."""
     monkeypatch.setattr(rpc_probe, "FULL_PASSES", 1)
     workers, ps = ["worker:0", "worker:1"], ["ps:0", "ps:1"]
-    prober = RpcProber(FakeWriter("chief:0"), "chief:0", workers + ps, interval_s=0.5, payload_every=0,
+    prober = RpcProber(FakeWriter("chief:0"), "chief:0", workers + ps, interval_s=1.0, payload_every=0,
                        relays=[(w, p) for w in workers for p in ps], legs_per_round=1)
     monkeypatch.setattr(prober, "probe", fake_probe(calls))
     while prober.passes < 2:
@@ -273,17 +273,19 @@ def test_a_slowdown_has_the_links_from_here_and_from_the_slowed_workers_probed_a
         rounds.append(list(calls))
     assert all(len(legs) == 1 for legs in rounds) and prober._pause_s() > prober.interval_s
     prober.look_closer({"worker:1"})
-    closer = []
+    closer, pauses = [], []
     for _ in range(rpc_probe.CLOSER_ROUNDS + 1):
         calls.clear()
         prober._probe_once()
         closer.append(set(calls))
+        pauses.append(prober._pause_s())
     wanted = {(None, "worker:0"), (None, "worker:1"), (None, "ps:0"), (None, "ps:1"),
               ("worker:1", "ps:0"), ("worker:1", "ps:1")}
     # Each of the next CLOSER_ROUNDS rounds: its turn, and every link from here and from
-    # worker:1 (beside its peers from the same source), at the base pause; then its turn only.
+    # worker:1 (beside its peers from the same source), CLOSER_PAUSE_S apart; then its turn only.
     assert all(wanted <= legs and len(legs - wanted) <= 1 for legs in closer[:-1]), closer
-    assert len(closer[-1]) == 1
+    assert pauses[:-2] == [rpc_probe.CLOSER_PAUSE_S] * (rpc_probe.CLOSER_ROUNDS - 1)
+    assert len(closer[-1]) == 1 and pauses[-1] > prober.interval_s
 
 
 def test_closer_looks_stop_while_their_credit_is_spent(monkeypatch):
@@ -298,7 +300,7 @@ def test_closer_looks_stop_while_their_credit_is_spent(monkeypatch):
     prober.look_closer({"worker:0"})
     calls.clear()
     prober._probe_once()
-    assert len(calls) >= 6 and prober._pause_s() == prober.interval_s  # ... is looked at closer
+    assert len(calls) >= 6 and prober._pause_s() == rpc_probe.CLOSER_PAUSE_S  # ... is looked at closer
 
 
 def test_closer_looks_are_charged_their_share_of_a_round(monkeypatch):

@@ -6,7 +6,7 @@
 - ``straggler`` and ``input_bound`` on every tick that shows it, whatever the thread's
   CPU credit, by a verdict (``live_verdict``: the detector and the advisor on the records
   the screen keeps, from where its window first showed the candidate, about 100 ms);
-- ``slow_link`` once it stood ``SCREEN_PERSIST_S``, while the credit allows
+- ``slow_link`` on the first tick that shows it, while the credit allows
   (``may_confirm``), by the analysis of a window of a few round trips at the probe's pace
   (``live.LiveFindings``, ``live.link_window_s``: hundreds of milliseconds).
 
@@ -39,9 +39,6 @@ from tfdiag.analysis.live_screen import VERDICT_KINDS, LiveScreen
 from tfdiag.analysis.live_stops import typical_periods
 from tfdiag.analysis.live_transition import Transition, message
 
-# Seconds a slow_link candidate must stand before the analysis confirms it: one screen's
-# window can hold a single late batch of records.
-SCREEN_PERSIST_S = 3.0
 # Seconds before a rejected candidate, or an announced finding the screen no longer shows,
 # is judged again; a rejected one waits twice as long each time after FREE_RETRIES tries,
 # up to MAX_RETRY_S, so a candidate the detector keeps rejecting (a job slow in a way it
@@ -54,12 +51,12 @@ FREE_RETRIES = 2
 # live.WINDOW_S, that many times before its wait grows (about 100 ms each).
 FREE_VERDICT_RETRIES = 4
 MAX_RETRY_S = 120.0
-# A candidate back on the screen after this long away is a new onset: judged at once (a
-# slow_link once it stood SCREEN_PERSIST_S), whatever wait its rejections had earned (a
-# further rejection waits on as they say). Its last streak's records have then left a
-# verdict's longest window (live.WINDOW_S), so the verdict judges new evidence; one
-# verdict per onset. (A slow link's screen reads fresh round trips, which the probe takes
-# once training slows, so a link is seldom a candidate on a clean run.)
+# A candidate back on the screen after this long away is a new onset: judged at once,
+# whatever wait its rejections had earned (a further rejection waits on as they say). Its
+# last streak's records have then left a verdict's longest window (live.WINDOW_S), so the
+# verdict judges new evidence; one verdict per onset. (A slow link's screen reads fresh
+# round trips, which the probe takes once a link or training slows, so a link is seldom
+# a candidate on a clean run.)
 NEW_ONSET_GAP_S = 10.0
 # Seconds an announced finding's candidate must have been gone before a judgement is asked
 # to clear it: its window still holds the change until about half of it is past the end.
@@ -120,8 +117,9 @@ class LiveMonitor:
                 del self._retry[key]  # gone for long enough: a new onset starts afresh
         transitions = self._stop_transitions(now_ns)
         transitions += self._verdict(now_ns)
-        standing = [key for key, since in self._since.items()
-                    if key[0] not in VERDICT_KINDS and now_ns - since >= SCREEN_PERSIST_S * 1e9]
+        # A slow_link candidate is judged at once: the screen's rule already asks for three
+        # fresh round trips, a closer look's rounds apart, all slow against the link's peers.
+        standing = [key for key in self._since if key[0] not in VERDICT_KINDS]
         due = [key for key in standing if self._due(key, now_ns)]
         unshown = self._unshown(self._live_links.announced_keys() if self._live_links else [], now_ns)
         if (due or (unshown and now_ns >= self._clear_at_ns["links"])) and self.may_confirm():

@@ -74,11 +74,13 @@ LINK_SAMPLES = 3
 LINK_FRESH_S = 10.0
 LINK_RECENT_S = 60.0
 # A link is a candidate only once it rose SCREEN_LINK_EXTRA_NS above its usual fastest round
-# trip (the median of what the last USUAL_SCREENS screens read of it): a rise, not a level,
-# as for the input screen. A ps busier than the others can read 3x its peers at the
-# fastest of three round trips on a loaded host all run long (ps_ctl's ps:1, 4-8 ms against
-# 1-2 ms, judged and rejected on most screens); a link slow from the start is the whole-run
-# report's.
+# trip (the median of what the last USUAL_SCREENS screens that read it in line with its
+# peers read of it): a rise, not a level, as for the input screen. A ps busier than the
+# others can read 3x its peers at the fastest of three round trips on a loaded host all run
+# long (ps_ctl's ps:1, 4-8 ms against 1-2 ms, judged and rejected on most screens); a link
+# never read in line with its peers has no usual, and a link slow from the start is the
+# whole-run report's. (A slow reading never becomes the usual one: a delay that began
+# before the link's usual was known would otherwise hide the next onsets.)
 USUAL_SCREENS = 30
 # Fewest records of a worker (steps) or a link (round trips) in the recent window for its
 # median to be compared: fewer is too noisy to be worth a confirmation.
@@ -414,13 +416,13 @@ class LiveScreen:
         found = []
         for key, rtt in fastest.items():
             peers = [value for other, value in fastest.items() if other != key and other[:2] == key[:2]]
+            if not peers:
+                continue  # one ps alone is never slow_link: judged against the others
+            reference = _median(np.array(peers))
             usual = self.usual_link_ns.setdefault(key, [])
-            if peers and len(usual) >= LINK_SAMPLES:  # one ps alone is never slow_link: judged against the others
-                reference = _median(np.array(peers))
-                if rtt - reference >= SCREEN_LINK_EXTRA_NS and rtt >= SCREEN_LINK_RATIO * reference \
-                        and rtt - _median(np.array(usual)) >= SCREEN_LINK_EXTRA_NS:
-                    found.append(("slow_link", key[2]))
-                    continue
-            usual.append(rtt)
-            del usual[:-USUAL_SCREENS]
+            if rtt - reference < SCREEN_LINK_EXTRA_NS or rtt < SCREEN_LINK_RATIO * reference:
+                usual.append(rtt)  # in line with its peers: what the link usually reads
+                del usual[:-USUAL_SCREENS]
+            elif usual and rtt - _median(np.array(usual)) >= SCREEN_LINK_EXTRA_NS:
+                found.append(("slow_link", key[2]))
         return found

@@ -14,6 +14,8 @@ whatever delays that path), at a fifth of an RPC probe's cost: two answers in a 
 took ``SLOW_RATIO`` times the task's usual and ``SLOW_FLOOR_S`` more (``onsets.Onsets``)
 are handed to ``on_slow_link`` (the probe's ``look_closer``), so a link that turns slow
 has the probe's round trips within seconds, while the probe's own turn comes every 8-32 s.
+A task whose answer read slow is asked again ``RECHECK_AFTER_S`` later, not a round later:
+a spike of jitter is over by then, a slow link is not.
 
 A check costs one small RPC on the target (its device list) and none on the training
 thread, but about ``CHECK_CPU_S`` of this process's CPU (the call and gRPC's own threads:
@@ -54,12 +56,13 @@ STOP_TIMEOUT_S = LIVENESS_TIMEOUT_S + 1.0
 CHECK_CPU_S = 0.0005
 # A link turned slow: SLOW_AFTER answers in a row took SLOW_RATIO times the task's usual
 # and SLOW_FLOOR_S more (the RPC probe's band, rpc_probe.MOVE_RATIO and MOVE_FLOOR_S, the
-# slow-link detector's bars). One is jitter: a clean ps_ctl run's checks take 1-2 ms at
-# the median and 6-13 ms at the 90th percentile on a loaded 2-core host; behind a 10 ms
-# delay, at least 11.8.
+# slow-link detector's bars), the second asked RECHECK_AFTER_S after the first. One is
+# jitter: a clean ps_ctl run's checks take 1-2 ms at the median and 6-13 ms at the 90th
+# percentile on a loaded 2-core host; behind a 10 ms delay, at least 11.8.
 SLOW_RATIO = 3.0
 SLOW_FLOOR_S = 0.002
 SLOW_AFTER = 2
+RECHECK_AFTER_S = 0.2
 
 
 def round_every_s(tasks: int, interval_s: float = LIVENESS_EVERY_S) -> float:
@@ -125,6 +128,11 @@ class LivenessProbe:
                     if self._done.is_set():
                         return
                     self._check(task, check)
+            slow = [task for task in checkers if 0 < self._answers.slow_in_a_row(task) < SLOW_AFTER]
+            if slow and not self._done.wait(RECHECK_AFTER_S):
+                with charged("liveness"):
+                    for task in slow:
+                        self._check(task, checkers[task])
             self._done.wait(self.interval_s)
 
     def _check(self, task: str, check) -> None:

@@ -29,6 +29,10 @@ class Onsets:
         self._in_band: dict = {}  # key -> readings in band so far
         self._slow: dict = {}  # key -> slow readings in a row, while slow
 
+    def slow_in_a_row(self, key) -> int:
+        """How many of ``key``'s latest readings in a row were slow (0 when its last was not)."""
+        return self._slow.get(key, 0)
+
     def began(self, key, value: float) -> bool:
         """Folds one reading of ``key``; whether it begins a slow spell."""
         value = max(float(value), 1e-12)

@@ -19,9 +19,10 @@ links of 2 workers × 2 ps every second would take 1.3 % of a 2-core machine
 (``benchmarks/micro.py probe_cost``). While the links read as before, pass after pass, the
 pause between rounds grows up to ``MAX_SLOWDOWN`` times ``interval_s``; a round trip that
 moved brings it back (``_Cadence``). When training slows, the probe looks closer
-(``look_closer``, which the closure recorder calls when a worker's closures took
-``closure_pace.RISE`` times their usual): the next ``CLOSER_ROUNDS`` rounds probe every link
-from this task and from the workers that slowed, at the base pause. So a link that turns
+(``look_closer``, which the liveness checks call when a task's answers turned slow and
+the closure recorder when a worker's closures took ``closure_pace.RISE`` times their
+usual): the next ``CLOSER_ROUNDS`` rounds probe every link from this task and from the
+workers concerned, ``CLOSER_PAUSE_S`` apart. So a link that turns
 slow between two of its turns (every 8-32 s on 2 workers x 2 ps) has, within seconds, the
 three fresh round trips beside its peers' that a live slow-link screen needs, while a
 clean run pays nothing for it. Closer looks spend a credit that accrues at the ``probe``
@@ -91,14 +92,16 @@ MAX_SLOWDOWN = 4
 MOVE_RATIO = 3.0
 MOVE_FLOOR_S = 0.002
 MOVED_AFTER = 3
-# Rounds that probe every link from this task and from the workers that slowed, once
-# training slowed (``look_closer``): the three fresh round trips of each that the live
-# screen judges a link on (analysis/live_screen.py LINK_SAMPLES).
+# Rounds that probe every link from this task and from the workers that slowed, once a
+# link or training slowed (``look_closer``), CLOSER_PAUSE_S apart: the three fresh round
+# trips of each that the live screen judges a link on (analysis/live_screen.py
+# LINK_SAMPLES), within about a second.
 CLOSER_ROUNDS = 3
-# The most CPU closer looks may spend at once: one closer look at every link of 2 workers x
-# 2 ps (8 links, 3 rounds, a probe costs this process 1-2 ms), which the probe's share of a
-# core (0.2 %) accrues again in about 20 s.
-CLOSER_BURST_NS = 40_000_000
+CLOSER_PAUSE_S = 0.5
+# The most CPU closer looks may spend at once: two closer looks at every link of 2 workers
+# x 2 ps (8 links, 3 rounds; a probe costs this process 1-2 ms, and the rounds' thread
+# more), which the probe's share of a core (0.2 %) accrues again in under a minute.
+CLOSER_BURST_NS = 100_000_000
 # Every 10th probe of a link carries 1 MB: far below any link the analysis would call
 # slow, and the bandwidth estimate still gets a sample per link every 10 passes.
 DEFAULT_PAYLOAD_EVERY = 10
@@ -433,8 +436,9 @@ class RpcProber:
         self._credited_at_ns = now_ns
 
     def _pause_s(self) -> float:
-        closer = self._closer and self._credit_ns > 0
-        return self._cadence.pause_s() if self.passes >= FULL_PASSES and not closer else self.interval_s
+        if self._closer and self._credit_ns > 0:
+            return min(CLOSER_PAUSE_S, self.interval_s)
+        return self._cadence.pause_s() if self.passes >= FULL_PASSES else self.interval_s
 
     def _probe_leg(self, leg, payload: bool) -> None:
         relay, target = leg
