@@ -195,20 +195,14 @@ def _scored(run: Path, args, onsets, clean_end_ns: int, code: int, load_before: 
 def _predictions(run: Path, began: list[dict]) -> list[tuple]:
     """(announced, the whole-run analysis of the same window) predicted speed-ups, per announcement."""
     from tfdiag.analysis.live import WINDOW_S, announced_findings
-    from tfdiag.analysis.load import LoadedRun, RunLoader
+    from tfdiag.analysis.load import RunLoader
     from tfdiag.analysis.step_stats import StepAccumulator
-    from tfdiag.analysis.window_load import WINDOW_TIME_COLUMNS
+    from tfdiag.analysis.window_load import window_of
 
     whole = RunLoader(run, steps=StepAccumulator(sampled_rows=10**9)).refresh()
     pairs = []
     for record in began:
-        frames = {}
-        for name, frame in whole.frames.items():
-            column = WINDOW_TIME_COLUMNS.get(name, "time_ns")
-            window_ns = int((record.get("window_s") or WINDOW_S) * 1e9)  # none: written before the column
-            keep = None if column is None else frame[column].between(record["time_ns"] - window_ns, record["time_ns"])
-            frames[name] = frame if keep is None else frame[keep].reset_index(drop=True)
-        window = LoadedRun(run, whole.manifest, frames, sources=whole.sources)
+        window = window_of(whole, record["time_ns"], record.get("window_s") or WINDOW_S)  # none: before the column
         finding = next((f for (kind, tasks), f in announced_findings(window).items()
                         if kind == record["kind"] and ",".join(tasks) == record["tasks"]), None)
         pairs.append((record["predicted_speedup"], finding.recommendation.predicted_speedup if finding else None))

@@ -44,7 +44,7 @@ from tfdiag.analysis.live_transition import Transition, training_step
 from tfdiag.analysis.live_transition import message as _line
 from tfdiag.analysis.load import LoadedRun
 from tfdiag.analysis.measurements import Measurements, measure
-from tfdiag.analysis.window_load import WindowLoader
+from tfdiag.analysis.window_load import WindowLoader, window_of
 from tfdiag.store import log_dir
 
 # The window the detectors see. 10 s holds a hundred steps of any job that steps at least
@@ -125,21 +125,26 @@ class LiveFindings:
         return [key for key, tracked in self._tracked.items() if tracked.announced]
 
     def evaluate(self, now_ns: int | None = None, confirm: dict | None = None,
-                 gone: frozenset = frozenset()) -> list[Transition]:
+                 gone: frozenset = frozenset(), window_s: float | None = None) -> list[Transition]:
         """Reads what is new, judges the window ending at ``now_ns`` and returns the transitions.
 
         ``confirm``: (kind, task) -> ns since a screen saw it, for the candidates it saw
         persist; a finding of that kind naming that task (or the whole job) is announced the
         first time this analysis sees it, its onset the screen's. ``gone``: the (kind, tasks)
         of announced findings a screen has not shown for a while: cleared the first time this
-        analysis does not see them either (the screen's absence is the second opinion)."""
+        analysis does not see them either (the screen's absence is the second opinion).
+        ``window_s``: judge only the last ``window_s`` seconds, where shorter than the
+        window (a slow link's round trips since it turned slow: the detector judges a link
+        by its fastest, which one from before the change would be)."""
         now_ns = time.time_ns() if now_ns is None else now_ns
         confirm = confirm or {}
         run = self.window(now_ns)
         if run is None:
             return []
-        steps = run.frame("step")
-        if not enough_data(steps, self.window_s):
+        span_s = self.window_s
+        if window_s is not None and window_s < self.window_s:
+            run, span_s = window_of(run, now_ns, window_s), window_s
+        if not enough_data(run.frame("step"), span_s):
             return []
         self.evaluations += 1
         # Only the detectors of the kinds that may be announced or cleared: those ``confirm``
@@ -167,7 +172,7 @@ class LiveFindings:
                 continue
             if not tracked.announced and tracked.seen >= persist:
                 tracked.announced = True
-                transitions.append(_transition("began", tracked, tracked.onset_ns, now_ns, self.window_s))
+                transitions.append(_transition("began", tracked, tracked.onset_ns, now_ns, span_s))
         for key in [key for key in self._tracked if key not in findings]:
             tracked = self._tracked[key]
             tracked.seen, tracked.missed = 0, tracked.missed + 1
@@ -177,7 +182,7 @@ class LiveFindings:
                 del self._tracked[key]  # seen once: noise, never announced
             elif tracked.missed >= (1 if key in gone else PERSIST_EVALUATIONS):
                 del self._tracked[key]
-                transitions.append(_transition("cleared", tracked, tracked.cleared_onset_ns, now_ns, self.window_s))
+                transitions.append(_transition("cleared", tracked, tracked.cleared_onset_ns, now_ns, span_s))
         return transitions
 
 

@@ -45,6 +45,9 @@ from tfdiag.analysis.live_transition import Transition, message
 # does not count as a finding) costs a judgement every two minutes, not every screen.
 CONFIRM_RETRY_S = 2.0
 FREE_RETRIES = 2
+# Seconds a slow_link confirmation's window reaches before the oldest round trip the
+# screen judged on (the records' times are read on different tasks' clocks).
+FRESH_MARGIN_S = 0.5
 # A verdict's window begins where the screen first saw the change (live_verdict.
 # verdict_window_s), so one at the screen's first sight usually decides; a candidate the
 # detector rejects is judged again every CONFIRM_RETRY_S, as its window grows towards
@@ -175,12 +178,19 @@ class LiveMonitor:
             self._live_links = LiveFindings(self.path, window_s, only_confirmed=True)
         self.before_confirmation()
         confirm = {key: self._since[key] for key in standing}
-        transitions = self._live_links.evaluate(now_ns, confirm=confirm, gone=gone)
+        # Candidates are judged on the round trips the screen saw them on, not on the whole
+        # window: the detector judges a link by its fastest, and one from before the link
+        # turned slow would reject it until the window had passed the change.
+        fresh_ns = self.screen.fresh_since_ns() if due else None
+        if fresh_ns is not None:
+            window_s = min(window_s, (now_ns - fresh_ns) / 1e9 + FRESH_MARGIN_S)
+        transitions = self._live_links.evaluate(now_ns, confirm=confirm, gone=gone,
+                                                window_s=window_s if fresh_ns is not None else None)
         self.confirmations += 1
         self.confirm_cpu_ns += time.thread_time_ns() - begin
         # A window that still reaches back before the candidate's first screen holds round
-        # trips from before the change, and the detector judges a link by its fastest: its
-        # rejection is no evidence yet, and the candidate is judged again CONFIRM_RETRY_S on.
+        # trips from before the change, or too few step records to judge: its rejection is no
+        # evidence yet, and the candidate is judged again CONFIRM_RETRY_S on.
         early = [key for key in due if now_ns - self._since[key] < window_s * 1e9 and not self._covered(key)]
         for key in early:
             self._retry[key] = (now_ns + int(CONFIRM_RETRY_S * 1e9), self._retry.get(key, (0, 0))[1])

@@ -407,6 +407,19 @@ class LiveScreen:
             return None
         return min(gaps) if targets is not None else _median(np.array(gaps))
 
+    def fresh_since_ns(self) -> int | None:
+        """When the oldest of the round trips the slow-link screen judged on was read (the
+        earliest of every fresh link's last ``LINK_SAMPLES``); None when no link is fresh.
+        A confirmation that judges from there on judges what the screen saw, not a round
+        trip from before a link turned slow."""
+        oldest = None
+        for series in self.links.values():
+            recent = series.since(self.now_ns - int(LINK_FRESH_S * 1e9))
+            if recent is not None and len(recent[0]) >= LINK_SAMPLES:
+                since = int(np.sort(recent[0])[-LINK_SAMPLES])
+                oldest = since if oldest is None else min(oldest, since)
+        return oldest
+
     def _slow_links(self) -> list[tuple[str, str]]:
         fastest = {}  # link -> the fastest of its last LINK_SAMPLES round trips, if all fresh
         for key, series in self.links.items():

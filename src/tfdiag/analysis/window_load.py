@@ -84,3 +84,20 @@ class WindowLoader(RunLoader):
                 self._first_ns[kind] = pc.min(table.column(column)).as_py()
         return to_pandas(table)
 
+
+def window_of(run: LoadedRun, end_ns: int, window_s: float) -> LoadedRun:
+    """``run`` cut to the records of the ``window_s`` seconds up to ``end_ns`` (dated as
+    ``WINDOW_TIME_COLUMNS`` dates them; an undated kind is kept whole).
+
+    Example:
+        >>> window = window_of(load_run("logs/run1"), time.time_ns(), 10.0)  # doctest: +SKIP
+    """
+    window_ns = int(window_s * 1e9)
+    frames = {}
+    for name, frame in run.frames.items():
+        column = WINDOW_TIME_COLUMNS.get(name, "time_ns")
+        if column is None or column not in frame:
+            frames[name] = frame
+        else:
+            frames[name] = frame[frame[column].between(end_ns - window_ns, end_ns)].reset_index(drop=True)
+    return LoadedRun(run.path, run.manifest, frames, sources=run.sources)
