@@ -18,8 +18,7 @@ The worker that ran a closure is the device its outputs stay on until they are f
 (asking in-graph, with ``experimental_get_current_worker_index()``, would feed the
 index to every call as an extra input). The task session (``task_session``) starts and
 stops the recorder; its first recorded closure starts the collectors that wait for one
-(the RPC probe), and a worker whose closures turn slower than usual (``closure_pace``) is
-handed to ``on_slower`` (the probe's ``look_closer``).
+(the RPC probe).
 
 Example:
     >>> recorder = ClosureRecorder(writer, "chief:0", on_first_result=start_probe).start()  # doctest: +SKIP
@@ -39,7 +38,6 @@ from typing import Callable
 
 from tfdiag.collectors import closure_timing, heartbeat, tf_internals
 from tfdiag.collectors.budget import MeteredCalls, charged
-from tfdiag.collectors.closure_pace import ClosurePace
 from tfdiag.collectors.last_words import shortened
 from tfdiag.events import task_of_device
 
@@ -123,9 +121,6 @@ class ClosureRecorder:
         examples_per_step: examples one closure consumes where its elements do not say.
         on_first_result: called once, on the result thread, when the first closure a
             worker ran is recorded.
-
-    ``on_slower`` (an attribute, set once the RPC probe exists) is called on the result
-    thread with the workers whose closures just turned slower than usual (``closure_pace``).
     """
 
     def __init__(self, writer, task: str, examples_per_step: int | None = None,
@@ -135,8 +130,6 @@ class ClosureRecorder:
         self.examples_per_step = examples_per_step
         self.closures_recorded = 0
         self._on_first_result = on_first_result
-        self.on_slower: Callable[[set[str]], None] | None = None
-        self._pace = ClosurePace()
         self._results_began = False
         self._examples: collections.Counter = collections.Counter()
         self._shard_written_at = 0.0
@@ -267,9 +260,7 @@ class ClosureRecorder:
         return finished
 
     def _record(self, finished: list[_Finished]) -> None:
-        """Writes the ``closure`` records of finished closures; keeps the successes' timings to
-        read; hands the workers whose closures turned slower to ``on_slower``."""
-        done = []
+        """Writes the ``closure`` records of finished closures; keeps the successes' timings to read."""
         for item, result_ns, error in finished:
             try:
                 worker = ""
@@ -291,15 +282,8 @@ class ClosureRecorder:
                 if worker:
                     heartbeat.progress(self.writer, worker).count += 1
                     self.results_began()
-                    done.append((worker, item.dispatch_ns, result_ns))
             except Exception as exc:  # noqa: BLE001 - never let bookkeeping die
                 logger.warning("tfdiag: cannot record closure %d: %r", item.closure_id, exc)
-        slowed = self._pace.slowed(done)
-        if slowed and self.on_slower is not None:
-            try:
-                self.on_slower(slowed)
-            except Exception as exc:  # noqa: BLE001
-                logger.warning("tfdiag: cannot hand on a slowdown of %s: %r", sorted(slowed), exc)
 
     def _worker_of(self, device: str) -> str:
         worker = self._workers.get(device)

@@ -9,13 +9,16 @@ a daemon thread, and writes one ``liveness`` row per check: answered (the proces
 no answer within ``timeout_s`` (frozen or hung: the kernel still accepts the
 connection), or refused (nothing listens: the process is gone).
 
-A check is also a round trip to the task over the network path its peers use (through
-whatever delays that path), at a fifth of an RPC probe's cost: two answers in a row that
-took ``SLOW_RATIO`` times the task's usual and ``SLOW_FLOOR_S`` more (``onsets.Onsets``)
-are handed to ``on_slow_link`` (the probe's ``look_closer``), so a link that turns slow
-has the probe's round trips within seconds, while the probe's own turn comes every 8-32 s.
-A task whose answer read slow is asked again ``RECHECK_AFTER_S`` later, not a round later:
-a spike of jitter is over by then, a slow link is not.
+A check of a ps is also a round trip to it over the network path the workers use
+(through whatever delays that path), at a fifth of an RPC probe's cost: two answers in a
+row that took ``SLOW_RATIO`` times the ps's usual and ``SLOW_FLOOR_S`` more
+(``onsets.Onsets``) are handed to ``on_slow_link`` (the probe's ``look_closer``), so a link
+that turns slow has the probe's round trips within seconds, while the probe's own turn
+comes every 8-32 s. A ps whose answer read slow is asked again ``RECHECK_AFTER_S`` later,
+not a round later: a spike of jitter is over by then, a slow link is not. A worker's
+answers are not read so: its server answers from the threads its training keeps busy,
+and read 3x its usual twice in a row about every 10 s on a clean ps_ctl run (the slow-link
+detector leaves links to workers out for the same reason).
 
 A check costs one small RPC on the target (its device list) and none on the training
 thread, but about ``CHECK_CPU_S`` of this process's CPU (the call and gRPC's own threads:
@@ -91,7 +94,7 @@ class LivenessProbe:
     ``round_every_s`` spaces the rounds); one ``liveness`` row per check, through ``writer``.
 
     ``on_slow_link`` (an attribute, set once the RPC probe exists) is called on the checking
-    thread with a task whose answers turned slow.
+    thread with a ps whose answers turned slow.
     """
 
     def __init__(self, writer, targets: dict[str, str], interval_s: float = LIVENESS_EVERY_S,
@@ -148,7 +151,8 @@ class LivenessProbe:
             logger.warning("tfdiag: cannot record a liveness check (%r); the check is off.", error)
             self._done.set()
             return
-        if status == "OK" and self._answers.began(task, took_ns / 1e9) and self.on_slow_link is not None:
+        if status == "OK" and task.startswith("ps:") and self._answers.began(task, took_ns / 1e9) \
+                and self.on_slow_link is not None:
             try:
                 self.on_slow_link(task)
             except Exception as error:  # noqa: BLE001

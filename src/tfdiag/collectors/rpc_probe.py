@@ -18,16 +18,16 @@ cluster: each probe of a link costs 2-3 ms of CPU between the two ends, and all 
 links of 2 workers × 2 ps every second would take 1.3 % of a 2-core machine
 (``benchmarks/micro.py probe_cost``). While the links read as before, pass after pass, the
 pause between rounds grows up to ``MAX_SLOWDOWN`` times ``interval_s``; a round trip that
-moved brings it back (``_Cadence``). When training slows, the probe looks closer
-(``look_closer``, which the liveness checks call when a task's answers turned slow and
-the closure recorder when a worker's closures took ``closure_pace.RISE`` times their
-usual): the next ``CLOSER_ROUNDS`` rounds probe every link from this task and from the
-workers concerned, ``CLOSER_PAUSE_S`` apart. So a link that turns
-slow between two of its turns (every 8-32 s on 2 workers x 2 ps) has, within seconds, the
-three fresh round trips beside its peers' that a live slow-link screen needs, while a
-clean run pays nothing for it. Closer looks spend a credit that accrues at the ``probe``
-budget's share of a core (``budget``), up to ``CLOSER_BURST_NS``: training that slows and
-recovers every few seconds costs at most the probe's share again, not a multiple of it.
+moved brings it back (``_Cadence``). When a link may have slowed, the probe looks closer
+(``look_closer``, which the liveness checks call when a ps's answers turned slow,
+``liveness``): the next ``CLOSER_ROUNDS`` rounds probe every link from this task and from
+the workers named, ``CLOSER_PAUSE_S`` apart. So a link that turns slow between two of its
+turns (every 8-32 s on 2 workers x 2 ps) has, within seconds, the three fresh round trips
+beside its peers' that a live slow-link screen needs, while a clean run pays only for the
+liveness checks' rare false alarms. Closer looks spend a credit that accrues at the
+``probe`` budget's share of a core (``budget``), up to ``CLOSER_BURST_NS``: links that
+slow and recover every few seconds cost at most the probe's share again, not a multiple
+of it.
 Every ``payload_every``-th pass over the links also moves ``payload_bytes`` from each
 remote task (a tensor filled there from its timestamp, so nothing can fold it into a
 constant); the analysis turns the extra time into bandwidth.
@@ -379,12 +379,12 @@ class RpcProber:
                 continue
 
     def look_closer(self, workers) -> None:
-        """Training slowed on ``workers``: the next ``CLOSER_ROUNDS`` rounds probe every link
+        """A link may have slowed: the next ``CLOSER_ROUNDS`` rounds probe every link
         from this task and from those workers (each link beside its peers from the same
         source), the first at once, while the closer looks' credit lasts. Any thread may call it.
 
         Example:
-            >>> prober.look_closer({"worker:1"})  # closure_recorder's on_slower  # doctest: +SKIP
+            >>> prober.look_closer({"worker:0", "worker:1"})  # a ps's answers turned slow  # doctest: +SKIP
         """
         self._asked = frozenset(workers)
         self._wake.set()

@@ -20,10 +20,9 @@ starts them, in this order:
    dispatches anything (tracing one registers it with every task), and its thread
    starts on :meth:`TaskSession.start_deferred`, which the closure recorder calls once
    the first closure is back (a probe from another thread while the coordinator traced
-   its first closures once hung the warm-up join, slow-ps run); the closure recorder
-   asks it to look closer at the links when a worker's closures turn slower than usual;
+   its first closures once hung the warm-up join, slow-ps run);
 9. the liveness checks (``liveness``) of the tasks that run no collector, in the task
-   that writes the manifest; a task whose answers turn slow has the probe look closer;
+   that writes the manifest; a ps whose answers turn slow has the probe look closer;
 10. the live findings thread (``live_thread``), in the task that writes the manifest,
    last: it evaluates what the others write (under the coordinator it first has the
    closure recorder flush its records).
@@ -157,14 +156,12 @@ class TaskSession:
         prober = self._run("rpc", wants.probe_interval_s, lambda: self._prepared_prober(faults), RpcProber.stop)
         if prober is not None:
             self._deferred.append(("rpc", prober))
-            if self.closures is not None:
-                self.closures.on_slower = prober.look_closer  # training slowed: a closer look at the links
         liveness = self._run("liveness", wants.unwatched_jobs and self.writes_manifest, lambda: LivenessProbe(
             self.writer, unwatched_tasks(self.cluster, wants.unwatched_jobs)).start(), LivenessProbe.stop)
         if liveness is not None and prober is not None:
             workers = frozenset(cluster_tasks(self.cluster, jobs=("worker",)))
             # A slow ps delays every worker's steps: a closer look at the links from all of them.
-            liveness.on_slow_link = lambda task: prober.look_closer(workers if task.startswith("ps:") else {task})
+            liveness.on_slow_link = lambda ps: prober.look_closer(workers)
         live = self._run("live", self.writes_manifest,
                          lambda: live_thread.start(self.logdir, self.writer, wants.live_interval_s),
                          live_thread.LiveThread.stop)
