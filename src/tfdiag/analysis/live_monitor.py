@@ -181,7 +181,7 @@ class LiveMonitor:
         # Candidates are judged on the round trips the screen saw them on, not on the whole
         # window: the detector judges a link by its fastest, and one from before the link
         # turned slow would reject it until the window had passed the change.
-        fresh_ns = self.screen.fresh_since_ns() if due else None
+        fresh_ns = min([ns for _, task in due if (ns := self.screen.slow_since_ns(task)) is not None], default=None)
         if fresh_ns is not None:
             window_s = min(window_s, (now_ns - fresh_ns) / 1e9 + FRESH_MARGIN_S)
         transitions = self._live_links.evaluate(now_ns, confirm=confirm, gone=gone,

@@ -53,8 +53,8 @@ SCREEN_SLOWDOWN = 1.2
 # its start is the whole-run report's, and a candidate the analysis keeps rejecting costs.
 SCREEN_INPUT_SHARE = 0.1
 # A link to a ps whose last LINK_SAMPLES round trips were all this much above, and this
-# many times, the links' from the same task to the other ps (the fastest of each link's
-# last ones; the median over the peers) is a candidate: the slow_link detector's bars
+# many times, the links' from the same task to the other ps (each peer at the fastest of
+# its fresh round trips; the median over the peers) is a candidate: the slow_link detector's bars
 # (MIN_EXTRA_NS, 2 ms; SLOW_RATIO, 3x) on its statistic, over fewer round trips (the
 # fastest of fewer reads higher: looser for the link judged). A link's fastest round trip
 # is what the path costs: load only adds to a probe, and a ps busier than the others
@@ -189,6 +189,7 @@ class LiveScreen:
         self.links: dict[tuple[str, str, str], _Series] = defaultdict(_Series)  # (source, src, dst) -> (time, ns)
         self.lowest_input_share: dict[str, float] = {}  # a worker's lowest recent input-wait share so far
         self.usual_link_ns: dict[tuple, list[int]] = {}  # link -> its fastest recent round trip, screens it was no candidate
+        self._slow_since: dict[tuple, int] = {}  # link the last links screen found slow -> its slow run's first round trip
         self.stops = Stops(own_task)
         self.last_step: dict[str, int] = {}  # worker -> its highest step number
         self.steps_per_record: dict[str, int] = {}  # worker -> training steps its latest step records cover
@@ -407,35 +408,36 @@ class LiveScreen:
             return None
         return min(gaps) if targets is not None else _median(np.array(gaps))
 
-    def fresh_since_ns(self) -> int | None:
-        """When the oldest of the round trips the slow-link screen judged on was read (the
-        earliest of every fresh link's last ``LINK_SAMPLES``); None when no link is fresh.
-        A confirmation that judges from there on judges what the screen saw, not a round
-        trip from before a link turned slow."""
-        oldest = None
-        for series in self.links.values():
-            recent = series.since(self.now_ns - int(LINK_FRESH_S * 1e9))
-            if recent is not None and len(recent[0]) >= LINK_SAMPLES:
-                since = int(np.sort(recent[0])[-LINK_SAMPLES])
-                oldest = since if oldest is None else min(oldest, since)
-        return oldest
+    def slow_since_ns(self, task: str) -> int | None:
+        """When the links to ``task`` the screen last found slow began their run of slow round
+        trips (the earliest over their sources); None when it found none. A confirmation that
+        judges from there on judges what the screen saw, not a round trip from before the
+        link turned slow (the detector judges a link by its fastest)."""
+        since = [ns for (_, _, dst), ns in self._slow_since.items() if dst == task]
+        return min(since) if since else None
 
     def _slow_links(self) -> list[tuple[str, str]]:
-        fastest = {}  # link -> the fastest of its last LINK_SAMPLES round trips, if all fresh
+        fresh = {}  # link -> (times, round trips) of its fresh round trips, oldest first, if LINK_SAMPLES
         for key, series in self.links.items():
             recent = series.since(self.now_ns - int(LINK_FRESH_S * 1e9))
             if recent is not None and len(recent[0]) >= LINK_SAMPLES:
-                fastest[key] = int(recent[1][np.argsort(recent[0])[-LINK_SAMPLES:]].min())
-        found = []
-        for key, rtt in fastest.items():
-            peers = [value for other, value in fastest.items() if other != key and other[:2] == key[:2]]
+                order = np.argsort(recent[0])
+                fresh[key] = (recent[0][order], recent[1][order])
+        found, self._slow_since = [], {}
+        for key, (times, took) in fresh.items():
+            # Each peer at the fastest of its fresh round trips: what its path costs.
+            peers = [int(other[1].min()) for link, other in fresh.items() if link != key and link[:2] == key[:2]]
             if not peers:
                 continue  # one ps alone is never slow_link: judged against the others
             reference = _median(np.array(peers))
+            slow = (took - reference >= SCREEN_LINK_EXTRA_NS) & (took >= SCREEN_LINK_RATIO * reference)
+            rtt = int(took[-LINK_SAMPLES:].min())
             usual = self.usual_link_ns.setdefault(key, [])
-            if rtt - reference < SCREEN_LINK_EXTRA_NS or rtt < SCREEN_LINK_RATIO * reference:
+            if not slow[-LINK_SAMPLES:].all():
                 usual.append(rtt)  # in line with its peers: what the link usually reads
                 del usual[:-USUAL_SCREENS]
             elif usual and rtt - _median(np.array(usual)) >= SCREEN_LINK_EXTRA_NS:
                 found.append(("slow_link", key[2]))
+                run = len(slow) - (np.flatnonzero(~slow).max() + 1 if (~slow).any() else 0)
+                self._slow_since[key] = int(times[-run])
         return found
