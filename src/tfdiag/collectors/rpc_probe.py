@@ -20,8 +20,9 @@ links of 2 workers × 2 ps every second would take 1.3 % of a 2-core machine
 pause between rounds grows up to ``MAX_SLOWDOWN`` times ``interval_s``; a round trip that
 moved brings it back (``_Cadence``). When a link may have slowed, the probe looks closer
 (``look_closer``, which the liveness checks call when a ps's answers turned slow,
-``liveness``): the next ``CLOSER_ROUNDS`` rounds probe every link to the ps from this task
-and from every worker, ``CLOSER_PAUSE_S`` apart. So a link that turns slow between two of its
+``liveness``): the next ``CLOSER_ROUNDS`` rounds probe the links from this task to every
+ps, ``CLOSER_PAUSE_S`` apart (the workers' links to them keep their turns: a probe relayed
+through a worker costs as much, and the live judgement needs one source). So a link that turns slow between two of its
 turns (every 8-32 s on 2 workers x 2 ps) has, within seconds, the three fresh round trips
 beside its peers' that a live slow-link screen needs, while a clean run pays only for the
 liveness checks' rare false alarms. Closer looks spend a credit that accrues at the
@@ -100,9 +101,9 @@ MOVED_AFTER = 3
 # run, against 1-2 ms usually, hiding a 10 ms delay (3x its peers is the bar).
 CLOSER_ROUNDS = 5
 CLOSER_PAUSE_S = 0.5
-# The most CPU closer looks may spend at once: two closer looks at the 6 links to the ps
-# of 2 workers x 2 ps (5 rounds; a probe costs this process 1-2 ms, and the rounds' thread
-# more), which the probe's share of a core (0.2 %) accrues again in about a minute.
+# The most CPU closer looks may spend at once: about four closer looks at 2 ps (5 rounds;
+# a probe costs this process 1-2 ms, more on a coordinator busy with a hundred closures a
+# second), which the probe's share of a core (0.2 %) accrues again in about a minute.
 CLOSER_BURST_NS = 120_000_000
 # Every 10th probe of a link carries 1 MB: far below any link the analysis would call
 # slow, and the bandwidth estimate still gets a sample per link every 10 passes.
@@ -252,7 +253,7 @@ class RpcProber:
         self._legs = [(None, target) for target in self.targets] + self.relays
         self._next_leg = 0  # where the next round starts in self._legs
         self._closer: dict[tuple, int] = {}  # leg -> rounds that still probe it beside their turn
-        self._asked: tuple[frozenset, frozenset] | None = None  # look_closer()'s sources and targets, not yet taken
+        self._asked: frozenset[str] | None = None  # look_closer()'s targets, not yet taken
         self._credit_ns = CLOSER_BURST_NS  # CPU closer looks may still spend (_spend)
         self._credited_at_ns: int | None = None
         self._functions: dict[tuple, object] = {}
@@ -380,16 +381,15 @@ class RpcProber:
             except tf.errors.OpError:
                 continue
 
-    def look_closer(self, sources, targets) -> None:
+    def look_closer(self, targets) -> None:
         """A link to one of ``targets`` may have slowed: the next ``CLOSER_ROUNDS`` rounds probe
-        every link from this task and from the workers of ``sources`` to every task of
-        ``targets`` (each link beside its peers from the same source), the first at once,
-        while the closer looks' credit lasts. Any thread may call it.
+        the links from this task to every task of ``targets`` (the link beside its peers),
+        the first at once, while the closer looks' credit lasts. Any thread may call it.
 
         Example:
-            >>> prober.look_closer({"worker:0", "worker:1"}, {"ps:0", "ps:1"})  # a ps answered slowly  # doctest: +SKIP
+            >>> prober.look_closer({"ps:0", "ps:1"})  # a ps answered slowly  # doctest: +SKIP
         """
-        self._asked = (frozenset(sources), frozenset(targets))
+        self._asked = frozenset(targets)
         self._wake.set()
 
     def _probe_once(self) -> float:
@@ -421,10 +421,8 @@ class RpcProber:
                 self._cadence.pass_done()
         asked, self._asked = self._asked, None
         if asked is not None:
-            sources, targets = asked
-            self._closer.update(dict.fromkeys(
-                [(relay, dst) for relay, dst in self._legs if (relay is None or relay in sources) and dst in targets],
-                CLOSER_ROUNDS))
+            self._closer.update(dict.fromkeys([(None, target) for target in self.targets if target in asked],
+                                              CLOSER_ROUNDS))
         if self._credit_ns <= 0:  # spent: the closer looks pending are dropped
             self._closer = {}
         closer = [leg for leg in self._closer if leg not in legs]

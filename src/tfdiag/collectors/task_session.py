@@ -159,9 +159,8 @@ class TaskSession:
         liveness = self._run("liveness", wants.unwatched_jobs and self.writes_manifest, lambda: LivenessProbe(
             self.writer, unwatched_tasks(self.cluster, wants.unwatched_jobs)).start(), LivenessProbe.stop)
         if liveness is not None and prober is not None:
-            workers, ps_tasks = (frozenset(cluster_tasks(self.cluster, jobs=(job,))) for job in ("worker", "ps"))
-            # A slow ps delays every worker's steps: a closer look at every link to it and its peers.
-            liveness.on_slow_link = lambda ps: prober.look_closer(workers, ps_tasks)
+            ps_tasks = frozenset(cluster_tasks(self.cluster, jobs=("ps",)))
+            liveness.on_slow_link = lambda ps: prober.look_closer(ps_tasks)  # the link and its peers
         live = self._run("live", self.writes_manifest,
                          lambda: live_thread.start(self.logdir, self.writer, wants.live_interval_s),
                          live_thread.LiveThread.stop)
