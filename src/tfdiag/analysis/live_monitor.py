@@ -46,8 +46,11 @@ from tfdiag.analysis.live_transition import Transition, message
 CONFIRM_RETRY_S = 2.0
 FREE_RETRIES = 2
 # Seconds a slow_link confirmation's window reaches before the oldest round trip the
-# screen judged on (the records' times are read on different tasks' clocks).
+# screen judged on (the records' times are read on different tasks' clocks), and the
+# shortest such window: one of ps_ctl's closer looks is over in 2 s, when 2 s hold too few
+# step records (live.MIN_STEP_RECORDS) to judge, and the confirmation waited a tick.
 FRESH_MARGIN_S = 0.5
+MIN_FRESH_WINDOW_S = 4.0
 # A verdict's window begins where the screen first saw the change (live_verdict.
 # verdict_window_s), so one at the screen's first sight usually decides; a candidate the
 # detector rejects is judged again every CONFIRM_RETRY_S, as its window grows towards
@@ -183,7 +186,7 @@ class LiveMonitor:
         # turned slow would reject it until the window had passed the change.
         fresh_ns = min([ns for _, task in due if (ns := self.screen.slow_since_ns(task)) is not None], default=None)
         if fresh_ns is not None:
-            window_s = min(window_s, (now_ns - fresh_ns) / 1e9 + FRESH_MARGIN_S)
+            window_s = min(window_s, max((now_ns - fresh_ns) / 1e9 + FRESH_MARGIN_S, MIN_FRESH_WINDOW_S))
         transitions = self._live_links.evaluate(now_ns, confirm=confirm, gone=gone,
                                                 window_s=window_s if fresh_ns is not None else None)
         self.confirmations += 1

@@ -1,7 +1,9 @@
 """When a reading that has a usual level turns slower than usual: the onset of a slow spell.
 
-:class:`Onsets` keeps, per key (a worker, a link), the usual level of its readings (a
-moving geometric mean of the readings in band) and says when a spell of readings
+:class:`Onsets` keeps, per key (a link), the usual level of its readings (the median of
+its last ``USUAL_READINGS`` readings in band: a mean would follow a loaded host's spikes
+up, and a liveness check of ps_ctl's ps read 13 ms in band behind a 10 ms delay) and says
+when a spell of readings
 ``rise`` times that level (and ``floor`` above it) begins: at the ``after``-th such
 reading in a row, once, not on every reading while the spell lasts. After ``settle``
 slow readings in a row the slower level is the usual one (the job changed). A key is
@@ -15,6 +17,12 @@ Example:
 
 from __future__ import annotations
 
+import statistics
+from collections import deque
+
+# Readings in band whose median is a key's usual level.
+USUAL_READINGS = 10
+
 
 class Onsets:
     """Per key, the usual level of its readings and the onsets of slower spells."""
@@ -25,8 +33,7 @@ class Onsets:
         self.after = after
         self.warm_up = warm_up
         self.settle = settle
-        self._usual: dict = {}
-        self._in_band: dict = {}  # key -> readings in band so far
+        self._in_band: dict = {}  # key -> its last USUAL_READINGS readings in band
         self._slow: dict = {}  # key -> slow readings in a row, while slow
 
     def slow_in_a_row(self, key) -> int:
@@ -35,16 +42,15 @@ class Onsets:
 
     def began(self, key, value: float) -> bool:
         """Folds one reading of ``key``; whether it begins a slow spell."""
-        value = max(float(value), 1e-12)
-        usual = self._usual.get(key)
-        if usual is not None and self._in_band.get(key, 0) >= self.warm_up \
-                and value >= self.rise * usual and value - usual >= self.floor:
+        in_band = self._in_band.setdefault(key, deque(maxlen=USUAL_READINGS))
+        usual = statistics.median(in_band) if len(in_band) >= self.warm_up else None
+        if usual is not None and value >= self.rise * usual and value - usual >= self.floor:
             in_a_row = self._slow[key] = self._slow.get(key, 0) + 1
             if in_a_row >= self.settle:  # the level changed: this is its usual now
-                self._usual[key] = value
+                in_band.clear()
+                in_band.extend([value] * self.warm_up)
                 del self._slow[key]
             return in_a_row == self.after
         self._slow.pop(key, None)
-        self._usual[key] = value if usual is None else usual ** 0.75 * value ** 0.25
-        self._in_band[key] = self._in_band.get(key, 0) + 1
+        in_band.append(value)
         return False

@@ -101,10 +101,13 @@ MOVED_AFTER = 3
 # run, against 1-2 ms usually, hiding a 10 ms delay (3x its peers is the bar).
 CLOSER_ROUNDS = 5
 CLOSER_PAUSE_S = 0.5
-# The most CPU closer looks may spend at once: about four closer looks at 2 ps (5 rounds;
-# a probe costs this process 1-2 ms, more on a coordinator busy with a hundred closures a
-# second), which the probe's share of a core (0.2 %) accrues again in about a minute.
-CLOSER_BURST_NS = 120_000_000
+# The most CPU closer looks may spend ahead of their share: a few closer looks at 2 ps (5
+# rounds of a probe to each, 1-2 ms of this process's CPU apiece, more on a busy
+# coordinator, with the round's own thread). At 120 ms, ps_ctl's slow-link run at 198bdbe
+# cut two of its closer looks short after two rounds (a delay coming on every 30 s, and the
+# rare false alarms of the liveness checks between); the share (0.2 %) accrues 200 ms in
+# under two minutes.
+CLOSER_BURST_NS = 200_000_000
 # Every 10th probe of a link carries 1 MB: far below any link the analysis would call
 # slow, and the bandwidth estimate still gets a sample per link every 10 passes.
 DEFAULT_PAYLOAD_EVERY = 10
