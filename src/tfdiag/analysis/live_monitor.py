@@ -7,8 +7,9 @@
   CPU credit, by a verdict (``live_verdict``: the detector and the advisor on the records
   the screen keeps, from where its window first showed the candidate, about 100 ms);
 - ``slow_link`` on the first tick that shows it, while the credit allows
-  (``may_confirm``), by the analysis of a window of a few round trips at the probe's pace
-  (``live.LiveFindings``, ``live.link_window_s``: hundreds of milliseconds).
+  (``may_confirm``), by the analysis of the window from the candidate's run of slow round
+  trips on (``live.LiveFindings``, at most ``live.link_window_s``: tens to hundreds of
+  milliseconds).
 
 The judgement announces the finding the first time it sees it, with its own title,
 evidence and predicted speed-up (the whole-run analysis's of the same window). A
