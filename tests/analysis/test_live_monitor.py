@@ -177,20 +177,21 @@ def test_a_worker_that_stops_is_named_within_30_s(tmp_path):
     assert "no progress" in began.message and began.severity == "critical"
 
 
-def test_a_spent_credit_delays_link_confirmations_but_not_a_verdict_or_a_stopped_task(tmp_path):
+def test_a_spent_credit_delays_clearing_a_link_but_not_its_onset_a_verdict_or_a_stopped_task(tmp_path):
     job = Job(tmp_path / "run")
     credit = [False]
     job.monitor.may_confirm = lambda: credit[0]
     job.until(20).until(40, step_ms={"worker:1": 50.0}, rtt_ms={"ps:0": 20.5})
-    assert job.monitor.confirmations == 0 and not job.began("slow_link")
-    assert [c.tasks for _, c in job.began("straggler")] == [("worker:1",)]  # a verdict needs no credit
-    credit[0] = True  # the candidate waited, not rejected: confirmed on the next tick
-    job.until(42, step_ms={"worker:1": 50.0}, rtt_ms={"ps:0": 20.5})
-    assert [t for t, _ in job.began("slow_link")] == [42]
+    assert job.began("slow_link") and [c.tasks for _, c in job.began("straggler")] == [("worker:1",)]
+    job.until(60)  # the delay ended: clearing waits for the credit ...
+    assert not [c for _, c in job.announced if c.state == "cleared" and c.kind == "slow_link"]
+    credit[0] = True
+    job.until(70)  # ... and comes once it is there
+    assert [c for _, c in job.announced if c.state == "cleared" and c.kind == "slow_link"]
     credit[0] = False
-    job.until(80, step_ms={"worker:1": 1e9})  # worker:1 stops: named from the screen, no credit needed
+    job.until(100, step_ms={"worker:1": 1e9})  # worker:1 stops: named from the screen, no credit needed
     (began_at, began), = job.began("stalled")
-    assert began.tasks == ("worker:1",) and began_at <= 42 + 30
+    assert began.tasks == ("worker:1",) and began_at <= 70 + 30
 
 
 def test_a_silent_writer_and_a_failed_task_are_named(tmp_path):

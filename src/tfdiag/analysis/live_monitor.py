@@ -6,8 +6,8 @@
 - ``straggler`` and ``input_bound`` on every tick that shows it, whatever the thread's
   CPU credit, by a verdict (``live_verdict``: the detector and the advisor on the records
   the screen keeps, from where its window first showed the candidate, about 100 ms);
-- ``slow_link`` on the first tick that shows it, while the credit allows
-  (``may_confirm``), by the analysis of the window from the candidate's run of slow round
+- ``slow_link`` on the first tick that shows it, whatever the credit, by the analysis
+  of the window from the candidate's run of slow round
   trips on (``live.LiveFindings``, at most ``live.link_window_s``: tens to hundreds of
   milliseconds).
 
@@ -80,7 +80,7 @@ class LiveMonitor:
         own_task: the task running it (never reported silent).
         before_confirmation: called before each judgement (the coordinator's
             ``flush_records``, so that the window holds every closure finished so far).
-        may_confirm: asked before a slow_link confirmation; false: it waits for a later tick
+        may_confirm: asked before a judgement that may clear a slow_link; false: it waits for a later tick
             (verdicts and stopped tasks go on whatever it says).
     """
 
@@ -129,7 +129,9 @@ class LiveMonitor:
         standing = [key for key in self._since if key[0] not in VERDICT_KINDS]
         due = [key for key in standing if self._due(key, now_ns)]
         unshown = self._unshown(self._live_links.announced_keys() if self._live_links else [], now_ns)
-        if (due or (unshown and now_ns >= self._clear_at_ns["links"])) and self.may_confirm():
+        # A due candidate is judged whatever the thread's credit, as a verdict is: the screen
+        # shows one only on fresh round trips, all slow (a closer look's); clearing waits.
+        if due or (unshown and now_ns >= self._clear_at_ns["links"] and self.may_confirm()):
             confirmed = self._confirm(now_ns, standing, due, frozenset(unshown))
             self._next_clear("links", now_ns, bool(unshown), confirmed)
             transitions += confirmed
