@@ -155,6 +155,21 @@ def test_a_delay_from_before_the_links_usual_was_known_does_not_hide_the_next_on
     assert _screen_links(RunBuilder(tmp_path / "run", workers=2, ps=2), readings, 40) == [("slow_link", "ps:1")]
 
 
+def test_a_closer_look_at_links_no_screen_has_seen_fresh_finds_the_one_that_rose(tmp_path):
+    """The probe reads each link every 16 s, so no screen saw three fresh round trips of one
+    before the closer look (three rounds a second apart) read ps:1 slow: its older round trips
+    are its usual. Were they as slow, nothing rose."""
+    for older_ms, expected in ((0.5, [("slow_link", "ps:1")]), (20.0, [])):
+        run = RunBuilder(tmp_path / f"run-{older_ms}", workers=2, ps=2)
+        for at_s in (12, 28, 44):
+            _reading(run, "ps:0", at_s, 0.5)
+            _reading(run, "ps:1", at_s - 8, older_ms)
+        for at_s in (58, 59, 60):
+            _reading(run, "ps:0", at_s, 0.5)
+            _reading(run, "ps:1", at_s, 20.0)
+        assert _screened(run, 61).candidates() == expected
+
+
 def test_a_slow_links_window_follows_the_pace_of_the_link_looked_at_closer(tmp_path):
     """The probe reads a link that turned slow every second, the others every 16 s: the
     candidate's window holds its readings since the change, not a minute of older ones."""

@@ -78,7 +78,8 @@ LINK_RECENT_S = 60.0
 # peers read of it): a rise, not a level, as for the input screen. A ps busier than the
 # others can read 3x its peers at the fastest of three round trips on a loaded host all run
 # long (ps_ctl's ps:1, 4-8 ms against 1-2 ms, judged and rejected on most screens); a link
-# never read in line with its peers has no usual, and a link slow from the start is the
+# no screen has read in line with its peers yet takes the fastest of its kept round trips
+# from before its slow run (``_fastest_before``), and a link slow from the start is the
 # whole-run report's. (A slow reading never becomes the usual one: a delay that began
 # before the link's usual was known would otherwise hide the next onsets.)
 USUAL_SCREENS = 30
@@ -436,8 +437,20 @@ class LiveScreen:
             if not slow[-LINK_SAMPLES:].all():
                 usual.append(rtt)  # in line with its peers: what the link usually reads
                 del usual[:-USUAL_SCREENS]
-            elif usual and rtt - _median(np.array(usual)) >= SCREEN_LINK_EXTRA_NS:
+                continue
+            run = len(slow) - (np.flatnonzero(~slow).max() + 1 if (~slow).any() else 0)
+            since = int(times[-run])
+            usual_ns = _median(np.array(usual)) if usual else self._fastest_before(key, since)
+            if usual_ns is not None and rtt - usual_ns >= SCREEN_LINK_EXTRA_NS:
                 found.append(("slow_link", key[2]))
-                run = len(slow) - (np.flatnonzero(~slow).max() + 1 if (~slow).any() else 0)
-                self._slow_since[key] = int(times[-run])
+                self._slow_since[key] = since
         return found
+
+    def _fastest_before(self, key: tuple, since_ns: int) -> float | None:
+        """The fastest of a link's kept round trips (LINK_RECENT_S) from before ``since_ns``:
+        its usual when no screen has yet read it in line with its peers. The probe reads a
+        link every 8-32 s, so three fresh round trips of each link come together only when it
+        looks closer, and that is once a link turned slow."""
+        kept = self.links[key].since(0)
+        older = kept[1][kept[0] < since_ns] if kept is not None else ()
+        return float(older.min()) if len(older) else None
