@@ -203,8 +203,8 @@ def _predictions(run: Path, began: list[dict]) -> list[tuple]:
     pairs = []
     for record in began:
         window = window_of(whole, record["time_ns"], record.get("window_s") or WINDOW_S)  # none: before the column
-        finding = next((f for (kind, tasks), f in announced_findings(window).items()
-                        if kind == record["kind"] and ",".join(tasks) == record["tasks"]), None)
+        finding = next((f for (kind, tasks), f in announced_findings(window).items()  # the same tasks, in any order
+                        if kind == record["kind"] and sorted(tasks) == sorted(record["tasks"].split(","))), None)
         pairs.append((record["predicted_speedup"], finding.recommendation.predicted_speedup if finding else None))
     return pairs
 
