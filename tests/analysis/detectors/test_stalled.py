@@ -186,6 +186,31 @@ def test_the_ps_that_stopped_answering_is_named_first_and_the_workers_as_waiting
     assert finding.title.endswith("; ps:0 not answering")
 
 
+@pytest.mark.parametrize("ps_checks, unresponsive", [("before", ["worker:1", "ps:0"]), (None, ["worker:1", "ps:0"]),
+                                                      ("answering", ["worker:1"])])
+def test_a_ps_that_answers_its_status_checks_is_not_named_for_a_probe_stuck_on_a_frozen_worker(
+        builder, ps_checks, unresponsive):
+    """worker:1 froze; the probe round whose leg through it waits out its deadline reaches
+    ps:0 no more, but the coordinator's status checks of ps:0 are answered after the stall
+    began: ps:0 is not what the workers wait for (test_heartbeat's frozen worker named
+    worker:1, ps:0 on a loaded host). Checks answered only before the stall, or none, leave
+    ps:0 unreached."""
+    run = builder()
+    run.steps("worker:0", count=100, step_ms=20, closures=True)
+    run.steps("worker:1", count=150, step_ms=20, closures=True)
+    run.heartbeats("chief:0", until_ms=60_000, subjects=WORKERS, in_flight=(2, 2_100))
+    _probes(run, "chief:0", "worker:0", until_ms=60_000)
+    _probes(run, "chief:0", "ps:0", until_ms=3_000)
+    _probes(run, "chief:0", "worker:1", until_ms=3_000)
+    if ps_checks == "before":
+        run.liveness("ps:0", ["OK"], task="chief:0", start_ms=1_000)
+    elif ps_checks == "answering":
+        run.liveness("ps:0", ["OK"] * 29, task="chief:0", every_ms=2_000, start_ms=1_000)
+    [finding] = _stalled(analyze(run.write()))
+    assert finding.evidence["unresponsive"] == unresponsive
+    assert ("ps:0" in finding.tasks) == ("ps:0" in unresponsive)
+
+
 def test_without_probes_after_the_stall_the_first_to_stop_is_named_first(builder):
     # The prober itself stopped (or none ran): no task is known to be unresponsive.
     run = builder()

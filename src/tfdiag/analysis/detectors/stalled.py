@@ -172,10 +172,13 @@ def _progress_state(measured: Measurements, beats: pd.DataFrame, subject: str, n
 
 
 def _answering(measured: Measurements, stalled: list[dict]) -> tuple[list[str], list[str]]:
-    """The stalled workers and the ps tasks the RPC probe has not reached since the stall
-    began (``unresponsive``), and the stalled workers it has, when it reached any task
-    after the earliest stall (a probe answered shows the prober still ran); a task it
-    never reached is in neither. A ps runs no collector of its own: the probe is its voice."""
+    """The stalled workers and the ps tasks neither the RPC probe nor a liveness check has
+    reached since the stall began (``unresponsive``), and the stalled workers they have,
+    when the probe reached any task after the earliest stall (a probe answered shows the
+    prober still ran); a task never reached is in neither. A ps runs no collector of its
+    own: the probe and the liveness checks are its voice (a probe round whose leg through a
+    frozen worker waits out its deadline leaves the ps it goes on to unprobed for seconds,
+    while the ps answers its checks)."""
     probes = measured.run.frame("rpc")
     if probes.empty:
         return [], []
@@ -183,8 +186,13 @@ def _answering(measured: Measurements, stalled: list[dict]) -> tuple[list[str], 
     answered = to_reference_clock(probes["recv_ns"], probes["src"], measured.offsets)
     if not (answered > began_ns).any():
         return [], []
+    checks = measured.run.frame("liveness")
+    if not checks.empty:
+        checks = checks[checks["status"] == "OK"]
+    checked = (to_reference_clock(checks["time_ns"] + checks["duration_ns"], checks["task"], measured.offsets)
+               .groupby(checks["target"].astype(str)).max() if not checks.empty else pd.Series(dtype="float64"))
     latest = pd.concat([answered.groupby(probes["dst"].astype(str)).max(),
-                        answered.groupby(probes["src"].astype(str)).max()]).groupby(level=0).max()
+                        answered.groupby(probes["src"].astype(str)).max(), checked]).groupby(level=0).max()
     since = {state["task"]: state["since_ns"] for state in stalled} | {ps: began_ns for ps in measured.ps_tasks}
     reached = {task: latest[task] > at for task, at in since.items() if task in latest.index}
     workers = {state["task"] for state in stalled}
