@@ -189,7 +189,7 @@ def _answering(measured: Measurements, stalled: list[dict]) -> tuple[list[str], 
     checks = measured.run.frame("liveness")
     if not checks.empty:
         checks = checks[checks["status"] == "OK"]
-    checked = (to_reference_clock(checks["time_ns"] + checks["duration_ns"], checks["task"], measured.offsets)
+    checked = (to_reference_clock(checks["time_ns"], checks["task"], measured.offsets)  # asked, and answered
                .groupby(checks["target"].astype(str)).max() if not checks.empty else pd.Series(dtype="float64"))
     latest = pd.concat([answered.groupby(probes["dst"].astype(str)).max(),
                         answered.groupby(probes["src"].astype(str)).max(), checked]).groupby(level=0).max()
