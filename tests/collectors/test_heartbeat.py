@@ -82,6 +82,11 @@ def test_a_failing_in_flight_reader_costs_beats_not_the_caller(tmp_path, fast_be
 
 
 STALL_JOB = Path(__file__).with_name("stall_job.py")
+# A frozen worker's closure was dispatched before it froze, or is the next of the stall
+# job's closures it took: one every 0.2 s, after the job's copy of the frozen worker's
+# timings, which holds its loop up to stall_job.COPY_TIMEOUT_S (1 s; the closure came
+# 1.26 s after the freeze in a run at 3c6f0f4). Two seconds cover that and the rounding.
+FROZEN_DISPATCH_S = 2.0
 
 
 @pytest.mark.alone
@@ -106,6 +111,7 @@ def test_a_frozen_worker_is_named_stalled_while_the_job_hangs(tmp_path):
 
         frozen = cluster.tasks["worker:1"].process.pid
         os.kill(frozen, signal.SIGSTOP)
+        frozen_ns = time.time_ns()
         (logdir / "copy_timings").write_text("worker:1")
         frozen_at = time.monotonic()
         while not (stalled := [f for f in analyze(logdir).findings if f.kind == "stalled"]):
@@ -116,7 +122,11 @@ def test_a_frozen_worker_is_named_stalled_while_the_job_hangs(tmp_path):
         assert finding.tasks == ("worker:1",), finding.summary
         assert [(s["task"], s["verdict"]) for s in finding.evidence["silent"]] == [("worker:1", "frozen or hung")]
         assert finding.evidence["state"] == "partial" and finding.evidence["progressing"] == ["worker:0"]
-        assert finding.evidence["in_flight"]["closures"] >= 1 and finding.evidence["in_flight"]["oldest_age_s"] > 0
+        # The closure held in flight is the one worker:1 took as it froze: in flight since about
+        # the freeze. (Not the stall floor: named 10.7 s after the freeze, its age read 8.8 s.)
+        in_flight, beat_ns = finding.evidence["in_flight"], finding.evidence["latest_heartbeat_ns"]
+        assert in_flight["closures"] >= 1
+        assert in_flight["oldest_age_s"] >= (beat_ns - frozen_ns) / 1e9 - FROZEN_DISPATCH_S, in_flight
         [state] = finding.evidence["stalled"]
         assert state["stalled_s"] > SILENT_STALL_FLOOR_S
         # The tab re-analyses the live run on refresh and shows the same finding, first.

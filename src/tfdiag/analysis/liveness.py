@@ -26,6 +26,21 @@ ANSWER_AFTER_STALL_S = 2 * HEARTBEAT_EVERY_S
 VERDICTS = {"DEADLINE_EXCEEDED": "frozen or hung", "UNAVAILABLE": "gone"}
 
 
+def last_answers(liveness: pd.DataFrame, offsets: dict[str, int]) -> pd.Series:
+    """Each target's last answered check (its time on the reference clock), by target.
+
+    >>> checks = pd.DataFrame({"task": "chief:0", "target": ["ps:0", "ps:0", "ps:1"], "time_ns": [1, 6, 3],
+    ...                        "status": ["OK", "DEADLINE_EXCEEDED", "OK"]})
+    >>> last_answers(checks, {}).to_dict()
+    {'ps:0': 1, 'ps:1': 3}
+    """
+    if liveness.empty:
+        return pd.Series(dtype="float64")
+    answered = liveness[liveness["status"] == "OK"]
+    return (to_reference_clock(answered["time_ns"], answered["task"], offsets)
+            .groupby(answered["target"].astype(str)).max())
+
+
 def silent_tasks(liveness: pd.DataFrame, offsets: dict[str, int], since_ns: float) -> list[dict]:
     """The targets that went silent as a stall began at ``since_ns``: every check since their
     last answer failed, at least ``MIN_UNANSWERED`` of them, and that answer came no later

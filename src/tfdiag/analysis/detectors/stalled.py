@@ -26,7 +26,7 @@ import pandas as pd
 from tfdiag.analysis.align import to_reference_clock
 from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.groups import TaskGroups
-from tfdiag.analysis.liveness import silent_tasks
+from tfdiag.analysis.liveness import last_answers, silent_tasks
 from tfdiag.analysis.measurements import Measurements
 from tfdiag.store.paths import stacks_path
 from tfdiag.analysis.step_stats import RECENT_ROWS
@@ -186,11 +186,7 @@ def _answering(measured: Measurements, stalled: list[dict]) -> tuple[list[str], 
     answered = to_reference_clock(probes["recv_ns"], probes["src"], measured.offsets)
     if not (answered > began_ns).any():
         return [], []
-    checks = measured.run.frame("liveness")
-    if not checks.empty:
-        checks = checks[checks["status"] == "OK"]
-    checked = (to_reference_clock(checks["time_ns"], checks["task"], measured.offsets)  # asked, and answered
-               .groupby(checks["target"].astype(str)).max() if not checks.empty else pd.Series(dtype="float64"))
+    checked = last_answers(measured.run.frame("liveness"), measured.offsets)
     latest = pd.concat([answered.groupby(probes["dst"].astype(str)).max(),
                         answered.groupby(probes["src"].astype(str)).max(), checked]).groupby(level=0).max()
     since = {state["task"]: state["since_ns"] for state in stalled} | {ps: began_ns for ps in measured.ps_tasks}
