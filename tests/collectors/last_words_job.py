@@ -1,7 +1,8 @@
 """A process that starts ``LastWords`` on a real writer, then ends as ``argv[2]`` says.
 
-``raise``: an exception naming worker:1 unhealthy leaves the program; ``user-hook``: the
-same, under an excepthook of the user's installed before; ``exit``: ``sys.exit(3)`` with
+``raise``: an exception naming worker:1 unhealthy leaves the program (live findings on:
+the line naming worker:1 is announced); ``raise-quiet``: the same with live findings off;
+``user-hook``: the same, under an excepthook of the user's installed before; ``exit``: ``sys.exit(3)`` with
 the collectors open; ``stop``: the collectors stop first (prints whether the excepthook
 is Python's again).
 """
@@ -23,7 +24,7 @@ def main(logdir: str, mode: str) -> None:
     if mode == "user-hook":
         sys.excepthook = user_hook
     writer = writers.acquire(logdir, "worker:0")
-    words = LastWords(writer).start()
+    words = LastWords(writer, announces=mode != "raise-quiet").start()
     if mode == "stop":
         words.stop()
         writers.release(writer)

@@ -33,6 +33,19 @@ def test_an_exception_leaving_the_program_is_recorded_with_the_tasks_it_blames_a
     assert "stopped sending heartbeats" in record["message"] and "socket closed" in record["message"]
 
 
+def test_an_exception_is_announced_before_the_traceback_naming_the_task_to_blame(tmp_path):
+    done, _ = _end(tmp_path, "raise")
+    line = "tfdiag: worker:1 task_failure: worker:0 ends on RuntimeError, which names worker:1 as failed\n"
+    assert done.stderr.count(line) == 1
+    assert done.stderr.index(line) < done.stderr.index("Traceback")
+
+
+def test_with_live_findings_off_nothing_is_announced(tmp_path):
+    done, [record] = _end(tmp_path, "raise-quiet")
+    assert record["blamed"] == "worker:1"
+    assert "tfdiag:" not in done.stderr
+
+
 def test_the_users_excepthook_is_chained_not_replaced(tmp_path):
     done, [record] = _end(tmp_path, "user-hook")
     assert "user hook saw RuntimeError" in done.stderr

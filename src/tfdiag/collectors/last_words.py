@@ -13,7 +13,12 @@ MultiWorkerMirroredStrategy a worker whose peer froze aborts seconds later with
 * the process ending while the collectors are open without one (``atexit``, which runs
   before the writer's own exit handler closes the file): reason ``exit``.
 
-Either is flushed to the file at once: nothing runs after. A process that is killed
+Either is flushed to the file at once: nothing runs after. Where live findings are on
+(``announces``), an exception also gets its line in the training log before Python's
+traceback, naming the task to blame: ``tfdiag: ps:0 task_failure: chief:0 ends on
+UnavailableError, which names ps:0 as failed`` (or the task itself, for an error of its
+own), so the on-call reading the log of the task that died learns which task to look at.
+A process that is killed
 (SIGKILL, the OOM killer) or frozen (SIGSTOP) says nothing; its heartbeats stop without a
 close marker, which is how the analysis tells it from one that exited.
 
@@ -30,12 +35,15 @@ import sys
 import time
 
 from tfdiag.collectors import tf_internals
+from tfdiag.collectors.live_thread import announce
 
 logger = logging.getLogger("tfdiag")
 
 # An error's text is kept to this many characters, its head and its tail: TensorFlow puts
 # the op's own message after the "Detected at node" traces.
 MAX_ERROR_CHARS = 2000
+# The announced line quotes an error of the task's own to this many characters of its first line.
+ANNOUNCED_ERROR_CHARS = 160
 
 
 def shortened(text: str, limit: int = MAX_ERROR_CHARS) -> str:
@@ -66,10 +74,13 @@ class LastWords:
 
     Args:
         writer: the task's ``TaskWriter``.
+        announces: whether an exception also gets its ``tfdiag: ...`` line on stderr
+            (``failure_line``): where live findings are on.
     """
 
-    def __init__(self, writer):
+    def __init__(self, writer, announces: bool = False):
         self.writer = writer
+        self.announces = announces
         self._started = False
         self._said = False
         self._chained = None  # the excepthook that was installed before ours
@@ -111,8 +122,26 @@ class LastWords:
         try:
             task = self.writer.task
             blamed = tf_internals.tasks_blamed(text, own_task=task)
+            if self.announces and reason == "exception":
+                announce(failure_line(task, error_type, text, blamed))
             self.writer.append("exit", task=task, time_ns=time.time_ns(), reason=reason, error_type=error_type,
                                message=shortened(text), blamed=",".join(blamed))
             self.writer.flush()
         except Exception as failure:  # noqa: BLE001 - the process is ending: say why, never raise
             logger.warning("tfdiag: cannot record this task's last words (%r).", failure)
+
+
+def failure_line(task: str, error_type: str, text: str, blamed: list[str]) -> str:
+    """The announced line of ``task`` ending on an exception: the tasks its text blames, else ``task``.
+
+    >>> failure_line("chief:0", "UnavailableError", "...", ["ps:0"])
+    'tfdiag: ps:0 task_failure: chief:0 ends on UnavailableError, which names ps:0 as failed'
+    >>> failure_line("worker:1", "ValueError", "bad batch\\nmore", [])
+    'tfdiag: worker:1 task_failure: worker:1 ends on ValueError: bad batch'
+    """
+    if blamed:
+        return f"tfdiag: {', '.join(blamed)} task_failure: {task} ends on {error_type}, which names " \
+               f"{', '.join(blamed)} as failed"
+    first_line = text.strip().splitlines()[0] if text.strip() else ""
+    said = f": {first_line[:ANNOUNCED_ERROR_CHARS]}" if first_line else ""
+    return f"tfdiag: {task} task_failure: {task} ends on {error_type}{said}"

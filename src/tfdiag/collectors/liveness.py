@@ -12,9 +12,10 @@ connection), or refused (nothing listens: the process is gone).
 A check of a ps is also a round trip to it over the network path the workers use
 (through whatever delays that path), at a fifth of an RPC probe's cost: two answers in a
 row that took ``SLOW_RATIO`` times the ps's usual and ``SLOW_FLOOR_S`` more
-(``onsets.Onsets``) are handed to ``on_slow_link`` (the probe's ``look_closer``), so a link
-that turns slow has the probe's round trips within seconds, while the probe's own turn
-comes every 8-32 s. A ps whose answer read slow is asked again ``RECHECK_AFTER_S`` later,
+(``onsets.Onsets``) are handed to ``on_slow_link`` (the probe's ``look_closer``), and
+again every ``SLOW_AGAIN_EVERY`` slow answers while they stay slow, so a link that turns
+slow has the probe's round trips within seconds, while the probe's own turn comes every
+8-32 s. A ps whose answer read slow is asked again ``RECHECK_AFTER_S`` later,
 not a round later: a spike of jitter is over by then, a slow link is not. A worker's
 answers are not read so: its server answers from the threads its training keeps busy,
 and read 3x its usual twice in a row about every 10 s on a clean ps_ctl run (the slow-link
@@ -66,6 +67,12 @@ SLOW_RATIO = 3.0
 SLOW_FLOOR_S = 0.002
 SLOW_AFTER = 2
 RECHECK_AFTER_S = 0.2
+# ... and handed on again at every third slow answer while they stay slow (about 6 s on):
+# a pair of slow answers of jitter just before a delay begins starts a spell the delay
+# continues, and the one closer look it called saw the link before the delay (a missed
+# onset of ps_ctl's slow-link run at f1e9332). Not at every answer: each closer
+# look spends the probe's credit, and a spent credit cuts the next one short.
+SLOW_AGAIN_EVERY = 3
 
 
 def round_every_s(tasks: int, interval_s: float = LIVENESS_EVERY_S) -> float:
@@ -105,7 +112,7 @@ class LivenessProbe:
         self.timeout_s = timeout_s
         self.checks = 0
         self.on_slow_link: Callable[[str], None] | None = None
-        self._answers = Onsets(SLOW_RATIO, SLOW_FLOOR_S, after=SLOW_AFTER, warm_up=3)
+        self._answers = Onsets(SLOW_RATIO, SLOW_FLOOR_S, after=SLOW_AFTER, again_every=SLOW_AGAIN_EVERY, warm_up=3)
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tfdiag-liveness", daemon=True)
 

@@ -5,14 +5,19 @@ its last ``USUAL_READINGS`` readings in band: a mean would follow a loaded host'
 up, and a liveness check of ps_ctl's ps read 13 ms in band behind a 10 ms delay) and says
 when a spell of readings
 ``rise`` times that level (and ``floor`` above it) begins: at the ``after``-th such
-reading in a row, once, not on every reading while the spell lasts. After ``settle``
-slow readings in a row the slower level is the usual one (the job changed). A key is
-judged only once ``warm_up`` readings in band made its usual level.
+reading in a row, not on every reading while the spell lasts, and where ``again_every``
+is set, again every ``again_every`` readings while it lasts (a spell that began on a
+spike of jitter just before the real onset is then looked at again once the onset came).
+After ``settle`` slow readings in a row the slower level is the usual one (the job
+changed). A key is judged only once ``warm_up`` readings in band made its usual level.
 
 Example:
     >>> onsets = Onsets(rise=1.5, after=2, warm_up=3)
     >>> [onsets.began("link", value) for value in (10, 11, 10, 30, 30, 30, 10, 30)]
     [False, False, False, False, True, False, False, False]
+    >>> onsets = Onsets(rise=1.5, after=2, again_every=2, warm_up=3)
+    >>> [onsets.began("link", value) for value in (10, 11, 10, 30, 30, 30, 30, 30)]
+    [False, False, False, False, True, False, True, False]
 """
 
 from __future__ import annotations
@@ -27,10 +32,12 @@ USUAL_READINGS = 10
 class Onsets:
     """Per key, the usual level of its readings and the onsets of slower spells."""
 
-    def __init__(self, rise: float, floor: float = 0.0, after: int = 1, warm_up: int = 5, settle: int = 10):
+    def __init__(self, rise: float, floor: float = 0.0, after: int = 1, again_every: int = 0, warm_up: int = 5,
+                 settle: int = 10):
         self.rise = rise
         self.floor = floor
         self.after = after
+        self.again_every = again_every
         self.warm_up = warm_up
         self.settle = settle
         self._in_band: dict = {}  # key -> its last USUAL_READINGS readings in band
@@ -50,7 +57,8 @@ class Onsets:
                 in_band.clear()
                 in_band.extend([value] * self.warm_up)
                 del self._slow[key]
-            return in_a_row == self.after
+            return in_a_row == self.after or bool(
+                self.again_every and in_a_row > self.after and (in_a_row - self.after) % self.again_every == 0)
         self._slow.pop(key, None)
         in_band.append(value)
         return False

@@ -7,7 +7,8 @@ starts them, in this order:
 1. the TensorFlow version check (``tf_internals.check_tf_version``), the task's name and
    the run manifest (``identity``);
 2. the task's writer (``writers.acquire``, which starts the task's heartbeat);
-3. last words (``last_words``): the ``exit`` record if the process ends while training;
+3. last words (``last_words``): the ``exit`` record if the process ends while training
+   (and, where live findings are on, a line naming the task to blame for an exception);
    and the stack dumps (``stacks``): every thread's stack when the task's own progress
    stops, or on ``SIGUSR1``;
 4. fault capture (``fault_log``): before the RPC probe, which pauses while a task recovers;
@@ -135,7 +136,8 @@ class TaskSession:
 
     def _start(self) -> None:
         wants = self.wants
-        self._run("last_words", wants.last_words, lambda: LastWords(self.writer).start(), LastWords.stop)
+        announces = live_thread.interval_from(wants.live_interval_s) is not None  # live findings' lines are on
+        self._run("last_words", wants.last_words, lambda: LastWords(self.writer, announces).start(), LastWords.stop)
         # The coordinator counts its workers' closures, not steps of its own: its stacks come on the signal only
         # (a counter of its own would read as a task that never progresses).
         own_progress = None if wants.closures else self.progress()
