@@ -17,7 +17,9 @@ candidate it rejects is judged again ``CONFIRM_RETRY_S`` later, ``FREE_RETRIES``
 (a verdict: ``FREE_VERDICT_RETRIES``, while its window grows), then
 twice as long each time up to ``MAX_RETRY_S`` (a candidate that comes and goes keeps its
 wait until it has been gone that long). An announced finding whose candidate has been
-gone ``CLEAR_AFTER_S`` is judged every ``CONFIRM_RETRY_S`` until a judgement clears it.
+gone ``CLEAR_AFTER_S`` is judged every ``CONFIRM_RETRY_S`` (twice as long each time it is
+not cleared) until a judgement clears it; a slow link's while the thread's CPU credit lasts,
+or once it has been gone ``CLEAR_OVERDUE_S`` longer, whatever the credit.
 Only what a candidate names is announced; stopped, silent and failed tasks
 (``live_stops``) are announced from the screen itself. pandas and the analysis are
 imported on the first judgement, not before: a job whose screen never flags anything
@@ -68,6 +70,12 @@ NEW_ONSET_GAP_S = 10.0
 # Seconds an announced finding's candidate must have been gone before a judgement is asked
 # to clear it: its window still holds the change until about half of it is past the end.
 CLEAR_AFTER_S = 4.0
+# ... and how much longer a judgement that may clear a slow link waits for the thread's CPU
+# credit: a line that no longer holds is a false one. Onsets are judged whatever the credit,
+# so a run of them can keep it spent for minutes: with clearing waiting on it, ps_tutorial's
+# slow-link run at 93ce20b announced its first 6 onsets, then kept one finding open through
+# the last 10 (the credit spent from the 7th on), and none of those was announced.
+CLEAR_OVERDUE_S = 4.0
 # Severity of the findings the screen announces itself.
 STOP_SEVERITY = "critical"
 
@@ -80,8 +88,8 @@ class LiveMonitor:
         own_task: the task running it (never reported silent).
         before_confirmation: called before each judgement (the coordinator's
             ``flush_records``, so that the window holds every closure finished so far).
-        may_confirm: asked before a judgement that may clear a slow_link; false: it waits for a later tick
-            (verdicts and stopped tasks go on whatever it says).
+        may_confirm: asked before a judgement that may clear a slow_link; false: it waits for a later tick,
+            ``CLEAR_OVERDUE_S`` at most (verdicts and stopped tasks go on whatever it says).
     """
 
     def __init__(self, run_dir: str | os.PathLike, own_task: str | None = None,
@@ -128,10 +136,12 @@ class LiveMonitor:
         # fresh round trips, a closer look's rounds apart, all slow against the link's peers.
         standing = [key for key in self._since if key[0] not in VERDICT_KINDS]
         due = [key for key in standing if self._due(key, now_ns)]
-        unshown = self._unshown(self._live_links.announced_keys() if self._live_links else [], now_ns)
+        announced = self._live_links.announced_keys() if self._live_links else []
+        unshown = self._unshown(announced, now_ns)
+        overdue = bool(self._unshown(announced, now_ns, CLEAR_AFTER_S + CLEAR_OVERDUE_S))
         # A due candidate is judged whatever the thread's credit, as a verdict is: the screen
-        # shows one only on fresh round trips, all slow (a closer look's); clearing waits.
-        if due or (unshown and now_ns >= self._clear_at_ns["links"] and self.may_confirm()):
+        # shows one only on fresh round trips, all slow (a closer look's); clearing waits, a while.
+        if due or (unshown and now_ns >= self._clear_at_ns["links"] and (overdue or self.may_confirm())):
             confirmed = self._confirm(now_ns, standing, due, frozenset(unshown))
             self._next_clear("links", now_ns, bool(unshown), confirmed)
             transitions += confirmed
@@ -214,9 +224,10 @@ class LiveMonitor:
                 wait_s = min(CONFIRM_RETRY_S * 2 ** max(rejections - free, 0), MAX_RETRY_S)
                 self._retry[key] = (now_ns + int(wait_s * 1e9), rejections)
 
-    def _unshown(self, announced: list[tuple[str, tuple[str, ...]]], now_ns: int) -> list[tuple[str, tuple[str, ...]]]:
-        """The ``announced`` findings no screen has shown for ``CLEAR_AFTER_S``."""
-        gone_ns = int(CLEAR_AFTER_S * 1e9)
+    def _unshown(self, announced: list[tuple[str, tuple[str, ...]]], now_ns: int,
+                 after_s: float = CLEAR_AFTER_S) -> list[tuple[str, tuple[str, ...]]]:
+        """The ``announced`` findings no screen has shown for ``after_s``."""
+        gone_ns = int(after_s * 1e9)
         return [key for key in announced
                 if all(now_ns - seen >= gone_ns for c, seen in self._seen_ns.items() if self._matches(key, c))]
 

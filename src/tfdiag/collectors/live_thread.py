@@ -22,9 +22,10 @@ Cost: held to the ``live`` share of a core in ``src/tfdiag/collectors/budget.py`
 ``$TFDIAG_LIVE_CPU_SHARE``) with a credit: the share accrues with the thread's life, up to
 ``BURST_CPU_S`` ahead, and each tick spends its CPU (``time.thread_time_ns``). Screens run
 every ``interval_s``, spaced further (up to ``MAX_PAUSE_S``) when they alone would take
-more than ``SCREEN_PART`` of the share; a judgement that may clear a slow link runs only
-while the credit is positive, so a spent credit delays those, never the screen (which names
-stopped, silent and failed tasks), a verdict nor a slow link's onset. The thread runs at the lowest scheduling priority
+more than ``SCREEN_PART`` of the share; a judgement that may clear a slow link waits for a
+positive credit (``live_monitor.CLEAR_OVERDUE_S`` at most), so a spent credit delays those,
+never the screen (which names stopped, silent and failed tasks), a verdict nor a slow
+link's onset. The thread runs at the lowest scheduling priority
 (``NICE``), so on a busy core its CPU comes after training's. Declared: a ``note`` record
 at the end, and ``cost()``; ``docs/benchmarks.md`` has the measured figures.
 
