@@ -137,7 +137,7 @@ def _screen_links(run, readings: dict[str, list[float]], until_s: int) -> list:
 
 
 def test_a_link_that_rose_above_its_peers_is_a_candidate_until_read_fast_again(tmp_path):
-    """Its last three round trips slow: a candidate; its newest fast again (the delay ended): none."""
+    """Its last four round trips slow (``LINK_SAMPLES``): a candidate; its newest fast again (the delay ended): none."""
     for newest_ms, expected in ((20.0, [("slow_link", "ps:1")]), (0.5, [])):
         readings = {"ps:0": [0.5], "ps:1": [0.5, 20.0, 20.0, 20.0, newest_ms]}
         assert _screen_links(RunBuilder(tmp_path / f"run-{newest_ms}", workers=2, ps=2), readings, 30) == expected
@@ -157,15 +157,15 @@ def test_a_delay_from_before_the_links_usual_was_known_does_not_hide_the_next_on
 
 
 def test_a_closer_look_at_links_no_screen_has_seen_fresh_finds_the_one_that_rose(tmp_path):
-    """The probe reads each link every 16 s, so no screen saw three fresh round trips of one
-    before the closer look (three rounds a second apart) read ps:1 slow: its older round trips
+    """The probe reads each link every 16 s, so no screen saw four fresh round trips of one
+    before the closer look (four rounds a second apart) read ps:1 slow: its older round trips
     are its usual. Were they as slow, nothing rose."""
     for older_ms, expected in ((0.5, [("slow_link", "ps:1")]), (20.0, [])):
         run = RunBuilder(tmp_path / f"run-{older_ms}", workers=2, ps=2)
         for at_s in (12, 28, 44):
             _reading(run, "ps:0", at_s, 0.5)
             _reading(run, "ps:1", at_s - 8, older_ms)
-        for at_s in (58, 59, 60):
+        for at_s in (57, 58, 59, 60):
             _reading(run, "ps:0", at_s, 0.5)
             _reading(run, "ps:1", at_s, 20.0)
         assert _screened(run, 61).candidates() == expected
@@ -178,7 +178,7 @@ def test_a_slow_links_window_follows_the_pace_of_the_link_looked_at_closer(tmp_p
     for at_s in (12, 28, 44, 60):
         _reading(run, "ps:0", at_s, 0.5)
         _reading(run, "ps:1", at_s - 8, 0.5)
-    for at_s in (58, 59, 60):
+    for at_s in (57, 58, 59, 60):
         _reading(run, "ps:1", at_s, 20.0)
     screen = _screened(run, 61)
     assert screen.probe_interval_s(frozenset({"ps:1"})) == 1.0 and screen.probe_interval_s() > 8

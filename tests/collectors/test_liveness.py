@@ -16,7 +16,7 @@ import pytest
 from tfdiag.analysis import analyze
 from tfdiag.analysis.load import load_run
 from tfdiag.collectors import writers
-from tfdiag.collectors.liveness import LivenessProbe
+from tfdiag.collectors.liveness import SLOW_AFTER, LivenessProbe
 from tfdiag.sample_jobs.jobs import JobConfig
 from tfdiag.sample_jobs.launcher import LocalCluster
 
@@ -65,12 +65,13 @@ def test_a_servers_checks_read_answered_then_frozen_then_gone(tmp_path):
 
 
 @pytest.mark.cluster
-def test_a_link_that_turns_slow_is_handed_on_and_again_while_it_stays_slow(tmp_path):
+def test_a_link_that_turns_slow_and_back_is_handed_on_each_time(tmp_path):
     """A server behind the delaying proxy: checks while the delay is off are no onset; once
-    it is on (10 ms a round trip), the second slow answer in a row hands the ps on, and a
-    spell that lasts hands it on again (every ``SLOW_AGAIN_EVERY`` answers). A worker's
-    answers are not judged (its busy threads slow them): the same server checked as
-    worker:0 is not handed on."""
+    it is on (10 ms a round trip), the second slow answer in a row hands the ps on (and a
+    spell that lasts hands it on again, every ``SLOW_AGAIN_EVERY`` answers); once it is off,
+    the first answer back at the usual hands it on once more (the probe's fresh round trips
+    let a live finding clear). A worker's answers are not judged (its busy threads slow
+    them): the same server checked as worker:0 is never handed on."""
     address, proxy_port, switch = _free_address(), _free_address().rsplit(":", 1)[1], tmp_path / "delay-on"
     server = subprocess.Popen([sys.executable, "-c", PS_SERVER, address], stdout=subprocess.PIPE, text=True,
                               stderr=subprocess.DEVNULL)
@@ -78,18 +79,19 @@ def test_a_link_that_turns_slow_is_handed_on_and_again_while_it_stays_slow(tmp_p
                               address.rsplit(":", 1)[1], "--delay-ms", "5"], stderr=subprocess.DEVNULL,
                              env={**os.environ, "TFDIAG_PROXY_DELAY_SWITCH": str(switch)})
     writer = writers.acquire(tmp_path, "worker:0")
-    probe, slow = None, []
+    probe, handed = None, []  # (task, its slow answers in a row when handed on: 0 once back at the usual)
     try:
         assert server.stdout.readline().strip() == "up"
         probe = LivenessProbe(writer, dict.fromkeys(["ps:0", "worker:0"], f"127.0.0.1:{proxy_port}"),
                               interval_s=0.1, timeout_s=1.0)
-        probe.on_slow_link = slow.append
+        probe.on_link_change = lambda task: handed.append((task, probe._answers.slow_in_a_row(task)))
         probe.start()
         _wait_for(lambda: probe.checks >= 20, 30)
-        assert slow == []
+        assert handed == []
         switch.touch()
-        _wait_for(lambda: slow, 10)
-        _wait_for(lambda: len(slow) >= 2, 10)
+        _wait_for(lambda: handed, 10, every_s=0.02)
+        switch.unlink()  # at once: well before ten slow answers would make the delay the usual
+        _wait_for(lambda: handed[-1][1] == 0, 10)
     finally:
         if probe is not None:
             probe.stop()
@@ -97,7 +99,8 @@ def test_a_link_that_turns_slow_is_handed_on_and_again_while_it_stays_slow(tmp_p
         for process in (proxy, server):
             process.kill()
             process.wait()
-    assert set(slow) == {"ps:0"}
+    assert {task for task, _ in handed} == {"ps:0"}
+    assert handed[0][1] == SLOW_AFTER and all(in_a_row > 0 for _, in_a_row in handed[:-1])
 
 
 @pytest.mark.cluster
@@ -139,8 +142,8 @@ def _stalled_tasks(logdir: Path) -> list[str]:
     return [task for f in analyze(logdir).findings if f.kind == "stalled" for task in f.tasks]
 
 
-def _wait_for(condition, timeout_s: float) -> None:
+def _wait_for(condition, timeout_s: float, every_s: float = 0.5) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
         assert time.monotonic() < deadline, f"not within {timeout_s} s"
-        time.sleep(0.5)
+        time.sleep(every_s)

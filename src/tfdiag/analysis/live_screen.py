@@ -64,13 +64,17 @@ SCREEN_INPUT_SHARE = 0.1
 # candidate on most screens of a clean ps_ctl run, each a confirmation.
 SCREEN_LINK_EXTRA_NS = 2_000_000
 SCREEN_LINK_RATIO = 3.0
-# A link is screened on its last LINK_SAMPLES round trips (the slow_link detector's
-# MIN_LINK_SAMPLES) when all were read in the last LINK_FRESH_S: the probe reads each link
-# in turn, every 8-32 s on 2 workers x 2 ps, but looks closer at every link, a second
-# apart, once the workers' closures slow (collectors/rpc_probe.py); older readings would keep a
-# delay that ended on the screen for half a minute. LINK_RECENT_S of each link are kept
-# (the probe's pace, ``probe_interval_s``).
-LINK_SAMPLES = 3
+# A link is screened on its last LINK_SAMPLES round trips (one more than the slow_link
+# detector's MIN_LINK_SAMPLES) when all were read in the last LINK_FRESH_S: the probe reads
+# each link in turn, every 8-32 s on 2 workers x 2 ps, but looks closer at every ps's link,
+# half a second apart, once a ps's answers slow (collectors/rpc_probe.py); older readings
+# would keep a delay that ended on the screen for half a minute. Four, not three: on a host
+# at load 2-5, the last three rounds of two closer looks read a ps 3x above its peer (7-9 ms
+# against 2-5 ms) with no delay on it, each an announced line (ps_tutorial's slow-link run
+# at a9c1943; replayed with four, neither came, and 57 of 60 onsets of three runs were
+# announced against 58). LINK_RECENT_S of each link are kept (the probe's pace,
+# ``probe_interval_s``).
+LINK_SAMPLES = 4
 LINK_FRESH_S = 10.0
 LINK_RECENT_S = 60.0
 # A link is a candidate only once it rose SCREEN_LINK_EXTRA_NS above its usual fastest round
@@ -449,7 +453,7 @@ class LiveScreen:
     def _fastest_before(self, key: tuple, since_ns: int) -> float | None:
         """The fastest of a link's kept round trips (LINK_RECENT_S) from before ``since_ns``:
         its usual when no screen has yet read it in line with its peers. The probe reads a
-        link every 8-32 s, so three fresh round trips of each link come together only when it
+        link every 8-32 s, so four fresh round trips of each link come together only when it
         looks closer, and that is once a link turned slow."""
         kept = self.links[key].since(0)
         older = kept[1][kept[0] < since_ns] if kept is not None else ()

@@ -12,10 +12,11 @@ connection), or refused (nothing listens: the process is gone).
 A check of a ps is also a round trip to it over the network path the workers use
 (through whatever delays that path), at a fifth of an RPC probe's cost: two answers in a
 row that took ``SLOW_RATIO`` times the ps's usual and ``SLOW_FLOOR_S`` more
-(``onsets.Onsets``) are handed to ``on_slow_link`` (the probe's ``look_closer``), and
-again every ``SLOW_AGAIN_EVERY`` slow answers while they stay slow, so a link that turns
-slow has the probe's round trips within seconds, while the probe's own turn comes every
-8-32 s. A ps whose answer read slow is asked again ``RECHECK_AFTER_S`` later,
+(``onsets.Onsets``) are handed to ``on_link_change`` (the probe's ``look_closer``), again
+every ``SLOW_AGAIN_EVERY`` slow answers while they stay slow, and once more at the first
+answer back at the usual: a link that turns slow has the probe's round trips within
+seconds, and one that is fast again has them for the live finding to clear, while the
+probe's own turn comes every 8-32 s. A ps whose answer read slow is asked again ``RECHECK_AFTER_S`` later,
 not a round later: a spike of jitter is over by then, a slow link is not. A worker's
 answers are not read so: its server answers from the threads its training keeps busy,
 and read 3x its usual twice in a row about every 10 s on a clean ps_ctl run (the slow-link
@@ -100,8 +101,8 @@ class LivenessProbe:
     """Checks every task of ``targets`` (``{task: address}``) every ``interval_s`` (or as
     ``round_every_s`` spaces the rounds); one ``liveness`` row per check, through ``writer``.
 
-    ``on_slow_link`` (an attribute, set once the RPC probe exists) is called on the checking
-    thread with a ps whose answers turned slow.
+    ``on_link_change`` (an attribute, set once the RPC probe exists) is called on the checking
+    thread with a ps whose answers turned slow, stayed slow, or came back to its usual.
     """
 
     def __init__(self, writer, targets: dict[str, str], interval_s: float = LIVENESS_EVERY_S,
@@ -111,7 +112,7 @@ class LivenessProbe:
         self.interval_s = round_every_s(len(self.targets), interval_s)
         self.timeout_s = timeout_s
         self.checks = 0
-        self.on_slow_link: Callable[[str], None] | None = None
+        self.on_link_change: Callable[[str], None] | None = None
         self._answers = Onsets(SLOW_RATIO, SLOW_FLOOR_S, after=SLOW_AFTER, again_every=SLOW_AGAIN_EVERY, warm_up=3)
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tfdiag-liveness", daemon=True)
@@ -158,9 +159,9 @@ class LivenessProbe:
             logger.warning("tfdiag: cannot record a liveness check (%r); the check is off.", error)
             self._done.set()
             return
-        if status == "OK" and task.startswith("ps:") and self._answers.began(task, took_ns / 1e9) \
-                and self.on_slow_link is not None:
+        if status == "OK" and task.startswith("ps:") and self._answers.change(task, took_ns / 1e9) \
+                and self.on_link_change is not None:
             try:
-                self.on_slow_link(task)
+                self.on_link_change(task)
             except Exception as error:  # noqa: BLE001
-                logger.warning("tfdiag: cannot hand on a slow link to %s (%r).", task, error)
+                logger.warning("tfdiag: cannot hand on a link's change to %s (%r).", task, error)

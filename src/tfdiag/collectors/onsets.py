@@ -7,17 +7,18 @@ when a spell of readings
 ``rise`` times that level (and ``floor`` above it) begins: at the ``after``-th such
 reading in a row, not on every reading while the spell lasts, and where ``again_every``
 is set, again every ``again_every`` readings while it lasts (a spell that began on a
-spike of jitter just before the real onset is then looked at again once the onset came).
-After ``settle`` slow readings in a row the slower level is the usual one (the job
-changed). A key is judged only once ``warm_up`` readings in band made its usual level.
+spike of jitter just before the real onset is then looked at again once the onset came);
+and when a spell that began ends (the first reading in band again). After ``settle``
+slow readings in a row the slower level is the usual one (the job changed). A key is
+judged only once ``warm_up`` readings in band made its usual level.
 
 Example:
     >>> onsets = Onsets(rise=1.5, after=2, warm_up=3)
-    >>> [onsets.began("link", value) for value in (10, 11, 10, 30, 30, 30, 10, 30)]
-    [False, False, False, False, True, False, False, False]
+    >>> [onsets.change("link", value) for value in (10, 11, 10, 30, 30, 30, 10, 30)]
+    [None, None, None, None, 'slow', None, 'ended', None]
     >>> onsets = Onsets(rise=1.5, after=2, again_every=2, warm_up=3)
-    >>> [onsets.began("link", value) for value in (10, 11, 10, 30, 30, 30, 30, 30)]
-    [False, False, False, False, True, False, True, False]
+    >>> [onsets.change("link", value) for value in (10, 11, 10, 30, 30, 30, 30, 30)]
+    [None, None, None, None, 'slow', None, 'slow', None]
 """
 
 from __future__ import annotations
@@ -42,13 +43,16 @@ class Onsets:
         self.settle = settle
         self._in_band: dict = {}  # key -> its last USUAL_READINGS readings in band
         self._slow: dict = {}  # key -> slow readings in a row, while slow
+        self._began: set = set()  # keys in a slow spell that began (``change`` said so)
 
     def slow_in_a_row(self, key) -> int:
         """How many of ``key``'s latest readings in a row were slow (0 when its last was not)."""
         return self._slow.get(key, 0)
 
-    def began(self, key, value: float) -> bool:
-        """Folds one reading of ``key``; whether it begins a slow spell."""
+    def change(self, key, value: float) -> str | None:
+        """Folds one reading of ``key``: ``"slow"`` where a slow spell begins (or, with
+        ``again_every``, calls again while it lasts), ``"ended"`` at the first reading in
+        band after a spell that began, else None."""
         in_band = self._in_band.setdefault(key, deque(maxlen=USUAL_READINGS))
         usual = statistics.median(in_band) if len(in_band) >= self.warm_up else None
         if usual is not None and value >= self.rise * usual and value - usual >= self.floor:
@@ -57,8 +61,16 @@ class Onsets:
                 in_band.clear()
                 in_band.extend([value] * self.warm_up)
                 del self._slow[key]
-            return in_a_row == self.after or bool(
-                self.again_every and in_a_row > self.after and (in_a_row - self.after) % self.again_every == 0)
+                self._began.discard(key)
+                return None
+            if in_a_row == self.after or (
+                    self.again_every and in_a_row > self.after and (in_a_row - self.after) % self.again_every == 0):
+                self._began.add(key)
+                return "slow"
+            return None
         self._slow.pop(key, None)
         in_band.append(value)
-        return False
+        if key in self._began:
+            self._began.discard(key)
+            return "ended"
+        return None

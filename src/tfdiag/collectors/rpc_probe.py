@@ -23,7 +23,7 @@ moved brings it back (``_Cadence``). When a link may have slowed, the probe look
 ``liveness``): the next ``CLOSER_ROUNDS`` rounds probe the links from this task to every
 ps, ``CLOSER_PAUSE_S`` apart (the workers' links to them keep their turns: a probe relayed
 through a worker costs as much, and the live judgement needs one source). So a link that turns slow between two of its
-turns (every 8-32 s on 2 workers x 2 ps) has, within seconds, the three fresh round trips
+turns (every 8-32 s on 2 workers x 2 ps) has, within seconds, the four fresh round trips
 beside its peers' that a live slow-link screen needs, while a clean run pays only for the
 liveness checks' rare false alarms. Closer looks spend a credit that accrues at the
 ``probe`` budget's share of a core (``budget``), up to ``CLOSER_BURST_NS``: links that
@@ -94,7 +94,7 @@ MOVE_RATIO = 3.0
 MOVE_FLOOR_S = 0.002
 MOVED_AFTER = 3
 # Rounds that probe the links to a ps and its peers once one may have slowed
-# (``look_closer``), CLOSER_PAUSE_S apart, within about two seconds: at least the three
+# (``look_closer``), CLOSER_PAUSE_S apart, within about two seconds: at least the four
 # fresh round trips of each that the live screen judges a link on (analysis/live_screen.py
 # LINK_SAMPLES). Five, because each link is judged by its fastest: on a loaded 2-core host
 # the fastest of a peer's three read 6-13 ms on some closer looks of ps_ctl's slow-link

@@ -23,7 +23,7 @@ starts them, in this order:
    the first closure is back (a probe from another thread while the coordinator traced
    its first closures once hung the warm-up join, slow-ps run);
 9. the liveness checks (``liveness``) of the tasks that run no collector, in the task
-   that writes the manifest; a ps whose answers turn slow has the probe look closer;
+   that writes the manifest; a ps whose answers turn slow (or fast again) has the probe look closer;
 10. the live findings thread (``live_thread``), in the task that writes the manifest,
    last: it evaluates what the others write (under the coordinator it first has the
    closure recorder flush its records).
@@ -162,7 +162,7 @@ class TaskSession:
             self.writer, unwatched_tasks(self.cluster, wants.unwatched_jobs)).start(), LivenessProbe.stop)
         if liveness is not None and prober is not None:
             ps_tasks = frozenset(cluster_tasks(self.cluster, jobs=("ps",)))
-            liveness.on_slow_link = lambda ps: prober.look_closer(ps_tasks)  # the link and its peers
+            liveness.on_link_change = lambda ps: prober.look_closer(ps_tasks)  # the link and its peers
         live = self._run("live", self.writes_manifest,
                          lambda: live_thread.start(self.logdir, self.writer, wants.live_interval_s),
                          live_thread.LiveThread.stop)
