@@ -38,3 +38,11 @@ def test_readings_under_the_floor_are_no_spell_however_many_times_the_usual():
     for value in (0.0001, 0.0001, 0.0001, 0.0001, 0.0001):
         onsets.change("link", value)
     assert not any(onsets.change("link", 0.001) for _ in range(9))  # 10x the usual, 0.9 ms above it
+
+
+def test_a_usual_learned_while_the_host_was_busy_comes_down_with_its_first_fast_readings():
+    """Answers of 9-12 ms while the job starts, three of 1 ms once it settled, then a 10 ms
+    delay: the usual is what the path costs (its lower quartile), so the delay is a spell."""
+    onsets = Onsets(rise=3.0, floor=2.0, after=2, warm_up=3)
+    busy, settled, delayed = [9, 10, 9, 12, 12], [1, 1, 1], [12, 12]
+    assert [onsets.change("link", value) for value in busy + settled + delayed][-2:] == [None, "slow"]

@@ -1,9 +1,12 @@
 """When a reading that has a usual level turns slower than usual: the onset of a slow spell.
 
-:class:`Onsets` keeps, per key (a link), the usual level of its readings (the median of
-its last ``USUAL_READINGS`` readings in band: a mean would follow a loaded host's spikes
-up, and a liveness check of ps_ctl's ps read 13 ms in band behind a 10 ms delay) and says
-when a spell of readings
+:class:`Onsets` keeps, per key (a link), the usual level of its readings (the lower
+quartile of its last ``USUAL_READINGS`` readings in band: what the path costs, as the
+slow-link detector judges a link by its fastest round trip; load only adds to a reading.
+A mean, or the median, follows a busy host up: ps_tutorial's liveness checks answered in
+8-10 ms while the job started, that median took the 12 ms answers behind a 10 ms delay in
+band, and its first three delays of a run at 91e032d were never called) and says when a
+spell of readings
 ``rise`` times that level (and ``floor`` above it) begins: at the ``after``-th such
 reading in a row, not on every reading while the spell lasts, and where ``again_every``
 is set, again every ``again_every`` readings while it lasts (a spell that began on a
@@ -23,7 +26,6 @@ Example:
 
 from __future__ import annotations
 
-import statistics
 from collections import deque
 
 # Readings in band whose median is a key's usual level.
@@ -54,7 +56,7 @@ class Onsets:
         ``again_every``, calls again while it lasts), ``"ended"`` at the first reading in
         band after a spell that began, else None."""
         in_band = self._in_band.setdefault(key, deque(maxlen=USUAL_READINGS))
-        usual = statistics.median(in_band) if len(in_band) >= self.warm_up else None
+        usual = sorted(in_band)[len(in_band) // 4] if len(in_band) >= self.warm_up else None
         if usual is not None and value >= self.rise * usual and value - usual >= self.floor:
             in_a_row = self._slow[key] = self._slow.get(key, 0) + 1
             if in_a_row >= self.settle:  # the level changed: this is its usual now
