@@ -16,9 +16,9 @@ row that took ``SLOW_RATIO`` times the ps's usual and ``SLOW_FLOOR_S`` more
 every ``SLOW_AGAIN_EVERY`` slow answers while they stay slow, and once more at the first
 answer back at the usual: a link that turns slow has the probe's round trips within
 seconds, and one that is fast again has them for the live finding to clear, while the
-probe's own turn comes every 8-32 s. A ps whose answer read slow is asked again ``RECHECK_AFTER_S`` later,
-not a round later: a spike of jitter is over by then, a slow link is not. A worker's
-answers are not read so: its server answers from the threads its training keeps busy,
+probe's own turn comes every 8-32 s. A ps whose answer read slow is asked again
+``RECHECK_AFTER_S`` later, not a round later: a spike of jitter is over by then, a slow
+link is not. A worker's answers are not read so: its server answers from the threads its training keeps busy,
 and read 3x its usual twice in a row about every 10 s on a clean ps_ctl run (the slow-link
 detector leaves links to workers out for the same reason).
 
