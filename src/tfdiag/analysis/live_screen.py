@@ -72,7 +72,9 @@ SCREEN_LINK_RATIO = 3.0
 # at load 2-5, the last three rounds of two closer looks read a ps 3x above its peer (7-9 ms
 # against 2-5 ms) with no delay on it, each an announced line (ps_tutorial's slow-link run
 # at a9c1943; replayed with four, neither came, and 57 of 60 onsets of three runs were
-# announced against 58). LINK_RECENT_S of each link are kept (the probe's pace,
+# announced against 58: those runs are its tuning data). On runs it was not fitted on
+# (ps_ctl at 27e9085, ps_tutorial at 868c178) three such lines still came in 40 onsets:
+# rarer, not gone. LINK_RECENT_S of each link are kept (the probe's pace,
 # ``probe_interval_s``).
 LINK_SAMPLES = 4
 LINK_FRESH_S = 10.0
