@@ -267,28 +267,49 @@ def serve() -> dict | None:
         *lines, pending = (pending + data).split(b"\n")
         for line in lines:
             request = json.loads(line)
+            try:  # opened before the fork: the task's log exists once its pid is answered
+                outputs = _open_outputs(request)
+            except OSError as error:
+                _send({"error": repr(error)})
+                continue
             try:
                 pid = os.fork()
             except OSError as error:
                 _send({"error": repr(error)})
-                continue
+                pid = None
             if pid == 0:
-                _become_task(request, zygote)
+                _become_task(request, outputs, zygote)
                 return request
-            _send({"pid": pid})
+            for out in outputs:
+                os.close(out)
+            if pid is not None:
+                _send({"pid": pid})
 
 
-def _become_task(request: dict, zygote: int) -> None:
-    """In the child: a session of its own, dead with the zygote, output to the task's log,
-    the task's environment and arguments."""
+def _open_outputs(request: dict) -> tuple[int, int]:
+    """The task's stdout and stderr, opened for appending (created if need be)."""
+    opened = []
+    try:
+        for path in (request.get("stdout", request["log"]), request["log"]):
+            opened.append(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
+    except OSError:
+        for out in opened:
+            os.close(out)
+        raise
+    return tuple(opened)
+
+
+def _become_task(request: dict, outputs: tuple[int, int], zygote: int) -> None:
+    """In the child: a session of its own, dead with the zygote, output to the task's log
+    (``outputs``: stdout and stderr), the task's environment and arguments."""
     os.setsid()
     die_with(zygote)()
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
-    for fd, path in ((1, request.get("stdout", request["log"])), (2, request["log"])):
-        out = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    for fd, out in zip((1, 2), outputs):
         os.dup2(out, fd)
+    for out in outputs:
         os.close(out)
     os.environ.clear()
     os.environ.update(request["env"])
