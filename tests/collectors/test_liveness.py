@@ -3,6 +3,7 @@ whose ps froze, named while the job hangs."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -64,6 +65,45 @@ def test_a_servers_checks_read_answered_then_frozen_then_gone(tmp_path):
     assert set(load_run(tmp_path).frame("liveness")["target"]) == {"ps:0"}
 
 
+@contextlib.contextmanager
+def _servers_behind_delays(tmp_path: Path, count: int, delay_ms: float = 5.0):
+    """``count`` ps servers, each behind a delaying proxy (``delay_ms`` each way) that delays
+    while its switch file exists; yields ``[(proxy address, switch file)]``."""
+    processes, delayed = [], []
+    try:
+        for index in range(count):
+            address, proxy_port = _free_address(), _free_address().rsplit(":", 1)[1]
+            switch = tmp_path / f"delay-{index}-on"
+            server = subprocess.Popen([sys.executable, "-c", PS_SERVER, address], stdout=subprocess.PIPE, text=True,
+                                      stderr=subprocess.DEVNULL)
+            processes.append(server)
+            processes.append(subprocess.Popen(
+                [sys.executable, "-m", "tfdiag.sample_jobs.proxy", "--listen", proxy_port, "--target",
+                 address.rsplit(":", 1)[1], "--delay-ms", str(delay_ms)], stderr=subprocess.DEVNULL,
+                env={**os.environ, "TFDIAG_PROXY_DELAY_SWITCH": str(switch)}))
+            assert server.stdout.readline().strip() == "up"
+            delayed.append((f"127.0.0.1:{proxy_port}", switch))
+        yield delayed
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait()
+
+
+@contextlib.contextmanager
+def _handing_on(tmp_path: Path, targets: dict[str, str]):
+    """A running ``LivenessProbe`` of ``targets`` every 0.1 s; yields it and the list of
+    ``(task, its slow answers in a row)`` it hands on (0: back at the usual)."""
+    writer = writers.acquire(tmp_path, "worker:0")
+    probe, handed = LivenessProbe(writer, targets, interval_s=0.1, timeout_s=1.0), []
+    probe.on_link_change = lambda task: handed.append((task, probe._answers.slow_in_a_row(task)))
+    try:
+        yield probe.start(), handed
+    finally:
+        probe.stop()
+        writers.release(writer)
+
+
 @pytest.mark.cluster
 def test_a_link_that_turns_slow_and_back_is_handed_on_each_time(tmp_path):
     """A server behind the delaying proxy: checks while the delay is off are no onset; once
@@ -72,35 +112,35 @@ def test_a_link_that_turns_slow_and_back_is_handed_on_each_time(tmp_path):
     the first answer back at the usual hands it on once more (the probe's fresh round trips
     let a live finding clear). A worker's answers are not judged (its busy threads slow
     them): the same server checked as worker:0 is never handed on."""
-    address, proxy_port, switch = _free_address(), _free_address().rsplit(":", 1)[1], tmp_path / "delay-on"
-    server = subprocess.Popen([sys.executable, "-c", PS_SERVER, address], stdout=subprocess.PIPE, text=True,
-                              stderr=subprocess.DEVNULL)
-    proxy = subprocess.Popen([sys.executable, "-m", "tfdiag.sample_jobs.proxy", "--listen", proxy_port, "--target",
-                              address.rsplit(":", 1)[1], "--delay-ms", "5"], stderr=subprocess.DEVNULL,
-                             env={**os.environ, "TFDIAG_PROXY_DELAY_SWITCH": str(switch)})
-    writer = writers.acquire(tmp_path, "worker:0")
-    probe, handed = None, []  # (task, its slow answers in a row when handed on: 0 once back at the usual)
-    try:
-        assert server.stdout.readline().strip() == "up"
-        probe = LivenessProbe(writer, dict.fromkeys(["ps:0", "worker:0"], f"127.0.0.1:{proxy_port}"),
-                              interval_s=0.1, timeout_s=1.0)
-        probe.on_link_change = lambda task: handed.append((task, probe._answers.slow_in_a_row(task)))
-        probe.start()
+    with _servers_behind_delays(tmp_path, 1) as [(address, switch)], \
+            _handing_on(tmp_path, dict.fromkeys(["ps:0", "worker:0"], address)) as (probe, handed):
         _wait_for(lambda: probe.checks >= 20, 30)
         assert handed == []
         switch.touch()
         _wait_for(lambda: handed, 10, every_s=0.02)
         switch.unlink()  # at once: well before ten slow answers would make the delay the usual
         _wait_for(lambda: handed[-1][1] == 0, 10)
-    finally:
-        if probe is not None:
-            probe.stop()
-        writers.release(writer)
-        for process in (proxy, server):
-            process.kill()
-            process.wait()
     assert {task for task, _ in handed} == {"ps:0"}
     assert handed[0][1] == SLOW_AFTER and all(in_a_row > 0 for _, in_a_row in handed[:-1])
+
+
+@pytest.mark.cluster
+def test_a_ps_is_judged_beside_its_peers(tmp_path):
+    """Two ps, each behind its own delaying proxy. Both slowed at once (a busy host, as the
+    checks see it) is no onset of either, however long it lasts; then only ps:0's link stays
+    slow, and ps:0 alone is handed on."""
+    with _servers_behind_delays(tmp_path, 2) as delayed, \
+            _handing_on(tmp_path, {f"ps:{index}": address for index, (address, _) in enumerate(delayed)}) \
+            as (probe, handed):
+        _wait_for(lambda: probe.checks >= 20, 30)
+        for _, switch in delayed:
+            switch.touch()
+        checks = probe.checks
+        _wait_for(lambda: probe.checks >= checks + 30, 30, every_s=0.1)  # 15 rounds: past settling, were they folded
+        assert handed == []
+        delayed[1][1].unlink()
+        _wait_for(lambda: handed, 10, every_s=0.02)
+    assert handed[0] == ("ps:0", SLOW_AFTER)
 
 
 @pytest.mark.cluster

@@ -12,14 +12,19 @@ connection), or refused (nothing listens: the process is gone).
 A check of a ps is also a round trip to it over the network path the workers use
 (through whatever delays that path), at a fifth of an RPC probe's cost: two answers in a
 row that took ``SLOW_RATIO`` times the ps's usual and ``SLOW_FLOOR_S`` more
-(``onsets.Onsets``) are handed to ``on_link_change`` (the probe's ``look_closer``), again
+(``onsets.Onsets``), each in a round where a peer ps (if there is one) answered in its
+usual band, are handed to ``on_link_change`` (the probe's ``look_closer``), again
 every ``SLOW_AGAIN_EVERY`` slow answers while they stay slow, and once more at the first
 answer back at the usual: a link that turns slow has the probe's round trips within
 seconds, and one that is fast again has them for the live finding to clear, while the
 probe's own turn comes every 8-32 s. A ps whose answer read slow is asked again
 ``RECHECK_AFTER_S`` later, not a round later: a spike of jitter is over by then, a slow
-link is not. A worker's answers are not read so: its server answers from the threads its training keeps busy,
-and read 3x its usual twice in a row about every 10 s on a clean ps_ctl run (the slow-link
+link is not; its peers are asked again with it. A round in which every peer's answer was
+slow too says nothing about the link (the host was busy: a clean ps_ctl run's answers
+read 10-16 ms at the 90th percentile, 1 ms at the median, and judged alone they called
+7.4 closer looks a minute, beside their peers 2.5; a 10 ms delay in front of one ps
+leaves its peers' answers fast). A worker's answers are not read so: its server answers
+from the threads its training keeps busy, and read 3x its usual twice in a row about every 10 s on a clean ps_ctl run (the slow-link
 detector leaves links to workers out for the same reason).
 
 A check costs one small RPC on the target (its device list) and none on the training
@@ -62,8 +67,8 @@ CHECK_CPU_S = 0.0005
 # A link turned slow: SLOW_AFTER answers in a row took SLOW_RATIO times the task's usual
 # and SLOW_FLOOR_S more (the RPC probe's band, rpc_probe.MOVE_RATIO and MOVE_FLOOR_S, the
 # slow-link detector's bars), the second asked RECHECK_AFTER_S after the first. One is
-# jitter: a clean ps_ctl run's checks take 1-2 ms at the median and 6-13 ms at the 90th
-# percentile on a loaded 2-core host; behind a 10 ms delay, at least 11.8.
+# jitter: a clean ps_ctl run's checks take 1 ms at the median and 10-16 ms at the 90th
+# percentile on a 2-core host (85da869); behind a 10 ms delay, at least 11.8.
 SLOW_RATIO = 3.0
 SLOW_FLOOR_S = 0.002
 SLOW_AFTER = 2
@@ -133,20 +138,28 @@ class LivenessProbe:
         except Exception as error:  # noqa: BLE001 - a collector never breaks training
             logger.warning("tfdiag: the liveness check of %s is off (%r).", ", ".join(self.targets), error)
             return
+        parameter_servers = [task for task in checkers if task.startswith("ps:")]
         while not self._done.is_set():
-            with charged("liveness"):
-                for task, check in checkers.items():
-                    if self._done.is_set():
-                        return
-                    self._check(task, check)
-            slow = [task for task in checkers if 0 < self._answers.slow_in_a_row(task) < SLOW_AFTER]
-            if slow and not self._done.wait(RECHECK_AFTER_S):
-                with charged("liveness"):
-                    for task in slow:
-                        self._check(task, checkers[task])
+            self._round(checkers)
+            if any(0 < self._answers.slow_in_a_row(task) < SLOW_AFTER for task in parameter_servers) \
+                    and not self._done.wait(RECHECK_AFTER_S):
+                self._round({task: checkers[task] for task in parameter_servers})  # beside its peers again
             self._done.wait(self.interval_s)
 
-    def _check(self, task: str, check) -> None:
+    def _round(self, checkers: dict) -> None:
+        """Checks each task of ``checkers``, then judges the ps answers of the round."""
+        answers = {}
+        with charged("liveness"):
+            for task, check in checkers.items():
+                if self._done.is_set():
+                    return
+                took_s = self._check(task, check)
+                if took_s is not None and task.startswith("ps:"):
+                    answers[task] = took_s
+        self._judge(answers)
+
+    def _check(self, task: str, check) -> float | None:
+        """One check, recorded; its answer's seconds where the server answered."""
         sent_ns = time.time_ns()
         begin = time.perf_counter_ns()
         status = check(self.timeout_s)
@@ -158,10 +171,19 @@ class LivenessProbe:
         except Exception as error:  # noqa: BLE001 - a collector never breaks training
             logger.warning("tfdiag: cannot record a liveness check (%r); the check is off.", error)
             self._done.set()
-            return
-        if status == "OK" and task.startswith("ps:") and self._answers.change(task, took_ns / 1e9) \
-                and self.on_link_change is not None:
-            try:
-                self.on_link_change(task)
-            except Exception as error:  # noqa: BLE001
-                logger.warning("tfdiag: cannot hand on a link's change to %s (%r).", task, error)
+            return None
+        return took_ns / 1e9 if status == "OK" else None
+
+    def _judge(self, answers: dict[str, float]) -> None:
+        """Folds a round's ps answers (``{ps: seconds}``) into their onsets, each beside its
+        peers: where every peer's answer was slow too, the host was busy, and the round says
+        nothing about the link."""
+        for task, took_s in answers.items():
+            peers = [self._answers.is_slow(peer, peer_s) for peer, peer_s in answers.items() if peer != task]
+            if peers and all(peers):
+                continue
+            if self._answers.change(task, took_s) and self.on_link_change is not None:
+                try:
+                    self.on_link_change(task)
+                except Exception as error:  # noqa: BLE001
+                    logger.warning("tfdiag: cannot hand on a link's change to %s (%r).", task, error)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections import deque
 
-# Readings in band whose median is a key's usual level.
+# Readings in band whose lower quartile is a key's usual level.
 USUAL_READINGS = 10
 
 
@@ -51,13 +51,21 @@ class Onsets:
         """How many of ``key``'s latest readings in a row were slow (0 when its last was not)."""
         return self._slow.get(key, 0)
 
+    def is_slow(self, key, value: float) -> bool:
+        """Whether ``value`` is slow for ``key`` (False while ``key`` has no usual level yet);
+        folds nothing."""
+        in_band = self._in_band.get(key, ())
+        if len(in_band) < self.warm_up:
+            return False
+        usual = sorted(in_band)[len(in_band) // 4]
+        return value >= self.rise * usual and value - usual >= self.floor
+
     def change(self, key, value: float) -> str | None:
         """Folds one reading of ``key``: ``"slow"`` where a slow spell begins (or, with
         ``again_every``, calls again while it lasts), ``"ended"`` at the first reading in
         band after a spell that began, else None."""
         in_band = self._in_band.setdefault(key, deque(maxlen=USUAL_READINGS))
-        usual = sorted(in_band)[len(in_band) // 4] if len(in_band) >= self.warm_up else None
-        if usual is not None and value >= self.rise * usual and value - usual >= self.floor:
+        if self.is_slow(key, value):
             in_a_row = self._slow[key] = self._slow.get(key, 0) + 1
             if in_a_row >= self.settle:  # the level changed: this is its usual now
                 in_band.clear()
