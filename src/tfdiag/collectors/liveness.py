@@ -178,9 +178,9 @@ class LivenessProbe:
         """Folds a round's ps answers (``{ps: seconds}``) into their onsets, each beside its
         peers: where every peer's answer was slow too, the host was busy, and the round says
         nothing about the link."""
+        slow = {task: self._answers.is_slow(task, took_s) for task, took_s in answers.items()}  # before folding any
         for task, took_s in answers.items():
-            peers = [self._answers.is_slow(peer, peer_s) for peer, peer_s in answers.items() if peer != task]
-            if peers and all(peers):
+            if len(answers) > 1 and all(slow[peer] for peer in answers if peer != task):
                 continue
             if self._answers.change(task, took_s) and self.on_link_change is not None:
                 try:
