@@ -112,10 +112,10 @@ class PhaseSwitch:
 
     Gated components skip their work while off and keep their threads and cadence: the
     RPC probe skips its rounds, the liveness checks theirs (so no closer look is asked in
-    a plain phase, to be made in the next instrumented one), the system sampler its samples and its timed wake-ups (an
-    mwms_fit worker's 10 a second, which B − A thus counts), the heartbeat thread its
-    beats (the closing beat always goes), live findings their evaluations, a gated writer
-    drops records at ``append``.
+    a plain phase, to be made in the next instrumented one), the system sampler its
+    samples and its timed wake-ups (an mwms_fit worker's 10 a second, which B − A thus
+    counts), the heartbeat thread its beats (the closing beat always goes), live findings
+    their evaluations, a gated writer drops records at ``append``.
     """
 
     def __init__(self, components: frozenset):
