@@ -10,6 +10,7 @@ Each case measures the figure a constant or a design choice of ``src/tfdiag/coll
     python benchmarks/micro.py stamp_cost --blocks 200 --steps 50 --model-size 16 --batch 16
     python benchmarks/micro.py probe_cost --rounds 50 --steady 150          # under tools/loopback-only
     python benchmarks/micro.py probe_cadence RUN...
+    python benchmarks/micro.py liveness_calls RUN...
     python benchmarks/micro.py collector_cost --baseline REV
 """
 

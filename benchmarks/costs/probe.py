@@ -1,5 +1,6 @@
 """What the RPC probe costs: a round by the links it probes, the prober's thread at its
-adaptive and at a fixed cadence, and the adaptive cadence replayed on recorded runs."""
+adaptive and at a fixed cadence, the adaptive cadence replayed on recorded runs, and the
+closer looks the liveness checks of recorded runs would ask of it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import tempfile
 import time
 
 from benchmarks.harness.cluster import cpu_s, load_line, ps_ctl_servers, task_pids
-from tfdiag.collectors import rpc_probe
+from tfdiag.collectors import liveness, rpc_probe
 from tfdiag.collectors.budget import LEDGER
 from tfdiag.collectors.rpc_probe import DEFAULT_INTERVAL_S, RpcProber
 from tfdiag.events import cluster_tasks
@@ -152,4 +153,56 @@ def probe_cadence(args) -> int:
     return 0
 
 
-CASES = {"probe_cost": (probe_cost_arguments, probe_cost), "probe_cadence": (probe_cadence_arguments, probe_cadence)}
+def replay_liveness(run_dir: str, beside_peers: bool) -> tuple[int, float] | None:
+    """How often ``run_dir``'s liveness answers of its ps would have asked for a closer look
+    (``LivenessProbe._judge``, each round's answers together or each answer alone), and over
+    how many minutes; None without answers. Rows sent within ``RECHECK_AFTER_S / 2`` of a
+    round's first are that round (a recheck comes ``RECHECK_AFTER_S`` later)."""
+    from tfdiag.analysis.load import load_run
+
+    rows = load_run(run_dir).frame("liveness")
+    rows = rows[(rows["status"].astype(str) == "OK") & rows["target"].astype(str).str.startswith("ps:")]
+    if rows.empty:
+        return None
+    rows = rows.sort_values("time_ns", kind="stable")
+    judge = liveness.LivenessProbe(_Discard(), {})
+    calls = []
+    judge.on_link_change = calls.append
+    rounds, first_ns = [], None
+    for task, time_ns, took_ns in zip(rows["target"].astype(str), rows["time_ns"], rows["duration_ns"]):
+        if first_ns is None or time_ns - first_ns > liveness.RECHECK_AFTER_S / 2 * 1e9:
+            rounds.append({})
+            first_ns = time_ns
+        rounds[-1][task] = took_ns / 1e9
+    for answers in rounds:
+        for together in ([answers] if beside_peers else [{task: s} for task, s in answers.items()]):
+            judge._judge(together)  # noqa: SLF001 - the rule itself, replayed
+    return len(calls), (int(rows["time_ns"].max()) - int(rows["time_ns"].min())) / 60e9
+
+
+def liveness_calls_arguments(parser) -> None:
+    parser.add_argument("runs", nargs="+", help="run directories with liveness records")
+
+
+def liveness_calls(args) -> int:
+    """Closer looks the liveness checks ask of the probe, replayed on recorded runs.
+
+    Replays each run's answered liveness checks of its ps through the checker's rule
+    (``src/tfdiag/collectors/liveness.py``): each answer judged beside its peers' in the same
+    round (the rule), and each judged alone. Per run: the calls a minute either way (each
+    call is a closer look: five probe rounds to every ps). Any recorded run with liveness
+    records of two or more ps replays.
+    """
+    print("| run | minutes | closer looks a minute: beside the peers | judged alone |\n| --- | --- | --- | --- |")
+    for run in args.runs:
+        beside, alone = replay_liveness(run, True), replay_liveness(run, False)
+        if beside is None:
+            print(f"liveness_calls: {run}: no answered liveness check of a ps", file=sys.stderr)
+            continue
+        minutes = beside[1]
+        print(f"| {run} | {minutes:.1f} | {beside[0] / minutes:.1f} | {alone[0] / minutes:.1f} |")
+    return 0
+
+
+CASES = {"probe_cost": (probe_cost_arguments, probe_cost), "probe_cadence": (probe_cadence_arguments, probe_cadence),
+         "liveness_calls": (liveness_calls_arguments, liveness_calls)}

@@ -22,8 +22,8 @@ probe's own turn comes every 8-32 s. A ps whose answer read slow is asked again
 link is not; its peers are asked again with it. A round in which every peer's answer was
 slow too says nothing about the link (the host was busy: a clean ps_ctl run's answers
 read 10-16 ms at the 90th percentile, 1 ms at the median; judged alone, that run's
-answers called a closer look 7.4 times a minute, beside their peers 2.5 times, replayed
-both ways; a 10 ms delay in front of one ps leaves its peers' answers fast). A worker's
+answers call a closer look 7.4 times a minute, beside their peers 3.1 times:
+``python benchmarks/micro.py liveness_calls RUN``; a 10 ms delay in front of one ps leaves its peers' answers fast). A worker's
 answers are not read so: its server answers from the threads its training keeps busy,
 and read 3x its usual twice in a row about every 10 s on a clean ps_ctl run (the
 slow-link detector leaves links to workers out for the same reason).

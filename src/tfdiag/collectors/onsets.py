@@ -6,11 +6,11 @@ slow-link detector judges a link by its fastest round trip; load only adds to a 
 A mean, or the median, follows a busy host up: ps_tutorial's liveness checks answered in
 8-10 ms while the job started, that median took the 12 ms answers behind a 10 ms delay in
 band, and its first three delays of a run at 91e032d were never called) and says when a
-spell of readings
-``rise`` times that level (and ``floor`` above it) begins: at the ``after``-th such
-reading in a row, not on every reading while the spell lasts, and where ``again_every``
-is set, again every ``again_every`` readings while it lasts (a spell that began on a
-spike of jitter just before the real onset is then looked at again once the onset came);
+spell of readings ``rise`` times that level (and ``floor`` above it) begins: at the
+``after``-th such reading in a row, not on every reading while the spell lasts, and where
+``again_every`` is set, again every ``again_every`` readings while it lasts (a spell that
+began on a spike of jitter just before the real onset is then looked at again once the
+onset came);
 and when a spell that began ends (the first reading in band again). After ``settle``
 slow readings in a row the slower level is the usual one (the job changed). A key is
 judged only once ``warm_up`` readings in band made its usual level.
