@@ -80,7 +80,9 @@ def _cases() -> list[Case]:
         # tf1_feed; worker 1 may wait 30 s for the chief's variables (SessionManager's recovery wait):
         # the job's steps leave it its 500 after that
         Case("tf1_session", "exception", "worker:1", 4000, {"raise_at": 500, "raise_worker": 1}),
-        Case("mirrored", "kill", "worker:0", 300),  # one process: nothing else can name it while it hangs
+        # one process: nothing else is left to name it (the analysis asks this host's process table)
+        Case("mirrored", "stop", "worker:0", 3000),
+        Case("mirrored", "kill", "worker:0", 3000),
     ]
 
 

@@ -16,6 +16,7 @@ MODULES = [
     "tfdiag.analysis.json_values",
     "tfdiag.analysis.links",
     "tfdiag.analysis.liveness",
+    "tfdiag.analysis.processes",
     "tfdiag.analysis.ps_traffic",
     "tfdiag.analysis.rates",
     "tfdiag.analysis.sync_steps",

@@ -148,6 +148,7 @@ SYSTEM = RecordKind(
         ("hog_pid", "int64"),  # the busiest process outside the job since the previous sample; null: none scanned
         ("hog_name", "string"),  # its name (/proc/<pid>/stat's comm)
         ("hog_cpu_pct", "float64"),  # its CPU, percent of all the host's cores
+        ("pid_start_ns", "int64"),  # when the sampling process started (its pid is not a later process's)
     ),
 )
 

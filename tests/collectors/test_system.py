@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 import types
 
+import psutil
 import pyarrow as pa
 import pytest
 
@@ -63,6 +65,8 @@ def test_host_and_gpu_records(monkeypatch):
     assert len(system) == 2 and system[0]["task"] == "worker:0"
     assert math.isnan(system[0]["cpu_pct"]) and 0 < system[1]["cpu_pct"] <= 100
     assert 0 < system[1]["mem_used_frac"] < 1 and system[1]["net_sent_bytes"] >= system[0]["net_sent_bytes"]
+    assert system[0]["pid"] == os.getpid()  # the process, named with its start for the analysis's process check
+    assert abs(system[0]["pid_start_ns"] - psutil.Process().create_time() * 1e9) <= 1e9
     gpu = writer.records["gpu"]
     assert [(g["index"], g["util_pct"], g["mem_used_bytes"], g["sm_clock_mhz"]) for g in gpu[:2]] == [
         (0, 40.0, 2**30, 1410.0), (1, 41.0, 2**31, 1410.0)]

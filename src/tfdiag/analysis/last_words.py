@@ -5,7 +5,8 @@ its text names as failed) and heartbeats. A task whose error names other tasks f
 because of them; a task named, or one that ended on an error naming no other, is a root.
 A root's own records say what happened to it: an exception of its own, an exit with its
 collectors open, heartbeats that stopped without a close marker (killed or frozen: the
-kernel's verdict is not in the log), or no records at all (a task that runs no
+kernel's verdict is not in the log, but where the analysis runs on the task's host its
+process table tells which, ``processes``), or no records at all (a task that runs no
 collector, such as a ps).
 """
 
@@ -14,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pandas as pd
+
+from tfdiag.analysis.processes import ProcessEnd
 
 # A cause is one line of the report: TensorFlow's abort lines run to about 200 characters.
 MAX_CAUSE_CHARS = 300
@@ -29,8 +32,10 @@ class JobEnd:
     ended_ns: int
 
 
-def job_end(exits: pd.DataFrame, heartbeats: pd.DataFrame) -> JobEnd | None:
-    """The roots and victims of the job's end, None when no task ended on an exception.
+def job_end(exits: pd.DataFrame, heartbeats: pd.DataFrame,
+            process_ends: dict[str, ProcessEnd] | None = None) -> JobEnd | None:
+    """The roots and victims of the job's end, None when no task ended on an exception
+    (``process_ends``: what this host's process table says of tasks without last words).
 
     >>> exits = pd.DataFrame({"task": ["worker:0"], "time_ns": [50 * 10**9], "reason": ["exception"],
     ...     "error_type": ["UnavailableError"], "blamed": ["worker:1"],
@@ -63,11 +68,13 @@ def job_end(exits: pd.DataFrame, heartbeats: pd.DataFrame) -> JobEnd | None:
                         "blamed": named})
         roots += [task for task in named if task not in roots and all(v["task"] != task for v in victims)]
     ended_ns = int(errors["time_ns"].min())
-    return JobEnd(roots=[{"task": task, "state": _state(task, exits, heartbeats, ended_ns)} for task in roots],
+    return JobEnd(roots=[{"task": task, "state": _state(task, exits, heartbeats, ended_ns, (process_ends or {}).get(task))}
+                         for task in roots],
                   victims=victims, ended_ns=ended_ns)
 
 
-def _state(task: str, exits: pd.DataFrame, heartbeats: pd.DataFrame, ended_ns: int) -> str:
+def _state(task: str, exits: pd.DataFrame, heartbeats: pd.DataFrame, ended_ns: int,
+           process: ProcessEnd | None) -> str:
     """What a root's own records say: its error, its last heartbeat before the job's first
     failure, and whether the process said anything at its end."""
     own = exits[exits["task"] == task].sort_values("time_ns")
@@ -80,7 +87,8 @@ def _state(task: str, exits: pd.DataFrame, heartbeats: pd.DataFrame, ended_ns: i
         said.append(f"last heartbeat {(ended_ns - int(before['time_ns'].max())) / 1e9:.1f} s before the first failure")
     if own.empty:
         closed = not beats.empty and bool(beats.sort_values("time_ns")["closed"].iloc[-1])
-        said.append("closed its collectors normally" if closed else "no last words: killed or frozen")
+        said.append("closed its collectors normally" if closed
+                    else f"no last words: {process.describe()}" if process else "no last words: killed or frozen")
     else:
         last = own.iloc[-1]
         when = "ended" if int(last["time_ns"]) <= ended_ns else "later ended"

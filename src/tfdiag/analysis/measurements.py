@@ -17,6 +17,7 @@ from tfdiag.analysis.last_words import JobEnd, job_end
 from tfdiag.analysis.links import link_latency_table, link_table
 from tfdiag.analysis.load import LoadedRun
 from tfdiag.analysis.placement import ps_load_table
+from tfdiag.analysis.processes import ProcessEnd, ended_processes
 from tfdiag.analysis.restarts import restart_faults
 from tfdiag.analysis.run_queue import Neighbours, held_table, neighbours, run_queue_table
 from tfdiag.analysis.shards import shard_table, shards_from_steps
@@ -36,6 +37,9 @@ class Measurements:
     ask for ``hosts`` (the report's), and a detector that returns early never pays for
     the tables after its test. Every table is a pure function of ``run``, so the order
     they are built in changes nothing.
+
+    One table reads the present as well as the run: ``process_ends`` asks this host's
+    process table about the tasks that left no last words.
 
     ``previous``: the measurements of the same run's previous live window. A table of
     ``REUSABLE`` whose frames are the very frames that window's was built from
@@ -161,7 +165,24 @@ class Measurements:
     def job_end(self) -> JobEnd | None:
         """``last_words.job_end``: the root and the victims of the tasks that ended on an error."""
         exits = _on_reference_clock(self.run.frame("exit"), ["time_ns"], self.offsets, "task")
-        return job_end(exits, self.heartbeats)
+        return job_end(exits, self.heartbeats, self.process_ends)
+
+    @cached_property
+    def process_ends(self) -> dict[str, ProcessEnd]:
+        """``processes.ended_processes``: the tasks without last words or a clean close whose
+        process on this host is gone or stopped."""
+        exits = self.run.frame("exit")
+        return ended_processes(self.run.frame("system"), set(exits["task"]) if not exits.empty else set(),
+                               self.closed_tasks)
+
+    @cached_property
+    def closed_tasks(self) -> set[str]:
+        """The tasks whose last heartbeat is their clean-close marker."""
+        beats = self.run.frame("heartbeat")
+        if beats.empty:
+            return set()
+        last = beats.sort_values("time_ns").groupby(beats["task"].astype(str), observed=True).tail(1)
+        return set(last["task"][last["closed"].fillna(False).astype(bool)].astype(str))
 
     @cached_property
     def closures(self) -> pd.DataFrame:

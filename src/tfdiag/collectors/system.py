@@ -212,6 +212,7 @@ class SystemSampler:
         self._wakes = WakeTimer(wake_s) if wake_s else None
         self._throttled = ThrottledTime()
         self._reads: JobProcessReads | None = None
+        self._started: tuple[int, int] | None = None  # (pid, its start time, ns): read once a process
 
     def start(self) -> "SystemSampler":
         if self._thread is None:
@@ -270,6 +271,12 @@ class SystemSampler:
             self._sample_gpus()
         self.samples += 1
 
+    def _process_start_ns(self, psutil, pid: int) -> int:
+        """When this process started (read once: a forked child reads its own)."""
+        if self._started is None or self._started[0] != pid:
+            self._started = (pid, int(psutil.Process(pid).create_time() * 1e9))
+        return self._started[1]
+
     def _cpu_pct(self, psutil) -> float:
         times = psutil.cpu_times()
         busy = sum(times) - getattr(times, "idle", 0.0) - getattr(times, "iowait", 0.0)
@@ -310,7 +317,7 @@ class SystemSampler:
             cpu_count=self._job.cores, pid=os.getpid(), proc_cpu_pct=own, job_cpu_pct=job, job_processes=processes,
             wakes=wakes, late_wakes=late_wakes, late_ms=late_ms, throttled_ms=throttled_ms,
             run_ms=own_run_ms, runq_wait_ms=own_wait_ms,
-            hog_pid=hog_pid, hog_name=hog_name, hog_cpu_pct=hog_pct,
+            hog_pid=hog_pid, hog_name=hog_name, hog_cpu_pct=hog_pct, pid_start_ns=self._process_start_ns(psutil, own_pid),
         )
         for row in job_rows:
             self.writer.append("job_process", host=self.host, time_ns=now_ns, **row)

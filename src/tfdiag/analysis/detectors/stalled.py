@@ -28,6 +28,7 @@ from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.groups import TaskGroups
 from tfdiag.analysis.liveness import last_answers, silent_tasks
 from tfdiag.analysis.measurements import Measurements
+from tfdiag.analysis.processes import STOPPED
 from tfdiag.store.paths import stacks_path
 from tfdiag.analysis.step_stats import RECENT_ROWS
 from tfdiag.events import HEARTBEAT_EVERY_S
@@ -78,8 +79,9 @@ def detect(measured: Measurements) -> list[Finding]:
     groups, times, tasks = TaskGroups(beats["task"]), beats["time_ns"].to_numpy(), beats["task"].to_numpy()
     last_beat = pd.Series([times[rows].max() for rows in groups.rows], index=groups.names, dtype=times.dtype)
     closed = set(tasks[beats["closed"].fillna(False).to_numpy(bool)])
+    frozen = {task: end for task, end in measured.process_ends.items() if end.state == STOPPED}
     stopped = sorted(task for task, at in last_beat.items()
-                     if task not in closed and now_ns - at > HEARTBEAT_LOST_S * 1e9)
+                     if task not in closed and (now_ns - at > HEARTBEAT_LOST_S * 1e9 or task in frozen))
     alive = set(last_beat.index) - closed - set(stopped)
     reporting = np.isin(tasks, list(alive)) & beats["progress"].notna().to_numpy()
     subjects = sorted(set(beats["subject"].to_numpy()[reporting]))
@@ -100,7 +102,7 @@ def detect(measured: Measurements) -> list[Finding]:
     if stalled:
         return [_stalled_finding(measured, beats, now_ns, stalled, progressing, stopped, last_beat)]
     if stopped:
-        return [_stopped_finding(now_ns, stopped, last_beat)]
+        return [_stopped_finding(now_ns, stopped, last_beat, frozen, everyone=not alive)]
     return []
 
 
@@ -271,27 +273,33 @@ def _stacks_files(measured: Measurements, tasks: list[str]) -> dict[str, str]:
     return {task: str(path) for task, path in paths.items() if path.is_file()}
 
 
-def _stopped_finding(now_ns, stopped, last_beat) -> Finding:
-    """Critical: a task lost for the rest of the run takes its share of the job's work with it."""
+def _stopped_finding(now_ns, stopped, last_beat, frozen, everyone: bool) -> Finding:
+    """Critical: a task lost for the rest of the run takes its share of the job's work with it;
+    when it was the last task writing (``everyone``), the job is hung or dead."""
     stopped = sorted(stopped, key=lambda task: last_beat[task])  # the first to stop first
+    quiet_s = max(now_ns - last_beat[t] for t in stopped) / 1e9
+    facts = "; ".join(f"{task}: {frozen[task].describe()}" for task in stopped if task in frozen)
+    said = (f"{facts}. " if facts else f"{', '.join(stopped)} wrote no heartbeat for the last {quiet_s:.0f} s of "
+            "the run and never closed its collectors: the task died (killed, crashed) or its process was frozen. ")
     return Finding(
         kind=KIND,
         severity=Severity.CRITICAL,
-        title=f"{', '.join(stopped)} stopped writing without a clean close",
-        summary=f"{', '.join(stopped)} wrote no heartbeat for the last "
-                f"{max(now_ns - last_beat[t] for t in stopped) / 1e9:.0f} s of the run and never closed its "
-                "collectors: the task died (killed, crashed) or its process was frozen. The tasks still "
-                "writing made progress, so the job is not hung, but runs without it.",
+        title=f"{', '.join(stopped)} stopped" + (" (process stopped)" if facts else " writing without a clean close"),
+        summary=said + ("No task writes on: the job is hung." if everyone else
+                        "The tasks still writing made progress, so the job is not hung, but runs without it."),
         tasks=tuple(stopped),
         evidence={
-            "state": "stopped_writing",
+            "state": "every_task_stopped" if everyone else "stopped_writing",
             "first_stalled": stopped[0],
             "stopped_writing": [{"task": task, "last_heartbeat_ns": int(last_beat[task])} for task in stopped],
+            "stopped_processes": [{"task": task, "pid": frozen[task].pid, "host": frozen[task].host}
+                                  for task in stopped if task in frozen],
             "latest_heartbeat_ns": now_ns,
         },
         recommendation=Recommendation(
-            action="Find out why the task ended without closing (its log, the OOM killer, preemption) and run "
-            "tasks under a supervisor that restarts them.",
+            action="Find out why the task ended without closing (its log, the OOM killer, preemption) or who "
+            "stopped it (kill -CONT <pid> resumes a stopped process), and run tasks under a supervisor that "
+            "restarts them.",
             change="Kubernetes restartPolicy: OnFailure; tf.distribute.experimental.PreemptionCheckpointHandler",
             predicted_speedup=None,
         ),

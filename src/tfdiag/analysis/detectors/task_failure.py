@@ -1,5 +1,11 @@
 """``task_failure``: a task failed during the run; what it cost and whether it came back.
 
+A task that died without last words (no exit record, no clean close) while the job still
+progressed is named from its process (``processes``: gone from this host's process
+table): the first to go is the root, the tasks that went later (the rest of the job,
+killed with it) are shown as ending after it. A process that went after the job had
+stopped progressing ended on a hung job (``stalled`` names that hang's root).
+
 What the failure cost is predicted from the run itself where it shows the job with every
 worker up: the throughput of the windows in which every worker was stepping is what the
 affected time (from a worker's failure to the next such window: its downtime and its
@@ -25,6 +31,8 @@ from tfdiag.analysis.faults import FAILURE_KINDS
 from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.last_words import JobEnd
 from tfdiag.analysis.measurements import Measurements
+from tfdiag.analysis.processes import GONE
+from tfdiag.analysis.detectors.stalled import HEARTBEAT_LOST_S, stall_threshold_ns
 from tfdiag.events import cluster_tasks
 
 KIND = "task_failure"
@@ -37,7 +45,8 @@ MIN_ALL_UP_RECORDS = 10
 
 def detect(measured: Measurements) -> list[Finding]:
     ended = measured.job_end
-    return ([_job_end_finding(ended)] if ended is not None else []) + _recovered_or_not(measured)
+    ends = [_job_end_finding(ended)] if ended is not None else _died_without_last_words(measured)
+    return ends + _recovered_or_not(measured)
 
 
 def _job_end_finding(ended: JobEnd) -> Finding:
@@ -68,6 +77,52 @@ def _job_end_finding(ended: JobEnd) -> Finding:
             predicted_speedup=None,
         ),
     )
+
+
+def _died_without_last_words(measured: Measurements) -> list[Finding]:
+    """The tasks whose processes are gone though they wrote no last words, when the first of
+    them went while the job progressed: killed, not stopped with a hung job."""
+    gone = {task: end for task, end in measured.process_ends.items() if end.state == GONE}
+    steps, beats = measured.steps, measured.heartbeats
+    if not gone or steps.empty:
+        return []
+    last_beat = beats.groupby(beats["task"].astype(str), observed=True)["time_ns"].max() if not beats.empty else {}
+    went_ns = {task: max(end.last_seen_ns - measured.offsets.get(task, 0), int(last_beat.get(task, 0)))
+               for task, end in gone.items()}
+    first_ns = min(went_ns.values())
+    step_ends = np.sort(steps["end_ns"].to_numpy())
+    if first_ns - step_ends[-1] > stall_threshold_ns(pd.Series(np.diff(step_ends))):
+        return []  # it went with a job that had stopped progressing long before
+    roots = sorted((task for task, at in went_ns.items() if at - first_ns <= HEARTBEAT_LOST_S * 1e9), key=went_ns.get)
+    later = sorted(set(gone) - set(roots), key=went_ns.get)
+    job_ended = set(last_beat.keys()) <= set(gone) | measured.closed_tasks
+    start_ns = int(steps["begin_ns"].min())
+    died = [{"task": task, "state": f"last record {(went_ns[task] - start_ns) / 1e9:.1f} s into the run; "
+             f"{gone[task].describe()}"} for task in roots]
+    title = f"{', '.join(roots)} died without last words"
+    if later:
+        title += f"; {', '.join(later)} ended {(went_ns[later[0]] - first_ns) / 1e9:.0f} s later without closing"
+    return [Finding(
+        kind=KIND,
+        severity=Severity.CRITICAL,
+        title=title,
+        summary="; ".join(f"{task['task']}: {task['state']}" for task in died)
+                + ("." if job_ended else ". The tasks still writing go on without it."),
+        tasks=tuple(roots + later),
+        # "root" only for the job's end (job_status: failed); a task lost by a job that goes on "died".
+        evidence={"root" if job_ended else "died": died, "failed_because_of_it": [],
+                  "ended_later": [{"task": task, "after_s": round((went_ns[task] - first_ns) / 1e9, 1)}
+                                  for task in later],
+                  "ended_ns": first_ns},
+        recommendation=Recommendation(
+            action=f"Look at {', '.join(roots)} first: the kernel's log on its host (dmesg: the OOM killer), the "
+            "scheduler's events (preemption, eviction), a core dump. Make the job survive the next one: "
+            "checkpoint and restart failed tasks automatically.",
+            change=("model.fit(..., callbacks=[tf.keras.callbacks.BackupAndRestore(backup_dir)]); run tasks under "
+                    "a supervisor that restarts them (Kubernetes restartPolicy: OnFailure)"),
+            predicted_speedup=None,
+        ),
+    )]
 
 
 def _recovered_or_not(measured: Measurements) -> list[Finding]:
