@@ -3,6 +3,12 @@
 Records go through the real store writer (the ``builder`` fixture) and the whole analysis.
 """
 
+import math
+import socket
+import subprocess
+import sys
+
+import psutil
 import pytest
 
 from tfdiag.analysis import analyze
@@ -119,3 +125,45 @@ def test_a_fit_worker_with_one_process_has_no_failure(builder):
         run.steps(task, count=100, step_ms=19)
         _samples(run, task, pid, 0.0, 2.0)
     assert "task_failure" not in [f.kind for f in analyze(run.write()).findings]
+
+
+@pytest.fixture(scope="module")
+def dead_process():
+    """``(pid, start_ns)`` of a real process that has ended: what a killed task's samples name."""
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    started_ns = int(psutil.Process(process.pid).create_time() * 1e9)
+    process.kill()
+    process.wait()
+    return process.pid, started_ns
+
+
+def _tf1_worker_gone(builder, dead_process, worker_1_until_s: float, worker_0_until_s: float,
+                     steps_until_s: float = math.inf):
+    """TF1: worker:1's process (samples naming the dead process) writes until
+    ``worker_1_until_s``, worker:0 (samples naming no process) until ``worker_0_until_s``;
+    each steps while it writes, up to ``steps_until_s``."""
+    pid, started_ns = dead_process
+    run = builder(strategy=None)
+    for task, until_s in (("worker:0", worker_0_until_s), ("worker:1", worker_1_until_s)):
+        run.steps_until(task, START_NS + int(min(until_s, steps_until_s) * S))
+        run.heartbeats(task, until_ms=until_s * 1000, subjects=(task,))
+    run.system(socket.gethostname(), "worker:1", cpu_pct=50.0, count=int(worker_1_until_s * 2), every_ms=500.0,
+               pid=pid, pid_start_ns=started_ns)
+    return run
+
+
+def test_a_task_whose_process_went_while_the_job_worked_is_named(builder, dead_process):
+    finding = _task_failure(_tf1_worker_gone(builder, dead_process, worker_1_until_s=20, worker_0_until_s=40))
+    assert finding.title == "worker:1 died without last words" and finding.tasks == ("worker:1",)
+    [died] = finding.evidence["died"]  # worker:0 writes on: the job goes on without it ("root": the job's end)
+    assert died["task"] == "worker:1" and "is gone" in died["state"]
+
+
+def test_a_process_that_went_after_the_job_stopped_or_another_failed_is_no_root(builder, dead_process):
+    # Every step ended by 20 s; worker:1 beat on to 40 s without one: it went with a hung job.
+    hung = _tf1_worker_gone(builder, dead_process, worker_1_until_s=40, worker_0_until_s=40, steps_until_s=20)
+    assert all("died without last words" not in f.title for f in analyze(hung.write()).findings)
+    # worker:0 failed (its fault record) at 10 s; worker:1 was killed after it.
+    after = _tf1_worker_gone(builder, dead_process, worker_1_until_s=20, worker_0_until_s=40).fault(
+        "worker:0", "failure", 10_000)
+    assert all("died without last words" not in f.title for f in analyze(after.write()).findings)

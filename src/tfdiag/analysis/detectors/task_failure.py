@@ -2,9 +2,11 @@
 
 A task that died without last words (no exit record, no clean close) while the job still
 progressed is named from its process (``processes``: gone from this host's process
-table): the first to go is the root, the tasks that went later (the rest of the job,
-killed with it) are shown as ending after it. A process that went after the job had
-stopped progressing ended on a hung job (``stalled`` names that hang's root).
+table): the first to go is the root, with any that went within a beat of it; the tasks
+that went later (the rest of the job, killed with it) are shown as ending after it. A
+process that went after the job had stopped progressing ended on a hung job (``stalled``
+names that hang's root), and one that went after another task's failure record is not
+its root.
 
 What the failure cost is predicted from the run itself where it shows the job with every
 worker up: the throughput of the windows in which every worker was stepping is what the
@@ -32,8 +34,8 @@ from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.last_words import JobEnd
 from tfdiag.analysis.measurements import Measurements
 from tfdiag.analysis.processes import GONE
-from tfdiag.analysis.detectors.stalled import HEARTBEAT_LOST_S, stall_threshold_ns
-from tfdiag.events import cluster_tasks
+from tfdiag.analysis.detectors.stalled import STALL_FACTOR
+from tfdiag.events import HEARTBEAT_EVERY_S, cluster_tasks
 
 KIND = "task_failure"
 
@@ -41,6 +43,11 @@ KIND = "task_failure"
 # hold for their throughput to stand for the repaired run: ps_ctl at 200 steps writes 20
 # closures in all, the records of one or two seconds.
 MIN_ALL_UP_RECORDS = 10
+# A task that died without last words went while the job worked when the job's last step
+# ended no more than this many heartbeats (or ``stalled.STALL_FACTOR`` of its median
+# interval between step ends) before the task's last record: a hung job beats on for
+# longer than two beats without a step.
+PROGRESSING_BEATS = 2
 
 
 def detect(measured: Measurements) -> list[Finding]:
@@ -81,19 +88,28 @@ def _job_end_finding(ended: JobEnd) -> Finding:
 
 def _died_without_last_words(measured: Measurements) -> list[Finding]:
     """The tasks whose processes are gone though they wrote no last words, when the first of
-    them went while the job progressed: killed, not stopped with a hung job."""
+    them went while the job progressed and before any other failure: killed while working,
+    not stopped with a hung job nor after another task's failure."""
     gone = {task: end for task, end in measured.process_ends.items() if end.state == GONE}
     steps, beats = measured.steps, measured.heartbeats
     if not gone or steps.empty:
         return []
+    # When each went: its last record of any kind (a beat every 5 s, a sample every 2 s, its steps).
     last_beat = beats.groupby(beats["task"].astype(str), observed=True)["time_ns"].max() if not beats.empty else {}
-    went_ns = {task: max(end.last_seen_ns - measured.offsets.get(task, 0), int(last_beat.get(task, 0)))
-               for task, end in gone.items()}
+    last_step = steps.groupby(steps["task"].astype(str), observed=True)["end_ns"].max()
+    went_ns = {task: max(end.last_seen_ns - measured.offsets.get(task, 0), int(last_beat.get(task, 0)),
+                         int(last_step.get(task, 0))) for task, end in gone.items()}
     first_ns = min(went_ns.values())
     step_ends = np.sort(steps["end_ns"].to_numpy())
-    if first_ns - step_ends[-1] > stall_threshold_ns(pd.Series(np.diff(step_ends))):
-        return []  # it went with a job that had stopped progressing long before
-    roots = sorted((task for task, at in went_ns.items() if at - first_ns <= HEARTBEAT_LOST_S * 1e9), key=went_ns.get)
+    progressing_ns = max(PROGRESSING_BEATS * HEARTBEAT_EVERY_S * 1e9,
+                         STALL_FACTOR * float(np.median(np.diff(step_ends))) if len(step_ends) > 1 else 0.0)
+    faults = measured.faults
+    failed_before = not faults.empty and bool(
+        (faults["kind"].isin(FAILURE_KINDS) & (faults["time_ns"] < first_ns)).any())
+    if first_ns - step_ends[-1] > progressing_ns or failed_before:
+        return []  # it went with a hung job, or after another task's failure: that is the root
+    roots = sorted((task for task, at in went_ns.items() if at - first_ns <= HEARTBEAT_EVERY_S * 1e9),
+                   key=went_ns.get)
     later = sorted(set(gone) - set(roots), key=went_ns.get)
     job_ended = set(last_beat.keys()) <= set(gone) | measured.closed_tasks
     start_ns = int(steps["begin_ns"].min())
