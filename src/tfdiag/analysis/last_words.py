@@ -68,7 +68,8 @@ def job_end(exits: pd.DataFrame, heartbeats: pd.DataFrame,
                         "blamed": named})
         roots += [task for task in named if task not in roots and all(v["task"] != task for v in victims)]
     ended_ns = int(errors["time_ns"].min())
-    return JobEnd(roots=[{"task": task, "state": _state(task, exits, heartbeats, ended_ns, (process_ends or {}).get(task))}
+    processes = process_ends or {}
+    return JobEnd(roots=[{"task": task, "state": _state(task, exits, heartbeats, ended_ns, processes.get(task))}
                          for task in roots],
                   victims=victims, ended_ns=ended_ns)
 

@@ -317,7 +317,8 @@ class SystemSampler:
             cpu_count=self._job.cores, pid=os.getpid(), proc_cpu_pct=own, job_cpu_pct=job, job_processes=processes,
             wakes=wakes, late_wakes=late_wakes, late_ms=late_ms, throttled_ms=throttled_ms,
             run_ms=own_run_ms, runq_wait_ms=own_wait_ms,
-            hog_pid=hog_pid, hog_name=hog_name, hog_cpu_pct=hog_pct, pid_start_ns=self._process_start_ns(psutil, own_pid),
+            hog_pid=hog_pid, hog_name=hog_name, hog_cpu_pct=hog_pct,
+            pid_start_ns=self._process_start_ns(psutil, own_pid),
         )
         for row in job_rows:
             self.writer.append("job_process", host=self.host, time_ns=now_ns, **row)
