@@ -6,8 +6,10 @@ and a stop is a matter of time, not of a statistic, so these are announced on th
 evidence. ``judge(now_ns)`` returns what holds now, by (kind, task):
 
 - ``task_failure``: a task's ``exit`` record (it ended on an error, or with its collectors
-  open), or a task unreachable in ``MIN_UNANSWERED`` status checks in a row (``liveness``);
-- ``stalled``: a task that wrote no heartbeat for ``SILENT_AFTER_S`` (stopped, frozen or
+  open), a task unreachable in ``MIN_UNANSWERED`` status checks in a row (``liveness``), or
+  one that missed a heartbeat and whose process on this host is gone (``processes``);
+- ``stalled``: a task that missed a heartbeat and whose process on this host is stopped,
+  one that wrote no heartbeat for ``SILENT_AFTER_S`` (stopped, frozen or
   gone; a task that closed cleanly is not), a task frozen in its status checks, or a
   worker whose progress count did not move for ``SCREEN_STALL_S`` while another worker's did
   (or, when every worker stopped, the worker the RPC probe stopped reaching first).
@@ -20,14 +22,20 @@ Example:
 
 from __future__ import annotations
 
+import socket
+
 import numpy as np
 import pyarrow as pa
 
+from tfdiag.analysis.processes import GONE, ProcessEnd, process_state
 from tfdiag.events import HEARTBEAT_EVERY_S
 
 # A task that wrote no heartbeat for four beats stopped writing (job_status.SILENT_AFTER_S
 # and the stalled detector's HEARTBEAT_LOST_S are the same four beats).
 SILENT_AFTER_S = 4 * HEARTBEAT_EVERY_S
+# A task whose newest heartbeat is this old missed one: where its process is on this host,
+# the process table says at once whether it was stopped or is gone.
+MISSED_BEAT_S = 1.5 * HEARTBEAT_EVERY_S
 # A worker whose progress did not move for this long, while another worker's did, has
 # stopped: workers of one job differ in step time by a few x, not by seconds against a
 # peer that keeps stepping; two beats (HEARTBEAT_EVERY_S apart) must have seen no progress.
@@ -53,9 +61,11 @@ class Stops:
         self.unanswered: dict[str, tuple[int, str]] = {}  # liveness target -> (checks failed in a row, status)
         self.exits: dict[str, str] = {}  # task -> the title of its exit
         self.answers: dict[str, int] = {}  # task -> when the RPC probe last reached it
+        self.processes: dict[str, tuple[str, int, int]] = {}  # task -> (host, pid, start) of its newest sample
+        self._host = socket.gethostname()
 
     def fold(self, kind: str, batch: pa.RecordBatch) -> None:
-        """Folds a batch of any kind (kinds other than heartbeat, liveness and exit are ignored)."""
+        """Folds a batch of any kind (kinds other than heartbeat, liveness, exit and system are ignored)."""
         if kind == "heartbeat":
             self._fold_heartbeats(batch.to_pylist())
         elif kind == "liveness":
@@ -66,6 +76,10 @@ class Stops:
         elif kind == "exit":
             for row in batch.to_pylist():
                 self.exits[row["task"]] = _exit_title(row)
+        elif kind == "system":
+            for row in batch.to_pylist():
+                if row.get("pid_start_ns") is not None and row.get("pid") is not None:
+                    self.processes[row["task"]] = (row["host"], row["pid"], row["pid_start_ns"])
 
     def _fold_heartbeats(self, rows: list[dict]) -> None:
         for row in sorted(rows, key=lambda r: r["time_ns"] or 0):
@@ -92,13 +106,32 @@ class Stops:
                 kind, verdict = VERDICTS[status]
                 found.setdefault((kind, target), f"{target} is {verdict}: {failed} status checks in a row "
                                                  f"unanswered ({status})")
+        for key, title in self._ended_processes(now_ns).items():
+            found.setdefault(key, title)
         alive = {writer for writer, beat in self.beats.items() if now_ns - beat < SILENT_AFTER_S * 1e9}
         for writer, beat in self.beats.items():
-            if writer not in alive and writer not in self.closed and writer != self.own_task:
+            if (writer not in alive and writer not in self.closed and writer != self.own_task
+                    and ("task_failure", writer) not in found):
                 found.setdefault(("stalled", writer), f"{writer} has written nothing for {(now_ns - beat) / 1e9:.0f} s "
                                                       f"(no heartbeat): stopped, frozen or gone")
         for task, title in self._no_progress(alive, periods_ns or {}).items():
             found.setdefault(("stalled", task), title)
+        return found
+
+    def _ended_processes(self, now_ns: int) -> dict[tuple[str, str], str]:
+        """The tasks that missed a beat, left no last words, and whose process on this host
+        the process table finds gone (``task_failure``) or stopped (``stalled``)."""
+        found = {}
+        for writer, beat in self.beats.items():
+            process = self.processes.get(writer)
+            if (process is None or process[0] != self._host or now_ns - beat < MISSED_BEAT_S * 1e9
+                    or writer in self.closed or writer in self.exits or writer == self.own_task):
+                continue
+            state = process_state(process[1], process[2])
+            if state is not None:
+                said = ProcessEnd(writer, *process[:2], state, beat).describe()
+                found[("task_failure" if state == GONE else "stalled", writer)] = (
+                    f"{writer} {'died without last words' if state == GONE else 'stopped'}: {said}")
         return found
 
     def _no_progress(self, alive: set[str], periods_ns: dict[str, float]) -> dict[str, str]:

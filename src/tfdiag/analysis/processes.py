@@ -72,15 +72,15 @@ def ended_processes(system: pd.DataFrame, exited: set[str], closed: set[str],
         task = str(row.task)
         if row.host != host or task in exited or task in closed:
             continue
-        state = _state(int(row.pid), int(row.pid_start_ns))
+        state = process_state(int(row.pid), int(row.pid_start_ns))
         if state is not None:
             ended[task] = ProcessEnd(task, host, int(row.pid), state, int(row.time_ns))
     return ended
 
 
-def _state(pid: int, started_ns: int) -> str | None:
-    """``GONE``, ``STOPPED`` or None (running, or not readable) for process ``pid`` started
-    at ``started_ns``."""
+def process_state(pid: int, started_ns: int) -> str | None:
+    """``GONE``, ``STOPPED`` or None (running, or not readable) for process ``pid`` of this
+    host, started at ``started_ns``."""
     try:
         process = psutil.Process(pid)
         holder_started_ns = process.create_time() * 1e9
