@@ -9,7 +9,10 @@ Per trial (``judge``):
   nor missed: ``recalled`` and ``located`` are None and ``summary`` counts it apart
   (``never_ran``), so a benchmark whose onset misses the training cannot pass for a
   detector's miss (seeds 1029, 1032, 1036 and 1037 did, with a fixed delay). Runs recorded
-  before the onset was (no ``onset``) are judged as they were;
+  before the onset was (no ``onset``) are judged as they were. Likewise an exception the
+  user's code never raised: the fault run exited 0 (seeds 1118 and 1119: ``tf1_feed``'s
+  worker 1 waited 30 s for the chief's variables and the job's steps ran out before its
+  raise step);
 * **recall** — the planted kind (``trial_run.EXPECTED_KIND``) at warning or above naming
   the planted task (any task where the fault hit every worker); ``located`` when the kind
   is there on some task, ``recalled`` when on the right one;
@@ -79,12 +82,17 @@ def fault_ran(result: dict) -> bool | None:
     return started is not None and last is not None and started < last
 
 
+def _never_raised(trial: dict, result: dict) -> bool:
+    """An exception trial whose job ended well: the raising task never reached its raise step."""
+    return trial["fault"] == "exception" and result["runs"]["fault"].get("exit") == 0
+
+
 def judge(trial: dict, result: dict) -> dict:
     """The verdict of one trial: whether its fault ran, recall, false alarms, rank, prediction
     error, effect."""
     fault = trial["fault"]
     findings = result["runs"]["fault"]["findings"]
-    never_ran = fault != "none" and fault_ran(result) is False
+    never_ran = fault != "none" and (fault_ran(result) is False or _never_raised(trial, result))
     kind = None if never_ran else EXPECTED_KIND.get(fault)  # never ran: neither recalled nor missed
     planted, hit, false_alarms = diagnosis(trial, findings, shared_host(result))
     verdict = {"never_ran": never_ran,

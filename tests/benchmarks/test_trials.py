@@ -134,5 +134,15 @@ def test_a_fault_that_began_after_the_last_step_never_ran_and_stays_out_of_recal
     figures = summary(rows)
     assert figures["never_ran"] == {"n": 2, "seeds": [2, 3]} and figures["faulty"] == 3
     assert figures["recall_by_effect"][">=1.5x"]["n"] == 3
-    assert "| faults that never ran (onset after the last step; out of recall) | 2 of 5 |" in report(rows, "")
+    assert ("| faults that never ran (onset after the last step, exception never raised; out of recall) | 2 of 5 |"
+            in report(rows, ""))
     assert "| never ran |" in trial_table([r | {"result": r["result"] | {"load1": [1.0]}} for r in rows])
+
+
+def test_an_exception_the_job_never_raised_never_ran():
+    raised, quiet = result([finding("task_failure", ["worker:1"])]), result([])
+    raised["runs"]["fault"]["exit"], quiet["runs"]["fault"]["exit"] = 1, 0  # the job ended on it, or well
+    assert not judge(trial("exception"), raised)["never_ran"] and judge(trial("exception"), raised)["recalled"]
+    verdict = judge(trial("exception"), quiet)
+    assert verdict["never_ran"] and verdict["recalled"] is None
+    assert not judge(trial("stop-duty"), quiet)["never_ran"]  # only an exception is read from the exit

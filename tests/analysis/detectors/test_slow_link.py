@@ -2,8 +2,10 @@
 
 import pytest
 
-from tests.runs import MS, scheduled_ahead
-from tfdiag.analysis import analyze
+from tests.runs import MS, START_NS, scheduled_ahead
+from tfdiag.analysis import analyze, load_run
+from tfdiag.analysis.detectors.slow_link import slow_ps
+from tfdiag.analysis.measurements import measure
 
 
 def _probed(builder, rtt_ms):
@@ -61,3 +63,40 @@ def test_a_step_inside_a_closure_of_several_pays_half_a_round_trip_after_the_fir
     per_step = 30 + 2 / steps_per_closure
     saved = round_trips * 25 + (1 - 2 * 0.4) / steps_per_closure
     assert finding.recommendation.predicted_speedup == pytest.approx(per_step / (per_step - saved), rel=0.01)
+
+
+def _turning_slow(builder, slow_ms: float, turns_at_s: float, back_at_s: float = 1e9):
+    """A 20-s PS run probed every 0.5 s from each source; from ``turns_at_s`` to ``back_at_s``
+    the path to ps:1 adds ``slow_ms``."""
+    run = builder()
+    for worker in ("worker:0", "worker:1"):
+        run.steps(worker, count=740, step_ms=25, idle_ms=2, closures=True)
+    for src in ("chief:0", "worker:0", "worker:1"):
+        for i in range(40):
+            send = START_NS + i * 500 * MS
+            for dst in ("ps:0", "ps:1"):
+                rtt = int((0.5 + 0.1 * (i % 3) + (slow_ms if dst == "ps:1" and turns_at_s <= i / 2 < back_at_s else 0))
+                          * MS)
+                run.record("rpc", src=src, dst=dst, send_ns=send, remote_ns=send + rtt // 2, recv_ns=send + rtt,
+                           payload_bytes=0)
+    return run
+
+
+def test_a_path_that_turns_slow_mid_run_is_slow_link_for_the_stretch_it_was_slow(builder):
+    path = _turning_slow(builder, slow_ms=12.0, turns_at_s=6.0).write()
+    # The run's fastest round trip to ps:1, before it turned, is its peers': only the windows see it.
+    assert slow_ps(measure(load_run(path)).link_latency) == {}
+    report = analyze(path)
+    [finding] = [f for f in report.findings if f.kind == "slow_link"]
+    assert finding.tasks == ("ps:1",) and "from 6 s into the run" in finding.title
+    assert finding.evidence["slow_share"] == pytest.approx(0.7, abs=0.06)
+    assert finding.evidence["rtt_ms_min_while_slow"] == pytest.approx(12.5, abs=0.2)
+    whole = analyze(_turning_slow(builder, slow_ms=12.0, turns_at_s=0.0).write())
+    [throughout] = [f for f in whole.findings if f.kind == "slow_link"]
+    # slow for 70 % of the run: it saves less than a path slow all along
+    assert 1.0 < finding.recommendation.predicted_speedup < throughout.recommendation.predicted_speedup
+
+
+def test_a_path_slow_for_two_windows_of_ten_is_no_slow_link(builder):
+    run = _turning_slow(builder, slow_ms=12.0, turns_at_s=8.0, back_at_s=12.0)
+    assert "slow_link" not in [f.kind for f in analyze(run.write()).findings]

@@ -5,9 +5,17 @@ measured by the RPC probe or, in a TF1 session where no probe runs, by the trace
 ``RecvTensor`` transfers (``links.link_latency_table``). The decision is the same for
 both; the predicted speed-up is the probe's ps traffic model, or for traced transfers
 the time each traced step waited on the slow link (``ps_traffic.traced_link_cost``).
+
+A path that turned slow mid-run hides behind the fastest round trip of the whole run,
+taken before it turned; so each window of the run (``Measurements.link_windows``) is
+judged the same way, and a ps slow in ``MIN_SLOW_WINDOWS`` windows in a row (windows
+without its samples skipped) is reported with the stretch it was slow for; the probe's
+prediction then saves its share of the run.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -33,10 +41,57 @@ KIND = "slow_link"
 SLOW_RATIO = 3.0
 MIN_EXTRA_NS = 2_000_000
 CRITICAL_EXTRA_NS = 20_000_000
+# A ps slow in this many windows in a row of the run's ``links.LATENCY_WINDOWS`` (ten: a
+# third of the run) is behind a path that turned slow, whatever its fastest round trip
+# before; two windows of a loaded host's late probes are not.
+MIN_SLOW_WINDOWS = 3
+
+
+@dataclass(frozen=True)
+class SlowStretch:
+    """The windows in a row in which a ps was slow: its fastest round trip and its peers'
+    (medians over the windows, ns), from ``start_ns`` to ``end_ns`` (the windows' span,
+    the sampling task's clock), ``share`` of the run's windows' span."""
+
+    rtt_ns: float
+    peers_ns: float
+    start_ns: float
+    end_ns: float
+    share: float
 
 
 def detect(measured: Measurements) -> list[Finding]:
-    return [_finding(measured, dst, rtt, peers) for dst, (rtt, peers) in slow_ps(measured.link_latency).items()]
+    whole = slow_ps(measured.link_latency)
+    stretches = {dst: stretch for dst, stretch in slow_stretches(measured.link_windows).items() if dst not in whole}
+    return ([_finding(measured, dst, rtt, peers) for dst, (rtt, peers) in whole.items()]
+            + [_finding(measured, dst, stretch.rtt_ns, stretch.peers_ns, stretch) for dst, stretch in stretches.items()])
+
+
+def slow_stretches(windows: pd.DataFrame) -> dict[str, SlowStretch]:
+    """The ps slow in at least ``MIN_SLOW_WINDOWS`` windows in a row of a
+    ``links.windowed_latency_table`` (the longest such stretch of each)."""
+    if windows.empty:
+        return {}
+    span = float(windows["end_ns"].max() - windows["start_ns"].min())
+    judged: dict[str, list[tuple[bool, tuple[float, float], float, float]]] = {}  # ps -> per window with its samples
+    for _, table in windows.groupby("window", sort=True):
+        slow = slow_ps(table)
+        sampled = table.loc[table["dst"].str.startswith("ps:") & (table["samples"] >= MIN_LINK_SAMPLES), "dst"]
+        for dst in sorted(set(sampled)):
+            judged.setdefault(dst, []).append((dst in slow, slow.get(dst, (0.0, 0.0)),
+                                               float(table["start_ns"].iloc[0]), float(table["end_ns"].iloc[0])))
+    stretches = {}
+    for dst, verdicts in judged.items():
+        longest, run = [], []
+        for verdict in verdicts:
+            run = run + [verdict] if verdict[0] else []
+            longest = run if len(run) > len(longest) else longest
+        if len(longest) >= MIN_SLOW_WINDOWS:
+            start, end = longest[0][2], longest[-1][3]
+            stretches[dst] = SlowStretch(float(np.median([v[1][0] for v in longest])),
+                                         float(np.median([v[1][1] for v in longest])), start, end,
+                                         (end - start) / span if span > 0 else 1.0)
+    return stretches
 
 
 def slow_ps(links: pd.DataFrame) -> dict[str, tuple[float, float]]:
@@ -81,7 +136,7 @@ def _slow_from_every_source(to_ps: pd.DataFrame, dst: str, peers: float) -> bool
     return True
 
 
-def _finding(measured: Measurements, dst: str, rtt: float, peers: float) -> Finding:
+def _finding(measured: Measurements, dst: str, rtt: float, peers: float, stretch: SlowStretch | None = None) -> Finding:
     extra = rtt - peers
     sources = measured.link_latency[measured.link_latency["dst"] == dst]
     traced = bool((sources["source"] == "transfer").all())
@@ -98,16 +153,25 @@ def _finding(measured: Measurements, dst: str, rtt: float, peers: float) -> Find
         measured_by = (f"Traced tensor transfers (RecvTensor) from {dst} to {task_list(sorted(sources['src']))} take "
                        f"at least {rtt / 1e6:.1f} ms against {peers / 1e6:.1f} ms from the other parameter servers")
     else:
-        speedup, cost = _probed_speedup(measured, dst, extra, peers)
+        speedup, cost = _probed_speedup(measured, dst, extra, peers, stretch.share if stretch else 1.0)
         evidence.update(cost)
         measured_by = (f"The RPC probe from {task_list(sorted(sources['src']))} measures round trips of at least "
                        f"{rtt / 1e6:.1f} ms to {dst} against {peers / 1e6:.1f} ms to the other parameter servers")
+    when = ""
+    if stretch is not None:
+        start_ns = float(measured.steps["begin_ns"].min()) if not measured.steps.empty else stretch.start_ns
+        since_s, until_s = (stretch.start_ns - start_ns) / 1e9, (stretch.end_ns - start_ns) / 1e9
+        when = f" from {max(since_s, 0.0):.0f} s into the run to {until_s:.0f} s ({stretch.share:.0%} of it)"
+        evidence.update({"slow_since_s": round(since_s, 1), "slow_until_s": round(until_s, 1),
+                         "slow_share": round(stretch.share, 3), "rtt_ms_min_while_slow": round(rtt / 1e6, 2),
+                         "peer_rtt_ms_min": round(peers / 1e6, 2)})
     return Finding(
         kind=KIND,
         severity=Severity.CRITICAL if extra >= CRITICAL_EXTRA_NS else Severity.WARNING,
-        title=f"Round trips to {dst} take at least {rtt / 1e6:.1f} ms, {extra / 1e6:.1f} ms more than to its peers",
+        title=f"Round trips to {dst} take at least {rtt / 1e6:.1f} ms, {extra / 1e6:.1f} ms more than to its "
+              f"peers{when}",
         summary=(
-            f"{measured_by}: the network path to {dst} (its host, NIC, a proxy or a congested switch port) "
+            f"{measured_by}{when}: the network path to {dst} (its host, NIC, a proxy or a congested switch port) "
             "adds latency to every step."
         ),
         tasks=(dst,),
@@ -120,8 +184,10 @@ def _finding(measured: Measurements, dst: str, rtt: float, peers: float) -> Find
     )
 
 
-def _probed_speedup(measured: Measurements, dst: str, extra: float, rtt_peers: float) -> tuple[float | None, dict]:
-    """The link's cost per step from the probe's round trips, and its evidence.
+def _probed_speedup(measured: Measurements, dst: str, extra: float, rtt_peers: float,
+                    share: float = 1.0) -> tuple[float | None, dict]:
+    """The link's cost per step from the probe's round trips, and its evidence; a link slow
+    for ``share`` of the run saves that share of it.
 
     In each closure the ps traffic model with the link's latency lowered to its peers', at
     the round trips a step pays (``whatif.ps_round_trips_per_step``), in its tail up to
@@ -149,7 +215,7 @@ def _probed_speedup(measured: Measurements, dst: str, extra: float, rtt_peers: f
         saving = round_trips.map(link_saving)
     else:
         saving = round_trips * extra
-    saving = saving.clip(lower=0.0, upper=float(measured.workers["mean_ns"].min()))
+    saving = share * saving.clip(lower=0.0, upper=float(measured.workers["mean_ns"].min()))
     # A closure's last parameter-server round trips (its variable updates) finish after
     # its last timestamp: the worker waits for them in the tail before its result reaches
     # the coordinator, once per closure, so a step pays them once per steps in a closure.
@@ -160,14 +226,14 @@ def _probed_speedup(measured: Measurements, dst: str, extra: float, rtt_peers: f
     # without the delay; saving one round trip predicted 2.77x against 5.36x measured.
     tail = closure_tail_ns(measured.steps, measured.run.frame("closure"), quantile=0.0)
     link_tail = measured.workers["task"].map(tail).fillna(0.0) - TAIL_PS_ROUND_TRIPS * rtt_peers
-    tail_saving = link_tail.clip(lower=0.0, upper=TAIL_PS_ROUND_TRIPS * extra) / per_closure
+    tail_saving = share * link_tail.clip(lower=0.0, upper=TAIL_PS_ROUND_TRIPS * extra) / per_closure
     pace = measured.pace
     if pace is None:
         return predicted_speedup(measured.workers, measured.workers["mean_ns"] - saving - tail_saving,
                                  measured.synchronous), {}
     per_closure = pace.loop_ns * pace.steps_per_closure
     round_trips, loop_saving = loop_link_saving(measured.link_latency, per_closure, dst, rtt_peers)
-    loop_saving /= pace.steps_per_closure
+    loop_saving *= share / pace.steps_per_closure
     own = pace.own_ns - pd.Series((saving + tail_saving).to_numpy(), index=measured.workers["task"].astype(str))
     own = own.reindex(pace.own_ns.index).fillna(pace.own_ns)
     # The run's start and model.fit's epoch ends read and write the same variables through
