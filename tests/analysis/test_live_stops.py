@@ -6,25 +6,15 @@ from __future__ import annotations
 import signal
 import socket
 import subprocess
-import sys
 import time
 
 import psutil
 import pyarrow as pa
-import pytest
 
 from tfdiag.analysis.live_stops import MISSED_BEAT_S, SILENT_AFTER_S, Stops
 
 S = 10**9
 BEAT_S = 5
-
-
-@pytest.fixture
-def sleeper():
-    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    yield process
-    process.kill()
-    process.wait()
 
 
 def _stops(process: subprocess.Popen, host: str | None = None) -> Stops:

@@ -7,7 +7,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -31,14 +30,6 @@ def _samples(process: subprocess.Popen | None = None, pid: int | None = None, st
         started_ns = int(psutil.Process(pid).create_time() * 1e9)
     return pd.DataFrame({"task": [task], "host": [host or socket.gethostname()], "pid": [pid],
                          "pid_start_ns": [started_ns], "time_ns": [time.time_ns()]})
-
-
-@pytest.fixture
-def sleeper():
-    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    yield process
-    process.kill()
-    process.wait()
 
 
 def test_a_running_process_is_not_listed_a_stopped_one_is(sleeper):

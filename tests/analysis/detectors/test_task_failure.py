@@ -5,8 +5,6 @@ Records go through the real store writer (the ``builder`` fixture) and the whole
 
 import math
 import socket
-import subprocess
-import sys
 
 import psutil
 import pytest
@@ -127,14 +125,13 @@ def test_a_fit_worker_with_one_process_has_no_failure(builder):
     assert "task_failure" not in [f.kind for f in analyze(run.write()).findings]
 
 
-@pytest.fixture(scope="module")
-def dead_process():
+@pytest.fixture
+def dead_process(sleeper):
     """``(pid, start_ns)`` of a real process that has ended: what a killed task's samples name."""
-    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    started_ns = int(psutil.Process(process.pid).create_time() * 1e9)
-    process.kill()
-    process.wait()
-    return process.pid, started_ns
+    started_ns = int(psutil.Process(sleeper.pid).create_time() * 1e9)
+    sleeper.kill()
+    sleeper.wait()
+    return sleeper.pid, started_ns
 
 
 def _tf1_worker_gone(builder, dead_process, worker_1_until_s: float, worker_0_until_s: float,
