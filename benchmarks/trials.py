@@ -135,6 +135,9 @@ def report(rows: list[dict], title: str) -> str:
                      f"| {TARGETS.get(name, '–')} |")
     tp = s["trial_precision"]
     lines.append(f"| trials without a false alarm | {tp['hits']} of {tp['n']} | {_ci(tp['ci'])} | precision ≥ 0.95 |")
+    own = s["precise_but_own"]
+    lines.append(f"| ... but for the job's own bottleneck (`trial_judge.JOB_OWN`) | {own['hits']} of {own['n']} "
+                 f"| {_ci(own['ci'])} | – |")
     for name, group in s["clean_false_alarms"].items():
         target = "≤ 2 %" if name == "with hogs" else "–"
         lines.append(f"| clean runs {name} with a false alarm | {group['alarms']} of {group['n']} | {_ci(group['ci'])} "

@@ -146,3 +146,14 @@ def test_an_exception_the_job_never_raised_never_ran():
     verdict = judge(trial("exception"), quiet)
     assert verdict["never_ran"] and verdict["recalled"] is None
     assert not judge(trial("stop-duty"), quiet)["never_ran"]  # only an exception is read from the exit
+
+
+def test_the_jobs_own_bottleneck_is_a_false_alarm_counted_apart():
+    rows = [{"trial": trial("none", "", seed=seed, job=job), "result": result([finding("coordinator_bound", [])])}
+            for seed, job in ((1, "ps_tutorial"), (2, "ps_ctl"))]
+    for row in rows:
+        row["verdict"] = judge(row["trial"], row["result"])
+    assert [r["verdict"]["false_alarms"] for r in rows] == [["coordinator_bound "], ["coordinator_bound "]]
+    figures = summary(rows)
+    assert figures["trial_precision"]["hits"] == 0  # the rule: the plant explains neither
+    assert figures["precise_but_own"]["hits"] == 1  # ps_tutorial is paced by its coordinator's loop
