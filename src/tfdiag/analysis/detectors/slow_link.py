@@ -163,8 +163,7 @@ def _finding(measured: Measurements, dst: str, rtt: float, peers: float, stretch
         since_s, until_s = (stretch.start_ns - start_ns) / 1e9, (stretch.end_ns - start_ns) / 1e9
         when = f" from {max(since_s, 0.0):.0f} s into the run to {until_s:.0f} s ({stretch.share:.0%} of it)"
         evidence.update({"slow_since_s": round(since_s, 1), "slow_until_s": round(until_s, 1),
-                         "slow_share": round(stretch.share, 3), "rtt_ms_min_while_slow": round(rtt / 1e6, 2),
-                         "peer_rtt_ms_min": round(peers / 1e6, 2)})
+                         "slow_share": round(stretch.share, 3), "rtt_ms_min_while_slow": round(rtt / 1e6, 2)})
     return Finding(
         kind=KIND,
         severity=Severity.CRITICAL if extra >= CRITICAL_EXTRA_NS else Severity.WARNING,
