@@ -15,6 +15,7 @@ prediction then saves its share of the run.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,29 +70,53 @@ def detect(measured: Measurements) -> list[Finding]:
 
 def slow_stretches(windows: pd.DataFrame) -> dict[str, SlowStretch]:
     """The ps slow in at least ``MIN_SLOW_WINDOWS`` windows in a row of a
-    ``links.windowed_latency_table`` (the longest such stretch of each)."""
-    if windows.empty:
+    ``links.windowed_latency_table`` (the longest such stretch of each), each window judged
+    as ``slow_ps`` judges the run (over every window at once): a ps's fastest round trip,
+    the median over its sources, against its peers', and every source's own against the
+    other ps it measured (``_slow_from_every_source``)."""
+    to_ps = windows[windows["dst"].str.startswith("ps:") & (windows["samples"] >= MIN_LINK_SAMPLES)]
+    if to_ps.empty or to_ps["rtt_min_ns"].max() < MIN_EXTRA_NS:  # no window's link is slow enough to judge
         return {}
+    rtt = to_ps.groupby(["window", "dst"])["rtt_min_ns"].median().unstack()
+    if rtt.shape[1] < 2:
+        return {}
+    by_source = to_ps.groupby(["window", "src", "dst"])["rtt_min_ns"].min().unstack()
+    source_window = by_source.index.get_level_values("window")
+    bounds = windows.groupby("window")[["start_ns", "end_ns"]].first().reindex(rtt.index)
     span = float(windows["end_ns"].max() - windows["start_ns"].min())
-    judged: dict[str, list[tuple[bool, tuple[float, float], float, float]]] = {}  # ps -> per window with its samples
-    for _, table in windows.groupby("window", sort=True):
-        slow = slow_ps(table)
-        sampled = table.loc[table["dst"].str.startswith("ps:") & (table["samples"] >= MIN_LINK_SAMPLES), "dst"]
-        for dst in sorted(set(sampled)):
-            judged.setdefault(dst, []).append((dst in slow, slow.get(dst, (0.0, 0.0)),
-                                               float(table["start_ns"].iloc[0]), float(table["end_ns"].iloc[0])))
+    values, per_source = rtt.to_numpy("float64"), by_source.reindex(columns=rtt.columns).to_numpy("float64")
     stretches = {}
-    for dst, verdicts in judged.items():
+    for column, dst in enumerate(rtt.columns):
+        own, peers = values[:, column], _median_of_others(values, column)
+        slow = _slow_array(own, peers)
+        # Every source that measured it finds it slow against the other ps *it* measured.
+        source_own, source_peers = per_source[:, column], _median_of_others(per_source, column)
+        source_peers = np.where(np.isnan(source_peers), pd.Series(peers, index=rtt.index).reindex(source_window),
+                                source_peers)
+        agrees = pd.Series(np.isnan(source_own) | _slow_array(source_own, source_peers), index=source_window)
+        slow &= agrees.groupby(level=0).all().reindex(rtt.index, fill_value=True).to_numpy()
         longest, run = [], []
-        for verdict in verdicts:
-            run = run + [verdict] if verdict[0] else []
+        for row in np.flatnonzero(~np.isnan(own) & ~np.isnan(peers)):  # windows without its samples skipped
+            run = run + [row] if slow[row] else []
             longest = run if len(run) > len(longest) else longest
         if len(longest) >= MIN_SLOW_WINDOWS:
-            start, end = longest[0][2], longest[-1][3]
-            stretches[dst] = SlowStretch(float(np.median([v[1][0] for v in longest])),
-                                         float(np.median([v[1][1] for v in longest])), start, end,
-                                         (end - start) / span if span > 0 else 1.0)
+            start, end = float(bounds["start_ns"].iloc[longest[0]]), float(bounds["end_ns"].iloc[longest[-1]])
+            stretches[str(dst)] = SlowStretch(float(np.median(own[longest])), float(np.median(peers[longest])),
+                                              start, end, (end - start) / span if span > 0 else 1.0)
     return stretches
+
+
+def _median_of_others(values: np.ndarray, column: int) -> np.ndarray:
+    """Per row, the median of the other columns' values (NaN where none has one)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a row with no other value: NaN, as meant
+        return np.nanmedian(np.delete(values, column, axis=1), axis=1)
+
+
+def _slow_array(rtt: np.ndarray, peers: np.ndarray) -> np.ndarray:
+    """``_slow`` over arrays (False where either is NaN)."""
+    with np.errstate(invalid="ignore"):
+        return (rtt >= SLOW_RATIO * np.maximum(peers, 1.0)) & (rtt - peers >= MIN_EXTRA_NS)
 
 
 def slow_ps(links: pd.DataFrame) -> dict[str, tuple[float, float]]:
