@@ -71,6 +71,14 @@ def test_only_tasks_without_last_words_on_this_host_with_a_start_time_are_asked(
     assert ended_processes(samples.assign(pid_start_ns=None), set(), set()) == {}  # logs from before the column
 
 
+def test_a_damaged_pid_is_not_asked_about():
+    samples = _samples(pid=os.getpid())
+    for pid in (-5, 0):  # psutil raises on a negative pid, and pid 0 is never a task's
+        assert ended_processes(samples.assign(pid=pid), set(), set()) == {}
+    [end] = ended_processes(samples.assign(pid=2**62), set(), set()).values()  # past any pid: no such process
+    assert end.state == GONE
+
+
 @pytest.mark.cluster
 @pytest.mark.parametrize("fault", [signal.SIGSTOP, signal.SIGKILL], ids=["stopped", "killed"])
 def test_a_one_process_mirrored_job_stopped_or_killed_is_named(tmp_path, fault):

@@ -111,6 +111,20 @@ def test_gpu_error_mid_run_stops_gpu_sampling_only(monkeypatch):
     assert len(writer.records["note"]) == 1
 
 
+def test_a_process_start_the_platform_will_not_give_is_left_null(monkeypatch):
+    def denied(self):
+        raise psutil.AccessDenied(self.pid)
+
+    monkeypatch.setattr(psutil.Process, "create_time", denied)
+    writer = FakeWriter("worker:0")
+    sampler = SystemSampler(writer, "worker:0", interval_s=0.05, gpus=False)
+    sampler.sample()
+    sampler.sample()
+    sampler.stop()
+    assert [row["pid_start_ns"] for row in writer.records["system"]] == [None, None]  # sampling went on
+    assert "note" not in writer.records
+
+
 def test_unwritable_logdir_is_survived(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")

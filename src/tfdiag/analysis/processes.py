@@ -80,14 +80,16 @@ def ended_processes(system: pd.DataFrame, exited: set[str], closed: set[str],
 
 def process_state(pid: int, started_ns: int) -> str | None:
     """``GONE``, ``STOPPED`` or None (running, or not readable) for process ``pid`` of this
-    host, started at ``started_ns``."""
+    host, started at ``started_ns``; None for a pid no process can have (a damaged log)."""
+    if pid <= 0:
+        return None
     try:
         process = psutil.Process(pid)
         holder_started_ns = process.create_time() * 1e9
         status = process.status()
     except psutil.NoSuchProcess:
         return GONE
-    except (psutil.AccessDenied, OSError):
+    except (psutil.AccessDenied, OSError, ValueError, OverflowError):
         return None
     if abs(holder_started_ns - started_ns) > SAME_START_NS:  # the pid is another process's now
         return GONE

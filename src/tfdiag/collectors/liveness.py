@@ -23,10 +23,11 @@ link is not; its peers are asked again with it. A round in which every peer's an
 slow too says nothing about the link (the host was busy: a clean ps_ctl run's answers
 read 10-16 ms at the 90th percentile, 1 ms at the median; judged alone, that run's
 answers call a closer look 7.4 times a minute, beside their peers 3.1 times:
-``python benchmarks/micro.py liveness_calls RUN``; a 10 ms delay in front of one ps leaves its peers' answers fast). A worker's
-answers are not read so: its server answers from the threads its training keeps busy,
-and read 3x its usual twice in a row about every 10 s on a clean ps_ctl run (the
-slow-link detector leaves links to workers out for the same reason).
+``python benchmarks/micro.py liveness_calls RUN``; a 10 ms delay in front of one ps
+leaves its peers' answers fast). A worker's answers are not read so: its server answers
+from the threads its training keeps busy, and read 3x its usual twice in a row about
+every 10 s on a clean ps_ctl run (the slow-link detector leaves links to workers out for
+the same reason).
 
 A check costs one small RPC on the target (its device list) and none on the training
 thread, but about ``CHECK_CPU_S`` of this process's CPU (the call and gRPC's own threads:

@@ -212,7 +212,7 @@ class SystemSampler:
         self._wakes = WakeTimer(wake_s) if wake_s else None
         self._throttled = ThrottledTime()
         self._reads: JobProcessReads | None = None
-        self._started: tuple[int, int] | None = None  # (pid, its start time, ns): read once a process
+        self._started: tuple[int, int | None] | None = None  # (pid, its start, ns; None: unreadable), once a process
 
     def start(self) -> "SystemSampler":
         if self._thread is None:
@@ -271,10 +271,14 @@ class SystemSampler:
             self._sample_gpus()
         self.samples += 1
 
-    def _process_start_ns(self, psutil, pid: int) -> int:
-        """When this process started (read once: a forked child reads its own)."""
+    def _process_start_ns(self, psutil, pid: int) -> int | None:
+        """When this process started (read once: a forked child reads its own); None where
+        the platform will not say (the analysis then never asks about the process)."""
         if self._started is None or self._started[0] != pid:
-            self._started = (pid, int(psutil.Process(pid).create_time() * 1e9))
+            try:
+                self._started = (pid, int(psutil.Process(pid).create_time() * 1e9))
+            except (psutil.Error, OSError):
+                self._started = (pid, None)
         return self._started[1]
 
     def _cpu_pct(self, psutil) -> float:

@@ -277,14 +277,16 @@ def _stopped_finding(now_ns, stopped, last_beat, frozen, everyone: bool) -> Find
     """Critical: a task lost for the rest of the run takes its share of the job's work with it;
     when it was the last task writing (``everyone``), the job is hung or dead."""
     stopped = sorted(stopped, key=lambda task: last_beat[task])  # the first to stop first
-    quiet_s = max(now_ns - last_beat[t] for t in stopped) / 1e9
-    facts = "; ".join(f"{task}: {frozen[task].describe()}" for task in stopped if task in frozen)
-    said = (f"{facts}. " if facts else f"{', '.join(stopped)} wrote no heartbeat for the last {quiet_s:.0f} s of "
-            "the run and never closed its collectors: the task died (killed, crashed) or its process was frozen. ")
+    lost = [task for task in stopped if task not in frozen]  # known by their missed beats alone
+    said = "".join(f"{task}: {frozen[task].describe()}. " for task in stopped if task in frozen)
+    if lost:
+        said += (f"{', '.join(lost)} wrote no heartbeat for the last "
+                 f"{max(now_ns - last_beat[t] for t in lost) / 1e9:.0f} s of the run and never closed its "
+                 "collectors: the task died (killed, crashed) or its process was frozen. ")
     return Finding(
         kind=KIND,
         severity=Severity.CRITICAL,
-        title=f"{', '.join(stopped)} stopped" + (" (process stopped)" if facts else " writing without a clean close"),
+        title=f"{', '.join(stopped)} stopped" + (" writing without a clean close" if lost else " (process stopped)"),
         summary=said + ("No task writes on: the job is hung." if everyone else
                         "The tasks still writing made progress, so the job is not hung, but runs without it."),
         tasks=tuple(stopped),
