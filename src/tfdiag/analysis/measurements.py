@@ -23,6 +23,7 @@ from tfdiag.analysis.run_queue import Neighbours, held_table, neighbours, run_qu
 from tfdiag.analysis.shards import shard_table, shards_from_steps
 from tfdiag.analysis.sync_steps import own_times, stopped_shares
 from tfdiag.analysis.whatif import is_synchronous
+from tfdiag.analysis.window_load import window_of
 from tfdiag.events import cluster_tasks
 
 
@@ -53,6 +54,7 @@ class Measurements:
         # previous would chain every window of the run.
         self._earlier = {name: (previous.run, vars(previous)[name]) for name in REUSABLE
                          if previous is not None and name in vars(previous)}
+        self._parts: dict[float, Measurements | None] = {}  # ``last_part``'s, by share
 
     def _reused(self, name: str) -> pd.DataFrame | None:
         """The previous window's table ``name`` if its frames did not change since, else None."""
@@ -225,6 +227,30 @@ class Measurements:
     def ps_tasks(self) -> list[str]:
         cluster = (self.run.manifest or {}).get("cluster") or {}
         return cluster_tasks(cluster, jobs=("ps",))
+
+    @cached_property
+    def stepping(self) -> tuple[int, int] | None:
+        """The run's stepping, from its first step record's start to its last one's end (each
+        on its task's clock), or None without step records."""
+        steps = self.run.frame("step")
+        return None if steps.empty else (int(steps["begin_ns"].min()), int(steps["end_ns"].max()))
+
+    def part_start_ns(self, share: float) -> int | None:
+        """Where the run's last ``share`` of its ``stepping`` begins."""
+        return None if self.stepping is None else int(self.stepping[1] - share * (self.stepping[1] - self.stepping[0]))
+
+    def last_part(self, share: float) -> Measurements | None:
+        """The measurements of the run's last ``share`` of its ``stepping``
+        (``window_load.window_of``), or None without step records or where they are a sample
+        (a long run's rows do not hold every step of a part of it)."""
+        if share not in self._parts:
+            counters = self.run.step_counters
+            if self.stepping is None or (counters is not None and bool(counters["sampled"].any())):
+                self._parts[share] = None
+            else:
+                first, last = self.stepping
+                self._parts[share] = Measurements(window_of(self.run, last, share * (last - first) / 1e9))
+        return self._parts[share]
 
 
 def measure(run: LoadedRun, previous: Measurements | None = None) -> Measurements:

@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 
 from tfdiag.analysis.groups import TaskGroups, mean_of, median_of
@@ -178,27 +179,37 @@ def step_if_running_as_peers(step_ns: float, share: float, typical_share: float)
     return step_ns * (1.0 - max(share - typical_share, 0.0))
 
 
-def stall_share(stopped: pd.DataFrame, min_wakes: int) -> float:
+def stall_share(stopped: pd.DataFrame, min_span_ns: float) -> float:
     """The share of the synchronous steps that stood still because one worker's process was
-    stopped more than its peers' (``stopped_shares`` rows with ``min_wakes`` wake-ups or
+    stopped more than its peers' (``stopped_shares`` rows sampled over ``min_span_ns`` or
     more): the largest stopped share less the median of the other workers', where that
-    excess is past its sampling noise (``STALL_NOISE_SE`` standard errors: a share p from n
-    wake-ups varies by sqrt(p(1 - p) / n)); else 0, as with fewer than two workers. While a
-    worker is stopped every step waits for it, wherever in the step its peers wait: in the
-    all-reduce, or for their element where the element itself waits on a collective.
+    excess is past its sampling noise (``past_noise``); else 0, as with fewer than two
+    workers. While a worker is stopped every step waits for it, wherever in the step its
+    peers wait: in the all-reduce, or for their element where the element itself waits on
+    a collective.
 
     >>> stopped = pd.DataFrame({"task": ["worker:0", "worker:1", "worker:2"], "wakes": [99, 99, 99],
-    ...                         "stopped_share": [0.02, 0.5, 0.04]})
-    >>> round(stall_share(stopped, 50), 3), stall_share(stopped.assign(stopped_share=[0.02, 0.06, 0.04]), 50)
+    ...                         "span_ns": [10**10] * 3, "stopped_share": [0.02, 0.5, 0.04]})
+    >>> round(stall_share(stopped, 5e9), 3), stall_share(stopped.assign(stopped_share=[0.02, 0.06, 0.04]), 5e9)
     (0.47, 0.0)
     """
-    rows = stopped[stopped["wakes"] >= min_wakes].reset_index(drop=True)
+    rows = stopped[stopped["span_ns"] >= min_span_ns].reset_index(drop=True)
     if len(rows) < 2:
         return 0.0
     worst = int(rows["stopped_share"].astype("float64").idxmax())
     others = rows.drop(index=worst)
     share, n = float(rows.loc[worst, "stopped_share"]), float(rows.loc[worst, "wakes"])
     typical, typical_n = float(others["stopped_share"].median()), float(others["wakes"].median())
-    noise = math.sqrt(share * (1 - share) / n + typical * (1 - typical) / typical_n)
-    excess = share - typical
-    return excess if excess > STALL_NOISE_SE * noise else 0.0
+    return share - typical if past_noise(share, n, typical, typical_n) else 0.0
+
+
+def past_noise(share, wakes, typical, typical_wakes):
+    """Whether a stopped ``share`` from ``wakes`` wake-ups exceeds the ``typical`` share (from
+    ``typical_wakes``) by more than ``STALL_NOISE_SE`` standard errors of their difference (a
+    share p from n wake-ups varies by sqrt(p(1 - p) / n)); elementwise on arrays.
+
+    >>> bool(past_noise(0.3, 25, 0.02, 60)), bool(past_noise(0.12, 25, 0.05, 60))
+    (True, False)
+    """
+    noise = np.sqrt(share * (1 - share) / np.maximum(wakes, 1) + typical * (1 - typical) / np.maximum(typical_wakes, 1))
+    return share - typical > STALL_NOISE_SE * noise

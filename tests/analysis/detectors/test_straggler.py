@@ -77,6 +77,29 @@ def test_a_worker_with_only_its_first_steps_is_not_judged(builder):
     assert "straggler" not in _kinds(analyze(run.write()))
 
 
+def test_a_worker_slow_from_mid_run_is_named_over_the_run_s_last_part(builder):
+    # worker:1 steps as worker:0 for 3 s of 4.2, then takes 60-ms steps: 1.2x less often
+    # over the whole run (under the bar), 1.6x over its last half.
+    run = builder(strategy=None)
+    run.steps("worker:0", count=200, step_ms=20)
+    run.steps("worker:1", count=143, step_ms=20)
+    run.steps("worker:1", count=20, step_ms=60, first_step=143, start_ns=START_NS + 143 * 21 * MS)
+    finding = next(f for f in analyze(run.write()).findings if f.kind == "straggler")
+    assert finding.tasks == ("worker:1",) and finding.title.endswith("(over the run's last 50%)")
+    assert 1.0 < finding.recommendation.predicted_speedup < finding.evidence["predicted_speedup_over_it"]
+
+
+def test_a_worker_that_ended_early_in_the_run_s_last_part_is_not_judged_over_it(builder):
+    # worker:1's last 6 steps before it failed at 3.1 s of 4.2 were 3x slow: 1.3x less often
+    # than worker:0 over the second it stepped in the run's last half, under half of it; the
+    # last quarter has none of its steps. Its last steps before a failure are no straggler.
+    run = builder(strategy=None)
+    run.steps("worker:0", count=200, step_ms=20)
+    run.steps("worker:1", count=130, step_ms=20)
+    run.steps("worker:1", count=6, step_ms=60, first_step=130, start_ns=START_NS + 130 * 21 * MS)
+    assert "straggler" not in _kinds(analyze(run.write()))
+
+
 def test_a_worker_with_few_long_closures_over_the_whole_run_is_judged(builder):
     # Asynchronous: worker:1 ran 4 closures of 1 s over the 4 s worker:0 took for 200 steps.
     run = builder(strategy=None)

@@ -68,17 +68,19 @@ def test_a_worker_with_larger_batches_is_compared_per_example(builder):
     assert "straggler" not in [f.kind for f in analyze(run.write()).findings]
 
 
-def _sampled(run, late: dict, throttled_ms: dict | None = None):
+def _sampled(run, late: dict, throttled_ms: dict | None = None, late_from: int = 0, wakes: dict | None = None):
     """One ``system`` record a second per worker over its steps, each with 10 timed wake-ups
-    of which ``late[worker]`` came late (and ``throttled_ms[worker]`` of cgroup throttling)."""
+    (``wakes[worker]``) of which ``late[worker]`` came late from second ``late_from`` on (and
+    ``throttled_ms[worker]`` of cgroup throttling)."""
     from tests.runs import START_NS
 
     for worker in WORKERS:
         for second in range(int((run.step_end_ns - START_NS) / 1e9) + 1):
+            late_wakes = late[worker] if second >= late_from else 0
             run.record(
                 "system", host="h", task=worker, time_ns=START_NS + second * 1_000_000_000, cpu_pct=20.0,
                 mem_used_frac=0.5, net_sent_bytes=0, net_recv_bytes=0, disk_read_bytes=0, disk_write_bytes=0,
-                wakes=10, late_wakes=late[worker], late_ms=late[worker] * 20.0,
+                wakes=(wakes or {}).get(worker, 10), late_wakes=late_wakes, late_ms=late_wakes * 20.0,
                 throttled_ms=(throttled_ms or {}).get(worker, float("nan")))
     return run
 
@@ -97,6 +99,33 @@ def test_a_stopped_worker_is_named_with_the_step_it_would_allow(builder):
     assert finding.evidence["predicted_step_ms"] == pytest.approx(42.0, rel=0.01)
     assert finding.evidence["waiting_for_it_ms_per_step"] == {"worker:0": pytest.approx(18.0, abs=0.1)}
     assert finding.recommendation.predicted_speedup == pytest.approx(60 / 42, rel=0.01)
+
+
+def test_a_stopped_worker_is_judged_however_few_times_it_woke(builder):
+    # A process wakes less often the longer it is stopped: worker 1, stopped about 40 % of
+    # the time, woke 7 times a second, 42 times over the run's 6 s, 3 of them late.
+    run = _sampled(_sync_run(builder, 60.0, {"worker:0": (0.5, 5.0), "worker:1": (0.5, 5.0)}),
+                   {"worker:0": 0, "worker:1": 3}, wakes={"worker:1": 7})
+    finding = analyze(run.write()).primary
+    assert finding.kind == "straggler" and finding.tasks == ("worker:1",)
+    assert finding.evidence["late_wakes"]["worker:1"] == "18/42"
+
+
+def test_a_worker_stopped_from_mid_run_is_named_over_the_run_s_last_part(builder):
+    # 100 steps of 61 ms (6.1 s); worker 1 stopped 40 % of the time from its fifth second
+    # on: 8 late wake-ups of 60 over the run, under the bar; 8 of 20 over its last half.
+    # Its stall lands in both workers' input wait (22 ms a step, 37 %): less 0.4 of the last
+    # half's steps (0.2 of the run's), not input bound; less the whole run's 0.13, it would be.
+    run = _sync_run(builder, 60.0, {"worker:0": (22.0, 5.0), "worker:1": (22.0, 5.0)})
+    run = _sampled(run, {"worker:0": 0, "worker:1": 4}, late_from=5)
+    report = analyze(run.write())
+    finding = report.primary
+    assert finding.kind == "straggler" and finding.tasks == ("worker:1",)
+    assert "over the run's last 50%" in finding.title and finding.evidence["judged_last_share"] == 0.5
+    # Over the last half 60 ms steps, 36 ms without the stops; s = 1.67 there, 1 / (0.5 + 0.5 / s) over the run.
+    assert finding.evidence["predicted_speedup_over_it"] == pytest.approx(60 / 36, rel=0.02)
+    assert finding.recommendation.predicted_speedup == pytest.approx(1 / (0.5 + 0.5 * 36 / 60), rel=0.02)
+    assert "input_bound" not in _warnings(report)
 
 
 def test_a_throttled_worker_is_named_from_its_cgroup(builder):

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tfdiag.analysis.detectors.straggler import MIN_WAKES
+from tfdiag.analysis.detectors.straggler import MIN_STOPPED_SPAN_S, TAIL_SHARES
 from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.measurements import Measurements
 from tfdiag.analysis.sync_steps import shared_ns, stall_share, waiting_for_slowest_ms
@@ -55,11 +55,22 @@ CHANGE = (
 )
 
 
+def _stall(measured: Measurements) -> float:
+    """The share of a synchronous run's steps that stood still for a stopped worker
+    (``sync_steps.stall_share``): over the whole run or, where more, over the last part
+    ``straggler`` judges a fault that began mid-run on (``straggler.TAIL_SHARES``) times
+    that part's share of the run; 0 for an asynchronous run."""
+    if not measured.synchronous:
+        return 0.0
+    parts = [(1.0, measured)] + [(share, measured.last_part(share)) for share in TAIL_SHARES]
+    return max(share * stall_share(part.stopped, MIN_STOPPED_SPAN_S * 1e9) for share, part in parts if part is not None)
+
+
 def detect(measured: Measurements) -> list[Finding]:
     workers = measured.workers
     if workers.empty:
         return []
-    stall = stall_share(measured.stopped, MIN_WAKES) if measured.synchronous else 0.0
+    stall = _stall(measured)
     if stall:  # the steps a stopped worker held still are no worker's input wait
         workers = workers.assign(input_wait_frac=(workers["input_wait_frac"] - stall).clip(lower=0.0))
     bound = workers[workers["input_wait_frac"] >= WARNING_INPUT_FRACTION]

@@ -16,6 +16,7 @@ thresholds and builds the finding.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -26,7 +27,13 @@ from tfdiag.analysis.closure_gaps import paced_speedup
 from tfdiag.analysis.fair_comparison import MIN_RECORDS, MIN_SPAN_SHARE, OVERLAP_RECORDS  # noqa: F401
 from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.measurements import Measurements
-from tfdiag.analysis.sync_steps import shared_ns, speedup_with_own, step_if_running_as_peers, waiting_for_slowest_ms
+from tfdiag.analysis.sync_steps import (
+    past_noise,
+    shared_ns,
+    speedup_with_own,
+    step_if_running_as_peers,
+    waiting_for_slowest_ms,
+)
 from tfdiag.analysis.whatif import predicted_speedup, speedup_at_periods
 from tfdiag.events import LATE_WAKE_S
 
@@ -71,17 +78,27 @@ HELD_EXTRA_SHARE = 0.05
 # Examples per step differing by more than this ratio between workers: compare per example.
 EXAMPLES_PER_STEP_SPREAD = 1.1
 # A synchronous worker whose process could not run (``sync_steps.stopped_shares``) for
-# STOPPED_EXTRA_SHARE more of its steps than the typical other worker, and at least
-# STOPPED_RATIO times as much, is a straggler: every step stands still while it is stopped,
-# so 0.15 costs the job 1.18x. A wake-up is late or not, so a share from n wake-ups varies
-# by sqrt(p(1 - p) / n): at MIN_WAKES (5 s of steps, 10 wake-ups a second) and p = 0.1, by
-# 0.042, and two workers' difference by 0.06, 2.5 times less than the margin; where every
-# worker is late often (p = 0.3 on a host at load 20, 0.065 each) the ratio keeps a host
-# late for every worker alike from naming one. mwms_fit with worker 1 stopped 40 ms of
-# every 100 ms: see docs/findings.md.
+# STOPPED_EXTRA_SHARE more of its steps than the typical other worker, at least
+# STOPPED_RATIO times as much, and past the two shares' sampling noise
+# (``sync_steps.past_noise``: a wake-up is late or not, so a share from n wake-ups varies
+# by sqrt(p(1 - p) / n)) is a straggler: every step stands still while it is stopped, so
+# 0.15 costs the job 1.18x; where every worker is late often (p = 0.3 on a host at load
+# 20) the ratio keeps a host late for every worker alike from naming one. mwms_fit with
+# worker 1 stopped 40 ms of every 100 ms: see docs/findings.md. The shares must cover
+# MIN_STOPPED_SPAN_S of stepping (20 wake-ups at the sampler's pace), counted in time, not
+# in wake-ups: a process wakes less often the longer it is stopped (trial seed 1145: a
+# gen_fit worker stopped about 40 % of its 6 s woke 48 times, its peer 59), so a floor of
+# 50 wake-ups left out the very worker it was for.
 STOPPED_EXTRA_SHARE = 0.15
 STOPPED_RATIO = 2.0
-MIN_WAKES = 50
+MIN_STOPPED_SPAN_S = 2.0
+# A fault that begins mid-run and lasts to the end is diluted in the whole run's figures
+# (a worker stopped for the last third of a run is 3x slower there, 1.3x over the run).
+# Where the whole run names no straggler, the same rules judge the run's last half, then
+# its last quarter: a fault over at least the run's last quarter fills one of them. Each
+# part is one more judgement chance could pass, so only these two, chosen before any run
+# was judged by them; a long run whose step rows are a sample is not judged again.
+TAIL_SHARES = (0.5, 0.25)
 
 
 def typical_of_others(values: pd.Series) -> pd.Series:
@@ -136,13 +153,18 @@ def _stopped_more(measured: Measurements, judged: pd.DataFrame) -> pd.Series:
     ``sync_steps.stopped_shares``) ``STOPPED_EXTRA_SHARE`` more than the typical other: a fault of
     their own, whatever their run-queue wait (a ``SIGSTOP`` wakes every thread to stop, and
     again to go on, each a wait on a busy host's run queue)."""
-    shares = measured.stopped
-    shares = shares[shares["task"].isin(set(judged["task"].astype(str))) & (shares["wakes"] >= MIN_WAKES)]
+    shares = _sampled_long_enough(measured.stopped, judged)
     if len(shares) < 2:
         return pd.Series(False, index=judged.index)
     extra = shares["stopped_share"] - typical_of_others(shares["stopped_share"])
     stopped = set(shares.loc[extra >= STOPPED_EXTRA_SHARE, "task"])
     return judged["task"].astype(str).isin(stopped)
+
+
+def _sampled_long_enough(stopped: pd.DataFrame, judged: pd.DataFrame) -> pd.DataFrame:
+    """The ``stopped`` shares of the ``judged`` workers sampled over ``MIN_STOPPED_SPAN_S`` or more."""
+    long_enough = stopped["task"].isin(set(judged["task"].astype(str))) & (stopped["span_ns"] >= MIN_STOPPED_SPAN_S * 1e9)
+    return stopped[long_enough].reset_index(drop=True)
 
 
 def _slower(values: pd.Series, typical: pd.Series, scale: pd.Series, bar: float) -> pd.Series:
@@ -154,6 +176,12 @@ def _slower(values: pd.Series, typical: pd.Series, scale: pd.Series, bar: float)
 def detect(measured: Measurements) -> list[Finding]:
     if len(measured.workers) < 2:
         return []
+    return _judged(measured) or _since_mid_run(measured)
+
+
+def _judged(measured: Measurements) -> list[Finding]:
+    """The stragglers of ``measured`` (by own compute where every synchronous worker's is
+    stamped, else by step or period), each with what held the workers from outside."""
     own = _own_compute(measured)
     findings = _by_own_compute(measured, own) if own is not None else _by_step_or_period(measured)
     held = measured.held.dropna(subset=["held_share"]) if findings else None
@@ -161,6 +189,45 @@ def detect(measured: Measurements) -> list[Finding]:
         for finding in findings:
             finding.evidence["held_share"] = {str(row.task): round(float(row.held_share), 3) for row in held.itertuples()}
     return findings
+
+
+def _since_mid_run(measured: Measurements) -> list[Finding]:
+    """The stragglers of the run's last half or, failing that, its last quarter
+    (``TAIL_SHARES``), judged by the same rules, among the workers that stepped before it
+    (``MIN_RECORDS`` timed step records: a worker that joined or came back within it is in
+    its warm-up), where the workers stepped together over ``MIN_SPAN_SHARE`` of it or more
+    (a worker that failed or finished early in it leaves too little to compare); the
+    prediction is the whole run's."""
+    timed = measured.steps[~measured.steps["warmup"].astype(bool)]  # clocks aligned: a part is seconds, offsets ms
+    for share in TAIL_SHARES:
+        tail = measured.last_part(share)
+        if tail is None or len(tail.workers) < 2:
+            return []
+        start_ns = measured.part_start_ns(share)
+        overlap_ns = float(tail.compared["window_ns"].max()) if len(tail.compared) else 0.0
+        if overlap_ns < MIN_SPAN_SHARE * (measured.stepping[1] - start_ns):
+            continue
+        before = timed.loc[timed["end_ns"] < start_ns, "task"].astype(str).value_counts()
+        stepped_before = set(before[before >= MIN_RECORDS].index)
+        findings = [finding for finding in _judged(tail) if set(finding.tasks) <= stepped_before]
+        if findings:
+            return [_over_last_part(finding, share) for finding in findings]
+    return []
+
+
+def _over_last_part(finding: Finding, share: float) -> Finding:
+    """``finding``, judged over the run's last ``share``, said so; its speed-up ``s`` over that
+    part is the whole run's 1 / (1 - share + share / s)."""
+    speedup = finding.recommendation.predicted_speedup
+    whole_run = 1.0 / (1.0 - share + share / speedup) if speedup else None
+    return dataclasses.replace(
+        finding,
+        title=f"{finding.title} (over the run's last {share:.0%})",
+        summary=f"Over the run's last {share:.0%}: {finding.summary}",
+        evidence={**finding.evidence, "judged_last_share": share,
+                  **({"predicted_speedup_over_it": round(speedup, 3)} if speedup else {})},
+        recommendation=dataclasses.replace(finding.recommendation, predicted_speedup=whole_run),
+    )
 
 
 def _own_compute(measured: Measurements) -> pd.DataFrame | None:
@@ -371,12 +438,12 @@ def _by_stopped_share(measured: Measurements, judged: pd.DataFrame) -> list[Find
     """Synchronous workers whose process could not run for a much larger share of their steps
     than the others' (a CPU quota, ``SIGSTOP``), from their samplers' late wake-ups and cgroup
     throttling; predicted as if they had been stopped only as much as the typical other worker."""
-    shares = measured.stopped
-    shares = shares[shares["task"].isin(set(judged["task"])) & (shares["wakes"] >= MIN_WAKES)].reset_index(drop=True)
+    shares = _sampled_long_enough(measured.stopped, judged)
     if len(shares) < 2:
         return []
     share, typical = shares["stopped_share"], typical_of_others(shares["stopped_share"])
-    is_stopped = (share - typical >= STOPPED_EXTRA_SHARE) & (share >= STOPPED_RATIO * typical)
+    is_stopped = ((share - typical >= STOPPED_EXTRA_SHARE) & (share >= STOPPED_RATIO * typical)
+                  & past_noise(share, shares["wakes"], typical, typical_of_others(shares["wakes"])))
     if not is_stopped.any():
         return []
     worst = (share - typical)[is_stopped].idxmax()
