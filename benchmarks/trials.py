@@ -203,7 +203,7 @@ def trial_table(rows: list[dict]) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", help="A..B (inclusive) or A,B,C")
+    parser.add_argument("--seeds", help="A..B (inclusive) or A,B,C: the trials to run (with --report: to report)")
     parser.add_argument("--results", type=Path, default=Path("benchmarks/results/trials.jsonl"))
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/tfdiag-trials"), help="every run's logdir")
     parser.add_argument("--budget-s", type=float, help="start no trial after this many seconds of the batch")
@@ -224,6 +224,9 @@ def main(argv=None) -> int:
         rows = [r for r in load_results(args.results, args.reanalyse) if "error" not in r["result"]]
         if args.holdout:
             rows = [r for r in rows if r["trial"]["holdout"]]
+        if args.seeds:
+            seeds = set(parse_seeds(args.seeds))
+            rows = [r for r in rows if r["trial"]["seed"] in seeds]
         if not rows:
             print(f"no judged trials in {args.results}", file=sys.stderr)
             return 2
