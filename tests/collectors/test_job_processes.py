@@ -159,3 +159,48 @@ def test_a_stopped_task_is_seen_stopped_with_its_cpu_times():
         task.process.send_signal(signal.SIGCONT)
     finally:
         task.close()
+
+
+def test_a_sampler_that_wakes_probes_its_workers_states_between_samples():
+    # A worker stopped for half of every 200 ms from outside: one probe a sample would see a
+    # few; the sampler's timed wake-ups (every 20 ms here) probe it between samples too and
+    # find it stopped about half the time.
+    import signal
+
+    task = _Task()
+    writer = FakeWriter("chief:0")
+    sampler = SystemSampler(writer, "chief:0", interval_s=0.5, gpus=False,
+                            cluster={"worker": [f"127.0.0.1:{task.port}"]}, wake_s=0.02).start()
+    try:
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline:
+            task.process.send_signal(signal.SIGSTOP)
+            time.sleep(0.1)
+            task.process.send_signal(signal.SIGCONT)
+            time.sleep(0.1)
+    finally:
+        sampler.stop()
+        task.close()
+    rows = writer.records["job_process"]
+    probes, stopped = sum(row["probes"] for row in rows), sum(row["stopped_probes"] for row in rows)
+    assert probes >= 40, "tens of probes a second, not one a sample"
+    assert 0.3 <= stopped / probes <= 0.7
+
+
+def test_a_failing_probe_of_the_workers_ends_the_probes_not_the_sampler(monkeypatch):
+    def fail(self, pids):
+        raise OSError("no /proc")
+
+    monkeypatch.setattr(JobProcesses, "probe_states", fail)
+    task = _Task()
+    writer = FakeWriter("chief:0")
+    sampler = SystemSampler(writer, "chief:0", interval_s=0.2, gpus=False,
+                            cluster={"worker": [f"127.0.0.1:{task.port}"]}, wake_s=0.02).start()
+    try:
+        time.sleep(1.0)
+    finally:
+        sampler.stop()
+        task.close()
+    notes = [note["message"] for note in writer.records["note"]]
+    assert len(notes) == 1 and "probes of the job's workers' states stopped" in notes[0]
+    assert len(writer.records["system"]) >= 4, "the sampler samples on"

@@ -125,6 +125,19 @@ class JobProcesses:
             self._stopped[pid] = state in _STOPPED_STATES
         return seconds
 
+    def probe_states(self, pids) -> dict[int, bool]:
+        """Whether each of ``pids`` (the job's other processes) is stopped now (``SIGSTOP``, a
+        tracer): one read of its ``/proc/<pid>/stat`` each (about 20 µs); a process that
+        ended is left out (``cpu_pct`` counts it gone)."""
+        stopped = {}
+        for pid in pids:
+            process = self._others.get(pid)
+            try:
+                stopped[pid] = process is not None and process.status() in _STOPPED_STATES
+            except Exception:  # noqa: BLE001 - NoSuchProcess: the next sample counts it gone
+                continue
+        return stopped
+
     def stopped(self) -> dict[int, bool]:
         """Per other job process read at the last ``cpu_pct``: whether it was stopped then
         (``SIGSTOP``, a tracer): a probe of its state, free with its CPU times."""

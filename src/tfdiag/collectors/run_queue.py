@@ -173,7 +173,8 @@ class JobProcessReads:
     """What a sampler reads of its job's processes, on its cadence (module docstring).
 
     ``take`` once per sample, with the pids of the job's other processes (each with its
-    task) and whether each was stopped at this sample; it returns this process's
+    task) and whether each was stopped at this sample (``probed`` counts the probes of a
+    sampler's timed wake-ups between samples too); it returns this process's
     ``(run_ms, runq_wait_ms)`` (NaN between readings), the busiest other process
     ``(pid, name, cpu_pct)`` and, at a reading, a ``job_process`` row per watched process
     (``_watched``): its run and wait, its cgroup's throttled time and its stopped probes
@@ -187,15 +188,24 @@ class JobProcessReads:
         self._probes: dict[int, list[int]] = {}  # pid -> [probes, stopped probes] since the last reading
         self._turn = -1
 
+    @staticmethod
+    def watched(others: dict[int, str]) -> list[int]:
+        """The pids of ``others`` whose figures are kept (``_watched``)."""
+        return [pid for pid, task in others.items() if _watched(task)]
+
+    def probed(self, stopped: dict[int, bool]) -> None:
+        """Counts one probe of the state of each watched process in ``stopped`` (pid -> was it
+        stopped): between samples, a sampler's timed wake-ups probe them too."""
+        for pid, is_stopped in stopped.items():
+            counts = self._probes.setdefault(pid, [0, 0])
+            counts[0] += 1
+            counts[1] += int(is_stopped)
+
     def take(self, own_pid: int, others: dict[int, str], stopped: dict[int, bool], others_pct: float,
              wall_s: float) -> tuple[tuple[float, float], tuple, list[dict]]:
         self._turn += 1
         watched = {pid: task for pid, task in others.items() if _watched(task)}
-        for pid in watched:
-            if pid in stopped:
-                counts = self._probes.setdefault(pid, [0, 0])
-                counts[0] += 1
-                counts[1] += int(stopped[pid])
+        self.probed({pid: stopped[pid] for pid in watched if pid in stopped})
         hog = (None, None, math.nan)
         if self._turn % SCAN_EVERY_SAMPLES == SCAN_EVERY_SAMPLES // 2:
             hog = self._hog.take(others_pct, [own_pid, *others], wall_s)

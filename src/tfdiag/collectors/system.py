@@ -23,10 +23,12 @@ as does any other error while sampling. TensorFlow's own peak GPU memory
 (``tf.config.experimental.get_memory_info``) goes into ``tf_mem_peak_bytes`` when
 TensorFlow is loaded and sees GPUs.
 
-Whether this process ran when it wanted to (where asked: ``wake_s``, a worker of a
-synchronous multi-worker job): between samples the thread takes timed wake-ups
-(``stopped_processes``), and ``stop`` waits for the one in progress (at most
-``1.5 * wake_s``); each sample also carries the time the process's cgroup was throttled
+Whether this process ran when it wanted to (where asked: ``wake_s``): between samples
+the thread takes timed wake-ups (``stopped_processes``), and ``stop`` waits for the one in
+progress (at most ``1.5 * wake_s``); at each it also probes whether the job's other
+workers on this host are stopped (``JobProcessReads.probed``: a stop duty cycle from
+outside shows in ten probes a second where one a sample would miss it); each sample also
+carries the time the process's cgroup was throttled
 (``cgroup_throttling``). And whether the job's processes got the CPU they asked for
 (``run_queue``): every few samples (``run_queue.JobProcessReads``) a sample carries this
 process's run-queue wait since the previous such sample (``run_ms``, ``runq_wait_ms``), or
@@ -176,10 +178,13 @@ class SystemSampler:
         cluster: the cluster spec (``{job: [address, ...]}``) whose local tasks count as
             the job's CPU; ``None``: from ``TF_CONFIG``.
         wake_s: mean seconds between the timed wake-ups that tell whether this process
-            ran when it wanted to (``WAKE_S``); ``None``: none (the wake-up fields are
-            null). Each wake-up costs 90-150 µs of CPU on the 2-core test host, so
-            only a worker of a synchronous multi-worker job, whose stops hold every worker
-            up and show nowhere else, takes them (``DiagnosticsCallback``).
+            ran when it wanted to, and whether the job's other workers on this host are
+            stopped (``WAKE_S``); ``None``: none (the wake-up fields are null, the other
+            workers probed once a sample). Each wake-up costs 90-150 µs of CPU on the
+            2-core test host (about 0.1 % of a core at ten a second), so only the tasks
+            whose stops or whose workers' stops show nowhere else take them: a worker of a
+            synchronous multi-worker job (``DiagnosticsCallback``), a ParameterServerStrategy
+            coordinator (its workers run no collector), a TF1 worker (``DiagnosticsHook``).
 
     ``paused``, a function, may be replaced (a benchmark's A/B phases): while it returns
     true the thread takes no samples and no timed wake-ups, only a wait to the next sample.
@@ -212,6 +217,7 @@ class SystemSampler:
         self._wakes = WakeTimer(wake_s) if wake_s else None
         self._throttled = ThrottledTime()
         self._reads: JobProcessReads | None = None
+        self._probes_failed = False
         self._started: tuple[int, int | None] | None = None  # (pid, its start, ns; None: unreadable), once a process
 
     def start(self) -> "SystemSampler":
@@ -241,6 +247,7 @@ class SystemSampler:
                 self._wakes.sleep(until_sample)
                 if self._stop.is_set():
                     break
+                self._probe_workers()
             elif self._stop.wait(until_sample):
                 break
             if time.monotonic() >= next_sample:
@@ -253,6 +260,18 @@ class SystemSampler:
             LEDGER.charge("system", now_ns - charged_ns)
             charged_ns = now_ns
         LEDGER.charge("system", time.thread_time_ns() - charged_ns)
+
+    def _probe_workers(self) -> None:
+        """At a timed wake-up, whether each of the job's other workers on this host is stopped
+        (``JobProcessReads.probed``): ten probes a second where a sample takes one. An error
+        ends the probes, never the sampler."""
+        if self._reads is None or self._job is None or self._probes_failed:
+            return
+        try:
+            self._reads.probed(self._job.probe_states(self._reads.watched(self._job.others())))
+        except Exception as error:  # noqa: BLE001 - a collector never breaks training
+            self._probes_failed = True
+            self._note(f"tfdiag: probes of the job's workers' states stopped after an error: {error!r}")
 
     def sample(self) -> None:
         """Takes one sample now, charging its CPU to ``system`` (the thread's own samples

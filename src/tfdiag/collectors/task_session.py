@@ -69,8 +69,8 @@ class Wants:
 
     Attributes:
         system_interval_s: seconds between system samples; ``None`` or 0: no sampler.
-        wake_s: the sampler's timed wake-ups (``system.WAKE_S``), for a worker of a
-            synchronous multi-worker job; ``None``: none.
+        wake_s: the sampler's timed wake-ups (``system.WAKE_S``: this process's stops, and
+            its job's workers' on this host, ``SystemSampler``); ``None``: none.
         probe_interval_s: seconds between RPC probe rounds from this task to every worker
             and ps; ``None`` or 0: no probe.
         probe_workers: the probe also runs from every worker to every ps.
