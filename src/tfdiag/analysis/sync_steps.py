@@ -211,5 +211,6 @@ def past_noise(share, wakes, typical, typical_wakes):
     >>> bool(past_noise(0.3, 25, 0.02, 60)), bool(past_noise(0.12, 25, 0.05, 60))
     (True, False)
     """
-    noise = np.sqrt(share * (1 - share) / np.maximum(wakes, 1) + typical * (1 - typical) / np.maximum(typical_wakes, 1))
+    noise = np.sqrt(share * (1 - share) / np.maximum(wakes, 1)
+                    + typical * (1 - typical) / np.maximum(typical_wakes, 1))
     return share - typical > STALL_NOISE_SE * noise

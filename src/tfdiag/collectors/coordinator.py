@@ -37,7 +37,7 @@ import time
 from tfdiag.collectors import closure_timing, tf_internals
 from tfdiag.collectors.closure_recorder import CLOSE_TIMEOUT_S, FETCH_TIMEOUT_S
 from tfdiag.collectors.rpc_probe import DEFAULT_INTERVAL_S
-from tfdiag.collectors.system import SAMPLE_EVERY_S, WAKE_S
+from tfdiag.collectors.system import PROBE_WAKE_S, SAMPLE_EVERY_S
 from tfdiag.collectors.task_session import TaskSession, Wants
 
 logger = logging.getLogger("tfdiag")
@@ -60,7 +60,7 @@ class InstrumentedCoordinator:
         self.logdir = logdir
         self.examples_per_step = examples_per_step
         # Timed wake-ups: its workers run no collector, so their stops show only in its probes of them.
-        wants = Wants(system_interval_s=system_interval_s, wake_s=WAKE_S, probe_interval_s=probe_interval_s,
+        wants = Wants(system_interval_s=system_interval_s, wake_s=PROBE_WAKE_S, probe_interval_s=probe_interval_s,
                       probe_workers=probe_workers, capture_faults=capture_faults, last_words=True, stacks=True,
                       unwatched_jobs=("worker", "ps"), variables=variables, closures=True,
                       examples_per_step=examples_per_step, live_interval_s=live_interval_s)

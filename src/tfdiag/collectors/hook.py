@@ -42,7 +42,7 @@ import tensorflow as tf
 
 from tfdiag.collectors.arguments import check_count, check_logdir
 from tfdiag.collectors.session_input import InputTimer
-from tfdiag.collectors.system import SAMPLE_EVERY_S, WAKE_S
+from tfdiag.collectors.system import PROBE_WAKE_S, SAMPLE_EVERY_S
 from tfdiag.collectors.task_session import TaskSession, Wants
 from tfdiag.collectors.tf_internals import transfer_rows
 
@@ -111,7 +111,7 @@ class DiagnosticsHook(tf.compat.v1.train.SessionRunHook):
         self._begin_wall_ns = time.time_ns()
         try:
             # Timed wake-ups: a stopped worker shows in its own late ones and its peers' probes of it.
-            wants = Wants(system_interval_s=self.system_interval_s, wake_s=WAKE_S, last_words=True, stacks=True,
+            wants = Wants(system_interval_s=self.system_interval_s, wake_s=PROBE_WAKE_S, last_words=True, stacks=True,
                           unwatched_jobs=("ps",), variables=tf.compat.v1.global_variables(),
                           live_interval_s=self.live_interval_s)
             self.task_session = TaskSession(self.logdir, wants, task=self.task, manifest={"api": "tf1_session"})

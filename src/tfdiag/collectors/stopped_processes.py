@@ -23,6 +23,13 @@ from tfdiag.events import LATE_WAKE_S
 # WAKE_S/2 to 3*WAKE_S/2: fixed waits lock onto a periodic quota (they wake in the running
 # part of its period every time), random ones sample it fairly.
 WAKE_S = 0.1
+# Mean seconds between the timed wake-ups of a task that takes them mostly to probe the job's
+# other workers on its host (``SystemSampler``): a ParameterServerStrategy coordinator, a
+# TF1 worker. A probe finds a process stopped only while it is, so a few a second tell a
+# stop duty cycle (a worker stopped a fifth of the time escapes 12 probes, 6 s of them,
+# once in 15), where ten a second cost a ps_ctl coordinator 1 % of its throughput
+# (benchmarks/overhead_ab.py: 0.990, 0.982-0.997, 315 µs of CPU a wake-up at load 3-7).
+PROBE_WAKE_S = 0.5
 
 
 class WakeTimer:

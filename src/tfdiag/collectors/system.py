@@ -52,7 +52,7 @@ from tfdiag.collectors.budget import LEDGER, charged
 from tfdiag.collectors.cgroup_throttling import ThrottledTime
 from tfdiag.collectors.job_processes import JobProcesses
 from tfdiag.collectors.run_queue import JobProcessReads
-from tfdiag.collectors.stopped_processes import WAKE_S, WakeTimer  # WAKE_S: for the callers of SystemSampler
+from tfdiag.collectors.stopped_processes import PROBE_WAKE_S, WAKE_S, WakeTimer  # paces: for its callers
 from tfdiag.errors import InvalidOptionError
 
 logger = logging.getLogger("tfdiag")
@@ -181,10 +181,11 @@ class SystemSampler:
             ran when it wanted to, and whether the job's other workers on this host are
             stopped (``WAKE_S``); ``None``: none (the wake-up fields are null, the other
             workers probed once a sample). Each wake-up costs 90-150 µs of CPU on the
-            2-core test host (about 0.1 % of a core at ten a second), so only the tasks
-            whose stops or whose workers' stops show nowhere else take them: a worker of a
-            synchronous multi-worker job (``DiagnosticsCallback``), a ParameterServerStrategy
-            coordinator (its workers run no collector), a TF1 worker (``DiagnosticsHook``).
+            2-core test host, up to 300 µs loaded, so only the tasks whose stops or whose
+            workers' stops show nowhere else take them: a worker of a synchronous
+            multi-worker job ten a second (``DiagnosticsCallback``); a ParameterServerStrategy
+            coordinator (its workers run no collector) and a TF1 worker (``DiagnosticsHook``)
+            two a second (``PROBE_WAKE_S``).
 
     ``paused``, a function, may be replaced (a benchmark's A/B phases): while it returns
     true the thread takes no samples and no timed wake-ups, only a wait to the next sample.

@@ -163,7 +163,8 @@ def _stopped_more(measured: Measurements, judged: pd.DataFrame) -> pd.Series:
 
 def _sampled_long_enough(stopped: pd.DataFrame, judged: pd.DataFrame) -> pd.DataFrame:
     """The ``stopped`` shares of the ``judged`` workers sampled over ``MIN_STOPPED_SPAN_S`` or more."""
-    long_enough = stopped["task"].isin(set(judged["task"].astype(str))) & (stopped["span_ns"] >= MIN_STOPPED_SPAN_S * 1e9)
+    judged_tasks = set(judged["task"].astype(str))
+    long_enough = stopped["task"].isin(judged_tasks) & (stopped["span_ns"] >= MIN_STOPPED_SPAN_S * 1e9)
     return stopped[long_enough].reset_index(drop=True)
 
 
