@@ -72,10 +72,8 @@ def test_a_straggler_that_begins_mid_run_is_announced_then_cleared(tmp_path):
     assert 30 < began_at <= 30 + 20, "announced within 20 s of its onset"
     assert began.onset_ns == began.time_ns - 5 * S, "the onset is the first of the two evaluations that saw it"
     assert began.severity in ("warning", "critical") and began.predicted_speedup > 1.1
-    # Its screen sees it first over the window's last part (straggler's TAIL_SHARES), 10 s
-    # after the onset: the verdict then judges the steps since, where it starts steps less often.
-    assert began.message.startswith(f"tfdiag: worker:1 straggler since step {began.step:,}: worker:1 starts steps ")
-    assert "less often than the other workers" in began.message and "if repaired" in began.message
+    assert began.message.startswith(f"tfdiag: worker:1 straggler since step {began.step:,}: worker:1 is ")
+    assert "slower per step" in began.message and "if repaired" in began.message
     assert 60 < cleared_at <= 60 + 25 and cleared.message.endswith("cleared")
     assert live.evaluations == 100 / 5 - 2  # from 15 s on: a 20-s window needs 10 s of steps
 

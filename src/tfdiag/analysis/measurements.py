@@ -241,11 +241,12 @@ class Measurements:
 
     def last_part(self, share: float) -> Measurements | None:
         """The measurements of the run's last ``share`` of its ``stepping``
-        (``window_load.window_of``), or None without step records or where they are a sample
-        (a long run's rows do not hold every step of a part of it)."""
+        (``window_load.window_of``), or None without step records, where they are a sample
+        (a long run's rows do not hold every step of a part of it) or where the run is a
+        live window already (no ``step_counters``: its records are the recent ones)."""
         if share not in self._parts:
             counters = self.run.step_counters
-            if self.stepping is None or (counters is not None and bool(counters["sampled"].any())):
+            if self.stepping is None or counters is None or bool(counters["sampled"].any()):
                 self._parts[share] = None
             else:
                 first, last = self.stepping

@@ -70,8 +70,10 @@ COMPONENTS: dict[str, Budget] = {
     # about 0.1 % of a core; a synchronous worker's 10 timed wake-ups a second about as much.
     # On a ps_ctl coordinator, with the workers' schedstat every 2nd sample and the host scan
     # every 6th (src/tfdiag/collectors/run_queue.py), 3.1-3.5 ms a sample on a loaded 2-core host:
-    # 0.16-0.18 % (benchmarks/system_sample_cost.py).
-    "system": Budget(core_share=0.002, what="system sampler: a sample every 2 s (and 10 timed wake-ups a second on sync workers)"),
+    # 0.16-0.18 % (benchmarks/system_sample_cost.py). Its two timed wake-ups a second, each
+    # probing the workers' states, took it to 0.23 % (overhead_ab, 240 pairs, load 1-7).
+    "system": Budget(core_share=0.0025, what="system sampler: a sample every 2 s, and timed wake-ups that probe the "
+                                             "job's workers' states (10 a second on sync workers, 2 on a coordinator)"),
     "heartbeat": Budget(core_share=0.0002, what="heartbeat rows every 5 s"),
     # A status request to each task that runs no collector every 5 s: a gRPC call of about
     # 1 ms of client CPU.
