@@ -27,7 +27,7 @@ Whether this process ran when it wanted to (where asked: ``wake_s``): between sa
 the thread takes timed wake-ups (``stopped_processes``), and ``stop`` waits for the one in
 progress (at most ``1.5 * wake_s``); at each it also probes whether the job's other
 workers on this host are stopped (``JobProcessReads.probed``: a stop duty cycle from
-outside shows in ten probes a second where one a sample would miss it); each sample also
+outside shows in a few probes a second where one a sample would miss it); each sample also
 carries the time the process's cgroup was throttled
 (``cgroup_throttling``). And whether the job's processes got the CPU they asked for
 (``run_queue``): every few samples (``run_queue.JobProcessReads``) a sample carries this
@@ -264,8 +264,8 @@ class SystemSampler:
 
     def _probe_workers(self) -> None:
         """At a timed wake-up, whether each of the job's other workers on this host is stopped
-        (``JobProcessReads.probed``): ten probes a second where a sample takes one. An error
-        ends the probes, never the sampler."""
+        (``JobProcessReads.probed``): a probe at each wake-up where a sample takes one. An
+        error ends the probes, never the sampler."""
         if self._reads is None or self._job is None or self._probes_failed:
             return
         try:
