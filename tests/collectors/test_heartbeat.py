@@ -73,6 +73,17 @@ def test_a_writer_never_released_has_beats_but_no_close_marker(tmp_path, fast_be
     writer.close()
 
 
+def test_a_beat_the_thread_listed_before_the_close_never_follows_the_close_marker(tmp_path):
+    # The beating thread lists the writers, then is descheduled while the writer closes:
+    # its beat, dated after the closing one, would make the close read as a death.
+    writer = writers.acquire(tmp_path, "chief:0")
+    listed = heartbeat._watched[id(writer)]  # noqa: SLF001 - as the thread's list holds it
+    heartbeat.stop(writer)
+    heartbeat._beat(listed, closed=False)  # noqa: SLF001 - the thread resuming
+    writer.close()
+    assert _beats(tmp_path)["closed"].tolist() == [False, True]
+
+
 def test_a_failing_in_flight_reader_costs_beats_not_the_caller(tmp_path, fast_beats, caplog):
     writer = writers.acquire(tmp_path, "chief:0")
     heartbeat.track_in_flight(writer, lambda: 1 / 0)

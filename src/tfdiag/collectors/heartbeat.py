@@ -118,6 +118,10 @@ def _beat(watched: _Watched, closed: bool) -> None:
         now = time.time_ns()
         in_flight, oldest = watched.in_flight() if watched.in_flight is not None else (None, None)
         with _lock:
+            if not closed and _watched.get(id(writer)) is not watched:
+                # Stopped since the beating thread listed it: the closing beat, dated after
+                # ``now``, stays the last (a later-dated open beat would read as a death).
+                return
             subjects = dict(watched.subjects)
         own = subjects.get(writer.task)
         writer.append("heartbeat", task=writer.task, time_ns=now, subject=writer.task,
