@@ -70,7 +70,8 @@ def detect(measured: Measurements) -> list[Finding]:
     workers = measured.workers
     if workers.empty:
         return []
-    stall = _stall(measured)
+    # A stall only lowers the waits: none at the bar, no stall to measure (nor the run's parts to cut).
+    stall = _stall(measured) if (workers["input_wait_frac"] >= WARNING_INPUT_FRACTION).any() else 0.0
     if stall:  # the steps a stopped worker held still are no worker's input wait
         workers = workers.assign(input_wait_frac=(workers["input_wait_frac"] - stall).clip(lower=0.0))
     bound = workers[workers["input_wait_frac"] >= WARNING_INPUT_FRACTION]
