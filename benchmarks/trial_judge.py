@@ -12,7 +12,11 @@ Per trial (``judge``):
   before the onset was (no ``onset``) are judged as they were. Likewise an exception the
   user's code never raised: the fault run exited 0 (seeds 1118 and 1119: ``tf1_feed``'s
   worker 1 waited 30 s for the chief's variables and the job's steps ran out before its
-  raise step);
+  raise step). Likewise a stop duty cycle whose worker took fewer than ``MIN_STEPS_AFTER``
+  steps after its onset: it slowed no training a detector could time (seeds 1050, 1215 and
+  1233: ``tf1_feed``'s worker 1, slowed from its start, began training when worker 0 had
+  done the job's steps, one step after the fault's onset; in the fix runs it waited 30 s
+  for the chief and took one step too);
 * **recall** — the planted kind (``trial_run.EXPECTED_KIND``) at warning or above naming
   the planted task (any task where the fault hit every worker); ``located`` when the kind
   is there on some task, ``recalled`` when on the right one;
@@ -59,6 +63,9 @@ JOB_OWN = {
     "ps_tutorial": {"coordinator_bound"},
 }
 Z95 = 1.959963984540054
+# A worker that took fewer steps than this after a duty cycle's onset had no step rate to
+# slow: the fault acted on no training (``judge``; chosen as the fewest steps a rate is read from).
+MIN_STEPS_AFTER = 10
 
 
 def diagnosis(trial: dict, findings: list[dict], shared: bool = False) -> tuple[list[dict], dict | None, list[str]]:
@@ -95,12 +102,21 @@ def _never_raised(trial: dict, result: dict) -> bool:
     return trial["fault"] == "exception" and result["runs"]["fault"].get("exit") == 0
 
 
+def _idle_worker(trial: dict, result: dict) -> bool:
+    """A stop duty cycle whose worker took fewer than ``MIN_STEPS_AFTER`` steps after its onset."""
+    onset = result["runs"]["fault"].get("onset") or {}
+    steps = onset.get("steps_after")
+    return trial["fault"] == "stop-duty" and onset.get("over") == trial["task"] and steps is not None \
+        and steps < MIN_STEPS_AFTER
+
+
 def judge(trial: dict, result: dict) -> dict:
     """The verdict of one trial: whether its fault ran, recall, false alarms, rank, prediction
     error, effect."""
     fault = trial["fault"]
     findings = result["runs"]["fault"]["findings"]
-    never_ran = fault != "none" and (fault_ran(result) is False or _never_raised(trial, result))
+    never_ran = fault != "none" and (fault_ran(result) is False or _never_raised(trial, result)
+                                     or _idle_worker(trial, result))
     kind = None if never_ran else EXPECTED_KIND.get(fault)  # never ran: neither recalled nor missed
     planted, hit, false_alarms = diagnosis(trial, findings, shared_host(result))
     verdict = {"never_ran": never_ran,

@@ -143,7 +143,7 @@ def report(rows: list[dict], title: str) -> str:
         lines.append(f"| clean runs {name} with a false alarm | {group['alarms']} of {group['n']} | {_ci(group['ci'])} "
                      f"| {target} |")
     never = s["never_ran"]
-    lines.append("| faults that never ran (onset after the last step, exception never raised; out of recall) "
+    lines.append("| faults that never ran (onset after the last step, exception never raised, worker idle after the onset; out of recall) "
                  f"| {never['n']} of {never['n'] + s['faulty']} | – | – |")
     primary = s["primary"]
     lines.append(f"| planted finding ranked first, when found | {primary['hits']} of {primary['n']} | {_ci(primary['ci'])} | – |")

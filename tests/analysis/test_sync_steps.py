@@ -64,6 +64,17 @@ def test_only_the_samples_taken_while_the_worker_stepped_count():
     assert row["stopped_share"] == pytest.approx(0.3)
 
 
+def test_the_sample_after_the_last_step_holds_the_last_steps_wake_ups():
+    # Stepping from 0 to 4.5 s; the sampler's last sample, at its stop (4.6 s), covers 4 to
+    # 4.6 s: a worker stopped over the run's last second shows there, and only there.
+    system = _system("worker:0", [0, 0, 0, 0, 0]).assign(wakes=[0, 10, 10, 10, 10])
+    last = pd.DataFrame({"task": ["worker:0"], "time_ns": [int(4.6 * S)], "wakes": [4], "late_wakes": [3],
+                         "late_ms": [400.0], "throttled_ms": [float("nan")]})
+    steps = pd.DataFrame({"task": ["worker:0"], "begin_ns": [0], "end_ns": [int(4.5 * S)]})
+    row = stopped_shares(pd.concat([system, last], ignore_index=True), steps).iloc[0]
+    assert (row["wakes"], row["late_wakes"], row["span_ns"]) == (44, 3, int(4.6 * S))
+
+
 def test_cgroup_throttling_counts_where_it_exceeds_the_late_wake_ups():
     system = _system("worker:1", [0, 1, 1, 1], throttled_ms=[0.0, 400.0, 400.0, 400.0])
     steps = pd.DataFrame({"task": ["worker:1"], "begin_ns": [0], "end_ns": [3 * S]})

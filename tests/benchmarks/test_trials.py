@@ -134,9 +134,22 @@ def test_a_fault_that_began_after_the_last_step_never_ran_and_stays_out_of_recal
     figures = summary(rows)
     assert figures["never_ran"] == {"n": 2, "seeds": [2, 3]} and figures["faulty"] == 3
     assert figures["recall_by_effect"][">=1.5x"]["n"] == 3
-    assert ("| faults that never ran (onset after the last step, exception never raised; out of recall) | 2 of 5 |"
+    assert ("| faults that never ran (onset after the last step, exception never raised, worker idle after the onset; out of recall) | 2 of 5 |"
             in report(rows, ""))
     assert "| never ran |" in trial_table([r | {"result": r["result"] | {"load1": [1.0]}} for r in rows])
+
+
+def test_a_duty_cycle_on_a_worker_that_trained_almost_no_steps_after_its_onset_never_ran():
+    # tf1_feed's worker 1, slowed from its start, began training once worker 0 had done the
+    # job's steps: one step after the onset, no step rate for a detector to compare.
+    idle, trained = result([]), result([])
+    idle["runs"]["fault"]["onset"] = onset(0.0) | {"steps_after": 1}
+    trained["runs"]["fault"]["onset"] = onset(0.0) | {"steps_after": 12}
+    assert judge(trial(onset="start"), idle)["never_ran"] and judge(trial(onset="start"), idle)["recalled"] is None
+    assert not judge(trial(onset="start"), trained)["never_ran"] and judge(trial(onset="start"), trained)["recalled"] is False
+    job_wide = result([])  # the steps counted were the job's (the planted worker recorded none): not idle
+    job_wide["runs"]["fault"]["onset"] = onset(0.0) | {"steps_after": 1, "over": "job"}
+    assert not judge(trial(onset="start"), job_wide)["never_ran"]
 
 
 def test_an_exception_the_job_never_raised_never_ran():

@@ -97,3 +97,21 @@ def test_job_processes_are_read_every_few_samples_and_their_stops_counted_in_bet
     # A scan and a reading never share a sample.
     turns = range(2 * READ_EVERY_SAMPLES * SCAN_EVERY_SAMPLES)
     assert not any(t % READ_EVERY_SAMPLES == 0 and t % SCAN_EVERY_SAMPLES == SCAN_EVERY_SAMPLES // 2 for t in turns)
+
+
+def test_the_samplers_last_sample_is_a_reading_whatever_its_turn():
+    """The probes counted since the previous reading are written at the sampler's stop, not lost."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        reads = JobProcessReads(cores=2)
+        others = {child.pid: "worker:1"}
+        reads.take(os.getpid(), others, {child.pid: False}, 0.0, 0.0)  # turn 0: primes
+        reads.probed({child.pid: True})  # a wake-up's probe found it stopped
+        (own, _, off_turn) = reads.take(os.getpid(), others, {child.pid: True}, 0.0, 1.0)
+        (own_last, _, last) = reads.take(os.getpid(), others, {child.pid: True}, 0.0, 2.0, reading=True)
+    finally:
+        child.kill()
+        child.wait()
+    assert off_turn == []  # turn 1 is no reading's
+    assert math.isnan(own[0]) and not math.isnan(own_last[0])
+    assert [(row["probes"], row["stopped_probes"]) for row in last] == [(3, 3)]

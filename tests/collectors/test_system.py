@@ -241,3 +241,15 @@ def test_the_threads_wake_ups_are_charged_to_system():
     charged_ns, woke = LEDGER.snapshot()["system"] - before, sampler._wakes._wakes - wakes  # noqa: SLF001
     sampler.stop()
     assert woke >= 5 and charged_ns > 0
+
+
+def test_a_stopped_sampler_writes_what_it_counted_since_its_previous_sample():
+    """A stop between two samples takes a last one: the wake-ups since the previous sample (a
+    job's last seconds, where a fault may have begun) are written, not lost with the thread."""
+    writer = FakeWriter("worker:0")
+    sampler = SystemSampler(writer, "worker:0", interval_s=3600, gpus=False, cluster={}, wake_s=0.02).start()
+    time.sleep(0.4)
+    sampler.stop()
+    first, last = writer.records["system"]
+    assert first["wakes"] == 0 and last["wakes"] >= 5
+    assert 0.3e9 <= last["time_ns"] - first["time_ns"] < 3600e9

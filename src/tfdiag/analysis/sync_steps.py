@@ -131,8 +131,9 @@ def waiting_for_slowest_ms(own: pd.DataFrame, named: set[str]) -> dict[str, floa
 
 def stopped_shares(system: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     """Per task, how much of its stepping its process could not run, from its ``system``
-    records (as logged) taken after its first step's start up to its last step's end (a
-    sample counts the wake-ups since the previous one).
+    records (as logged) whose span overlaps its stepping: a sample counts the wake-ups since
+    the previous one, so the first after its last step's end (the sampler's last, at its
+    stop) holds the last steps' wake-ups.
 
     Columns: ``task``, the sums ``wakes``, ``late_wakes``, ``late_ms`` and ``throttled_ms``
     (NaN without a cgroup v2 ``cpu.stat``), ``span_ns`` (the time those samples cover) and
@@ -156,7 +157,8 @@ def stopped_shares(system: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     samples = samples.dropna(subset=["wakes", "late_wakes", "covered_ns"])
     if samples.empty:
         return pd.DataFrame(columns=STOPPED_COLUMNS)
-    inside = samples[(samples["time_ns"] > samples["task"].map(first)) & (samples["time_ns"] <= samples["task"].map(last))]
+    since_ns = samples["time_ns"] - samples["covered_ns"]
+    inside = samples[(samples["time_ns"] > samples["task"].map(first)) & (since_ns < samples["task"].map(last))]
     if inside.empty:
         return pd.DataFrame(columns=STOPPED_COLUMNS)
     grouped = inside.groupby("task", sort=True)

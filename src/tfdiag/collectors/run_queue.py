@@ -19,7 +19,8 @@ host), and is known from the second such scan on (its CPU is a difference of two
 ``JobProcessReads`` puts them on the sampler's cadence: the schedstat readings and a
 watched process's cgroup throttled time every ``READ_EVERY_SAMPLES`` samples, a scan
 every ``SCAN_EVERY_SAMPLES``, and each sample's probe of whether a watched process was
-stopped (``job_processes.JobProcesses.stopped``) counted up to the next reading.
+stopped (``job_processes.JobProcesses.stopped``) counted up to the next reading. The
+sampler's last sample, at its stop, is a reading whatever its turn.
 """
 
 from __future__ import annotations
@@ -202,14 +203,17 @@ class JobProcessReads:
             counts[1] += int(is_stopped)
 
     def take(self, own_pid: int, others: dict[int, str], stopped: dict[int, bool], others_pct: float,
-             wall_s: float) -> tuple[tuple[float, float], tuple, list[dict]]:
+             wall_s: float, reading: bool = False) -> tuple[tuple[float, float], tuple, list[dict]]:
+        """One sample's figures: this process's run and wait, the busiest other process,
+        and the watched processes' rows; the last two only on their turns (``reading``: a
+        reading whatever the turn, the sampler's last)."""
         self._turn += 1
         watched = {pid: task for pid, task in others.items() if _watched(task)}
         self.probed({pid: stopped[pid] for pid in watched if pid in stopped})
         hog = (None, None, math.nan)
         if self._turn % SCAN_EVERY_SAMPLES == SCAN_EVERY_SAMPLES // 2:
             hog = self._hog.take(others_pct, [own_pid, *others], wall_s)
-        if self._turn % READ_EVERY_SAMPLES:
+        if self._turn % READ_EVERY_SAMPLES and not reading:
             return (math.nan, math.nan), hog, []
         waits = self._waits.take([own_pid, *watched])
         rows = []

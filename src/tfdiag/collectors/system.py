@@ -260,6 +260,8 @@ class SystemSampler:
             now_ns = time.thread_time_ns()
             LEDGER.charge("system", now_ns - charged_ns)
             charged_ns = now_ns
+        if self.samples and not self._failed and not self.paused():
+            self._sample(last=True)
         LEDGER.charge("system", time.thread_time_ns() - charged_ns)
 
     def _probe_workers(self) -> None:
@@ -280,9 +282,12 @@ class SystemSampler:
         with charged("system"):
             self._sample()
 
-    def _sample(self) -> None:
+    def _sample(self, last: bool = False) -> None:
+        """One sample; ``last``: the one at ``stop``, which also reads the job's processes
+        (``JobProcessReads.take``), so what was counted since the previous sample and reading
+        (wake-ups, probes, CPU) is written, not lost with the thread."""
         try:
-            self._sample_host()
+            self._sample_host(last)
         except Exception as error:  # noqa: BLE001 - a collector never breaks training
             self._failed = True
             self._note(f"tfdiag: system sampler stopped after an error: {error!r}")
@@ -312,7 +317,7 @@ class SystemSampler:
         # than the total, so the share is clamped to [0, 100].
         return min(100.0, 100.0 * max(0.0, busy - last[0]) / (total - last[1]))
 
-    def _sample_host(self) -> None:
+    def _sample_host(self, last: bool) -> None:
         import psutil
 
         cpu = self._cpu_pct(psutil)
@@ -323,7 +328,7 @@ class SystemSampler:
         if self._reads is None:
             self._reads = JobProcessReads(self._job.cores)
         (own_run_ms, own_wait_ms), (hog_pid, hog_name, hog_pct), job_rows = self._reads.take(
-            own_pid, others, self._job.stopped(), cpu - job, time.monotonic())
+            own_pid, others, self._job.stopped(), cpu - job, time.monotonic(), reading=last)
         wakes, late_wakes, late_ms = self._wakes.take() if self._wakes else (None, None, None)
         throttled_ms = self._throttled.take()
         net = psutil.net_io_counters()
