@@ -9,7 +9,10 @@ Per trial (``judge``):
   nor missed: ``recalled`` and ``located`` are None and ``summary`` counts it apart
   (``never_ran``), so a benchmark whose onset misses the training cannot pass for a
   detector's miss (seeds 1029, 1032, 1036 and 1037 did, with a fixed delay). Runs recorded
-  before the onset was (no ``onset``) are judged as they were. Likewise an exception the
+  before the onset was (no ``onset``) are judged as they were. But a stop that left the job
+  hung ran, whenever it came: the job's exit was the harness's interrupt, not its own (seeds
+  1084 and 1288: a ``ps_tutorial`` worker stopped after the last step hung the job's close;
+  1217 and 1251: a ``ps_ctl`` worker stopped before any step record was written). Likewise an exception the
   user's code never raised: the fault run exited 0 (seeds 1118 and 1119: ``tf1_feed``'s
   worker 1 waited 30 s for the chief's variables and the job's steps ran out before its
   raise step). Likewise a stop duty cycle whose worker took fewer than ``MIN_STEPS_AFTER``
@@ -102,6 +105,13 @@ def _never_raised(trial: dict, result: dict) -> bool:
     return trial["fault"] == "exception" and result["runs"]["fault"].get("exit") == 0
 
 
+def _hung(trial: dict, result: dict) -> bool:
+    """A stop applied (its onset dated) to a job that then did not end on its own."""
+    run = result["runs"]["fault"]
+    return trial["fault"] == "stop" and (run.get("onset") or {}).get("onset_time_ns") is not None \
+        and run.get("exit") != 0
+
+
 def _idle_worker(trial: dict, result: dict) -> bool:
     """A stop duty cycle whose worker took fewer than ``MIN_STEPS_AFTER`` steps after its onset."""
     onset = result["runs"]["fault"].get("onset") or {}
@@ -115,8 +125,8 @@ def judge(trial: dict, result: dict) -> dict:
     error, effect."""
     fault = trial["fault"]
     findings = result["runs"]["fault"]["findings"]
-    never_ran = fault != "none" and (fault_ran(result) is False or _never_raised(trial, result)
-                                     or _idle_worker(trial, result))
+    never_ran = fault != "none" and not _hung(trial, result) and (
+        fault_ran(result) is False or _never_raised(trial, result) or _idle_worker(trial, result))
     kind = None if never_ran else EXPECTED_KIND.get(fault)  # never ran: neither recalled nor missed
     planted, hit, false_alarms = diagnosis(trial, findings, shared_host(result))
     verdict = {"never_ran": never_ran,

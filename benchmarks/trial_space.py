@@ -56,9 +56,12 @@ HOLDOUT_SEEDS = 1000
 # (1110, 1138, 1148: slow_link's whole-run fastest round trip hid a path that turned slow
 # mid-run; 1145: straggler's floor of 50 wake-ups left out a worker that woke less because
 # it was stopped; 1159: a worker's last steps before its exception, read over the run's last
-# quarter, asked the straggler's part judgement for its overlap guard): no longer holdout,
-# whatever their job.
-TUNED_SEEDS = frozenset(range(1000, 1022)) | {1064, 1110, 1138, 1145, 1148, 1159}
+# quarter, asked the straggler's part judgement for its overlap guard; 1089: a worker
+# stopped over a gen_fit run's last 2 s had no sample after its onset, as every sampler
+# dropped its last seconds at its close; 1266: a 1.25x median of 21 steps over a ps_fit
+# run's last quarter, 2 standard errors from its peer's, asked for the straggler's noise
+# guard): no longer holdout, whatever their job.
+TUNED_SEEDS = frozenset(range(1000, 1022)) | {1064, 1089, 1110, 1138, 1145, 1148, 1159, 1266}
 FRESH_JOBS = ("ps_embed", "gen_fit", "tf1_feed")
 FIX_SHARE = 0.4
 DUTY_ON_MS = 25.0

@@ -152,6 +152,21 @@ def test_a_duty_cycle_on_a_worker_that_trained_almost_no_steps_after_its_onset_n
     assert not judge(trial(onset="start"), job_wide)["never_ran"]
 
 
+def test_a_stop_that_left_the_job_hung_ran_whenever_it_came():
+    # ps_tutorial: the worker stopped after the last step hung the job's close; the harness
+    # ended it (exit 130) once `stalled` named the worker.
+    hung = result([finding("stalled", ["worker:1", "worker:0"])])
+    hung["runs"]["fault"] |= {"onset": onset(12.0), "exit": 130}
+    verdict = judge(trial("stop", onset="mid"), hung)
+    assert not verdict["never_ran"] and verdict["recalled"]
+    ended = result([])  # the same late stop, but the job ended on its own: it measured a clean run
+    ended["runs"]["fault"] |= {"onset": onset(12.0), "exit": 0}
+    assert judge(trial("stop", onset="mid"), ended)["never_ran"]
+    outlived = result([])  # the job ended before the onset came: no stop was applied
+    outlived["runs"]["fault"] |= {"onset": onset(None), "exit": 130}
+    assert judge(trial("stop", onset="mid"), outlived)["never_ran"]
+
+
 def test_an_exception_the_job_never_raised_never_ran():
     raised, quiet = result([finding("task_failure", ["worker:1"])]), result([])
     raised["runs"]["fault"]["exit"], quiet["runs"]["fault"]["exit"] = 1, 0  # the job ended on it, or well

@@ -50,7 +50,12 @@ OVERLAP_RECORDS = 10
 # of its presence in it.
 MIN_SPAN_SHARE = 0.5
 
-COMPARED_COLUMNS = ["task", "records", "steps", "p50_ns", "mean_ns", "period_ns", "examples_per_step", "window_ns"]
+COMPARED_COLUMNS = ["task", "records", "steps", "p50_ns", "mean_ns", "period_ns", "examples_per_step", "window_ns",
+                    "p50_se_ns", "period_se_ns"]
+# The standard error of a median of n draws is about sqrt(pi / 2) sigma / sqrt(n) (of a
+# mean, sigma / sqrt(n)), with sigma estimated robustly as 1.4826 times the median absolute
+# deviation (step times have long tails: a traced step, a collective that waited).
+_MEDIAN_SE_PER_MAD = math.sqrt(math.pi / 2) * 1.4826
 
 
 def judged_workers(steps: pd.DataFrame, workers: pd.DataFrame, counters: pd.DataFrame | None,
@@ -83,8 +88,10 @@ def compared_workers(steps: pd.DataFrame, workers: pd.DataFrame | None = None, c
     (``step_windows.window_counters``), over the whole run from its ``workers`` row.
     Columns: ``task``, ``records``, ``steps`` (training steps), ``p50_ns``, ``mean_ns``,
     ``period_ns`` (as ``breakdown.worker_table``), ``examples_per_step``,
-    ``window_ns`` (0 when the whole run is compared). Works column by column, with masks:
-    a run may hold ten million step records.
+    ``window_ns`` (0 when the whole run is compared), and the standard errors of the
+    median step and of the period, ``p50_se_ns`` and ``period_se_ns`` (from the records'
+    spread; NaN where read from counters, or with too few records). Works column by column,
+    with masks: a run may hold ten million step records.
     """
     sampled = set() if counters is None else set(counters.loc[counters["sampled"], "task"].astype(str))
     groups = TaskGroups(steps["task"])
@@ -117,7 +124,7 @@ def compared_workers(steps: pd.DataFrame, workers: pd.DataFrame | None = None, c
             "p50_ns": window["p50_ns"], "mean_ns": window["mean_ns"],
             "period_ns": window["period_ns"].fillna(window["mean_ns"]),
             "examples_per_step": window["examples"] / window["steps"].clip(lower=1.0),
-            "window_ns": float(stop - start)})
+            "window_ns": float(stop - start), "p50_se_ns": math.nan, "period_se_ns": math.nan})
     else:
         of_counters = exact_whole_run(workers[workers["task"].astype(str).isin(sampled)])
     return pd.concat([rows, of_counters[COMPARED_COLUMNS]], ignore_index=True).sort_values("task", ignore_index=True)
@@ -143,11 +150,34 @@ def _of_rows(steps: pd.DataFrame, groups: TaskGroups, chosen: np.ndarray, window
         # over the training steps each record covers.
         period = (float(begin[own].max() - begin[own].min()) / (records - 1) / (steps_sum / records)
                   if records > 1 else math.nan)
-        mean = mean_of(duration[own])
-        rows.append((name, records, int(steps_sum), median_of(duration[own]), mean,
+        mean, median = mean_of(duration[own]), median_of(duration[own])
+        rows.append((name, records, int(steps_sum), median, mean,
                      mean if math.isnan(period) else period, float(examples[own].sum()) / max(steps_sum, 1.0),
-                     window_ns))
+                     window_ns, *_standard_errors(duration[own], median, begin[own], steps_sum / records)))
     return pd.DataFrame(rows, columns=COMPARED_COLUMNS)
+
+
+def _standard_errors(durations: np.ndarray, median: float, begins: np.ndarray,
+                     steps_per_record: float) -> tuple[float, float]:
+    """The standard errors of a worker's median step and of its period (the mean gap between
+    its records' starts, per training step), each from the spread of the typical values:
+    1.4826 median absolute deviations (so a rare long gap, a pause the period measures, is
+    not taken for noise); NaN from too few.
+
+    >>> [round(se, 2) for se in _standard_errors(np.array([10.0, 12, 14, 16]), 13.0, np.array([0.0, 20, 30, 60]), 1.0)]
+    [1.86, 8.56]
+    """
+    median_se = _MEDIAN_SE_PER_MAD * _mad(durations, median) / math.sqrt(len(durations)) \
+        if len(durations) >= 2 else math.nan
+    gaps = np.diff(np.sort(begins)).astype("float64")
+    period_se = 1.4826 * _mad(gaps, median_of(gaps)) / math.sqrt(len(gaps)) / steps_per_record \
+        if len(gaps) >= 2 else math.nan
+    return median_se, period_se
+
+
+def _mad(values: np.ndarray, median: float) -> float:
+    """The median absolute deviation of ``values`` from their ``median``."""
+    return median_of(np.abs(values - median))
 
 
 def _timed_extent(counters: pd.DataFrame, offsets: dict[str, int]) -> pd.DataFrame:
@@ -173,7 +203,7 @@ def exact_whole_run(workers: pd.DataFrame) -> pd.DataFrame:
         "mean_ns": workers["mean_ns"].astype(float),
         "period_ns": workers["period_ns"].astype(float),
         "examples_per_step": workers["examples"] / workers["steps"].clip(lower=1),
-        "window_ns": 0.0,
+        "window_ns": 0.0, "p50_se_ns": math.nan, "period_se_ns": math.nan,
     })
 
 
@@ -208,6 +238,7 @@ def _barely_stepping(steps: pd.DataFrame, workers: pd.DataFrame, faults: pd.Data
         "p50_ns": few["p50_ns"].astype(float), "mean_ns": few["mean_ns"].astype(float),
         "period_ns": present[few.index] / few["steps"],
         "examples_per_step": few["examples"] / few["steps"], "window_ns": 0.0,
+        "p50_se_ns": math.nan, "period_se_ns": math.nan,
     }, columns=COMPARED_COLUMNS)
 
 
@@ -237,6 +268,7 @@ def _without_time_away(steps: pd.DataFrame, faults: pd.DataFrame, compared: pd.D
         return compared
     begins = steps.groupby(steps["task"].astype(str), observed=True)["begin_ns"].agg(["min", "max"])
     period = compared["period_ns"].to_numpy("float64").copy()
+    period_se = compared["period_se_ns"].to_numpy("float64").copy()
     for row, task in enumerate(compared["task"].astype(str)):
         if task not in begins.index or compared["records"].iloc[row] < 2:
             continue
@@ -245,6 +277,7 @@ def _without_time_away(steps: pd.DataFrame, faults: pd.DataFrame, compared: pd.D
         away = float(np.nansum(np.clip(np.minimum(own["to_ns"], last) - np.maximum(own["from_ns"], first), 0.0, None)))
         if away and last > first:  # a damaged log's NaN times compare False: nothing left out
             period[row] = max(period[row] * (1.0 - away / (last - first)), float(compared["mean_ns"].iloc[row]))
-    return compared.assign(period_ns=period)
+            period_se[row] = math.nan  # its gaps span the absence
+    return compared.assign(period_ns=period, period_se_ns=period_se)
 
 

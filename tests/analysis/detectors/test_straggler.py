@@ -253,3 +253,15 @@ def test_a_worker_sharing_a_quiet_host_is_judged_at_the_normal_threshold(builder
         report = analyze(_starved_by(builder, 8.0, hosts, **columns).write())
         assert [f.tasks for f in report.findings if f.kind == "straggler"] == [("worker:1",)]
         assert "host_contention" not in _kinds(report)
+
+
+def test_a_slower_median_of_few_widely_spread_steps_is_noise_not_a_straggler(builder):
+    # 20 steps each, worker:1's median 1.3x worker:0's: apart by under three standard errors
+    # where each worker's steps spread over 60 ms (noise), by many where they do not (slow).
+    def run(jitter_ms):
+        made = builder().steps("worker:0", count=20, step_ms=70 - 1.5 * jitter_ms, jitter_ms=jitter_ms)
+        return made.steps("worker:1", count=20, step_ms=92 - 1.5 * jitter_ms, jitter_ms=jitter_ms)
+
+    assert "straggler" not in _kinds(analyze(run(20.0).write()))
+    steady = next(f for f in analyze(run(0.0).write()).findings if f.kind == "straggler")
+    assert steady.tasks == ("worker:1",) and steady.evidence["slowdown"]["worker:1"] == pytest.approx(1.31, abs=0.01)

@@ -48,6 +48,14 @@ KIND = "straggler"
 WARNING_SLOWDOWN = 1.25
 CRITICAL_SLOWDOWN = 2.0
 MIN_GAP_NS = 5_000_000
+# ... and slower past noise: by more than NOISE_SE standard errors of the difference of
+# the two medians (or periods), from the spread of each worker's own records
+# (``fair_comparison``). Few records vary: over the last quarter of a ps_fit run with a hot
+# ps (trial seed 1266, nothing planted on a worker), 21 steps of one worker had a median
+# 1.25x its peer's 24, 2.0 standard errors apart. A run is judged about twelve times (each
+# worker, by step and by period, over the whole run and two parts: ``TAIL_SHARES``); three
+# standard errors each keep a run's chance of a false pass near 2 % (Bonferroni: 2.9).
+NOISE_SE = 3.0
 # A slower worker whose slowness its run-queue wait explains is starved by its neighbours
 # (``host_contention``), not a straggler to fix in the job. Its wait share w (of the CPU time
 # its threads asked for, ``run_queue``) against the typical other worker's w0 explains a
@@ -168,10 +176,17 @@ def _sampled_long_enough(stopped: pd.DataFrame, judged: pd.DataFrame) -> pd.Data
     return stopped[long_enough].reset_index(drop=True)
 
 
-def _slower(values: pd.Series, typical: pd.Series, scale: pd.Series, bar: float) -> pd.Series:
-    """Slower by the ratio ``bar``, and by at least ``MIN_GAP_NS`` on the worker's own step
-    (``scale``: its examples per step when ``values`` are per example, else 1)."""
-    return (values / typical >= bar) & ((values - typical) * scale >= MIN_GAP_NS)
+def _slower(values: pd.Series, typical: pd.Series, scale: pd.Series, bar: float,
+            standard_errors: pd.Series | None = None) -> pd.Series:
+    """Slower by the ratio ``bar``, by at least ``MIN_GAP_NS`` on the worker's own step
+    (``scale``: its examples per step when ``values`` are per example, else 1) and, where
+    the values' ``standard_errors`` are known, by more than ``NOISE_SE`` standard errors of
+    the difference (the typical other's taken as the others' median error)."""
+    slower = (values / typical >= bar) & ((values - typical) * scale >= MIN_GAP_NS)
+    if standard_errors is None:
+        return slower
+    noise = NOISE_SE * np.hypot(standard_errors, typical_of_others(standard_errors))
+    return slower & ~(values - typical <= noise)  # an unknown error (NaN) holds nothing back
 
 
 def detect(measured: Measurements) -> list[Finding]:
@@ -289,8 +304,10 @@ def _step_or_period(measured: Measurements, judged: pd.DataFrame) -> tuple:
     step, period = judged["p50_ns"] / scale, judged["period_ns"] / scale
     typical, typical_period = typical_of_others(step), typical_of_others(period)
     step_slowdown, period_slowdown = step / typical, period / typical_period
-    by_step = _slower(step, typical, scale, WARNING_SLOWDOWN)
-    by_period = _slower(period, typical_period, scale, WARNING_SLOWDOWN) & (not measured.synchronous)
+    nan = pd.Series(np.nan, index=judged.index)
+    step_se, period_se = (judged.get(column, nan).astype("float64") / scale for column in ("p50_se_ns", "period_se_ns"))
+    by_step = _slower(step, typical, scale, WARNING_SLOWDOWN, step_se)
+    by_period = _slower(period, typical_period, scale, WARNING_SLOWDOWN, period_se) & (not measured.synchronous)
     if per_example:
         # Slower per example but not per step: a worker with fewer examples per step pays a
         # step's fixed cost over fewer of them (ps_fit shard-skew=1:3: 19.7 ms steps of 512
