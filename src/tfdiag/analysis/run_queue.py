@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 RUN_QUEUE_COLUMNS = ["task", "run_ms", "runq_wait_ms", "samples", "runq_wait_share"]
-HELD_COLUMNS = ["task", "throttled_share", "stopped_share", "held_share"]
+HELD_COLUMNS = ["task", "throttled_share", "stopped_share", "held_share", "probes"]
 
 
 def run_queue_table(system: pd.DataFrame, job_process: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
@@ -188,8 +188,9 @@ def held_table(system: pd.DataFrame, job_process: pd.DataFrame, steps: pd.DataFr
     span overlaps it (as ``run_queue_table``; a reading covers the time since the same
     sampler's previous one of that task): ``throttled_share``, its cgroup's throttled time over that
     span (its own ``system`` rows', else a sampler's ``job_process`` rows'); ``stopped_share``,
-    of a sampler's probes of its state (``job_process``) those that found it stopped;
-    ``held_share``, the larger (NaN: neither known). A sampler's own stops are its late
+    of a sampler's probes of its state (``job_process``) those that found it stopped
+    (``probes``: how many; each probe at a random time, so the share estimates the time
+    it was stopped); ``held_share``, the larger (NaN: neither known). A sampler's own stops are its late
     wake-ups (``sync_steps.stopped_shares``), noisier on a loaded host and judged with
     wider margins (``straggler.STOPPED_EXTRA_SHARE``), so they are not counted here.
 
@@ -197,7 +198,7 @@ def held_table(system: pd.DataFrame, job_process: pd.DataFrame, steps: pd.DataFr
     ...     "throttled_ms": [float("nan"), 1000.0, 3000.0], "probes": [5, 5, 5], "stopped_probes": [0, 1, 2]})
     >>> steps = pd.DataFrame({"task": ["worker:1"] * 2, "begin_ns": [0, 10**10], "end_ns": [10**10, 2 * 10**10]})
     >>> held_table(pd.DataFrame(), job_process, steps)[HELD_COLUMNS[1:]].values.tolist()
-    [[0.2, 0.3, 0.3]]
+    [[0.2, 0.3, 0.3, 10.0]]
     """
     readings = _Readings.of(system, job_process, ("probes", "stopped_probes", "throttled_ms"),
                             own_figures=("throttled_ms",))
@@ -227,5 +228,5 @@ def held_table(system: pd.DataFrame, job_process: pd.DataFrame, steps: pd.DataFr
                                    math.nan)
         stopped_share = np.where(probed_count > 0, per_task(stopped, probed) / probed_count, math.nan)
     return pd.DataFrame({"task": tasks.astype(str), "throttled_share": throttled_share,
-                         "stopped_share": stopped_share, "held_share": np.fmax(throttled_share, stopped_share)},
-                        columns=HELD_COLUMNS)
+                         "stopped_share": stopped_share, "held_share": np.fmax(throttled_share, stopped_share),
+                         "probes": probed_count}, columns=HELD_COLUMNS)

@@ -128,6 +128,35 @@ def test_a_worker_stopped_from_mid_run_is_named_over_the_run_s_last_part(builder
     assert "input_bound" not in _warnings(report)
 
 
+def _probed(run, stopped: dict, probes: int = 20):
+    """``job_process`` readings a second by each worker of the other: ``probes`` probes of its
+    state, ``stopped[worker]`` of them finding it stopped (the first reading only dates the next)."""
+    from tests.runs import START_NS
+
+    for prober, probed in (WORKERS, WORKERS[::-1]):
+        for second in range(int((run.step_end_ns - START_NS) / 1e9) + 1):
+            first = second == 0
+            run.record("job_process", host="h", task=probed, time_ns=START_NS + second * 1_000_000_000, pid=7,
+                       run_ms=float("nan"), runq_wait_ms=float("nan"), throttled_ms=float("nan"),
+                       probes=0 if first else probes, stopped_probes=0 if first else stopped[probed], clock_task=prober)
+    return run
+
+
+def test_a_stopped_worker_is_predicted_from_its_peers_probes_where_they_see_more(builder):
+    # gen_fit with worker 1 stopped 16 ms of every 41 (39 % of the time): its wake-ups came
+    # late only where a stop outlasted their deadline by 10 ms, 2 in 10; its peer's probes,
+    # at random times, found it stopped 8 times in 20.
+    run = _sampled(_sync_run(builder, 60.0, {"worker:0": (0.5, 5.0), "worker:1": (0.5, 5.0)}),
+                   {"worker:0": 0, "worker:1": 2})
+    finding = analyze(_probed(run, {"worker:0": 0, "worker:1": 8}).write()).primary
+    assert finding.kind == "straggler" and finding.tasks == ("worker:1",)
+    assert finding.evidence["stopped_share"] == {"worker:0": 0.0, "worker:1": 0.4}
+    assert finding.evidence["stopped_share_from"] == {"worker:0": "own sampler", "worker:1": "probes"}
+    assert "probes of its state found it stopped" in finding.summary
+    # 60 ms x (1 - 0.4) = 36 ms a step without the stops (the late wake-ups said 48 ms).
+    assert finding.recommendation.predicted_speedup == pytest.approx(60 / 36, rel=0.01)
+
+
 def test_a_throttled_worker_is_named_from_its_cgroup(builder):
     # A cgroup v2 quota: worker 1 throttled 500 ms of every second; its wake-ups not counted late.
     run = _sampled(_sync_run(builder, 60.0, {"worker:0": (0.5, 5.0), "worker:1": (0.5, 5.0)}),
