@@ -21,7 +21,7 @@ from tfdiag.analysis.processes import ProcessEnd, ended_processes
 from tfdiag.analysis.restarts import restart_faults
 from tfdiag.analysis.run_queue import Neighbours, held_table, neighbours, run_queue_table
 from tfdiag.analysis.shards import shard_table, shards_from_steps
-from tfdiag.analysis.sync_steps import own_times, stopped_shares
+from tfdiag.analysis.sync_steps import own_times, stopped_shares, with_probed_shares
 from tfdiag.analysis.whatif import is_synchronous
 from tfdiag.analysis.window_load import window_of
 from tfdiag.events import cluster_tasks
@@ -215,8 +215,9 @@ class Measurements:
 
     @cached_property
     def stopped(self) -> pd.DataFrame:
-        """``sync_steps.stopped_shares``: per task, the share of its stepping its process could not run."""
-        return stopped_shares(self.run.frame("system"), self.run.frame("step"))
+        """``sync_steps.stopped_shares``: per task, the share of its stepping its process could not
+        run, or the share its peers' probes found it stopped where larger (``sync_steps.with_probed_shares``)."""
+        return with_probed_shares(stopped_shares(self.run.frame("system"), self.run.frame("step")), self.held)
 
     @cached_property
     def session_waits(self) -> dict[str, float]:

@@ -452,35 +452,15 @@ def _by_own_compute(measured: Measurements, own: pd.DataFrame) -> list[Finding]:
     )]
 
 
-def _with_probed_shares(shares: pd.DataFrame, held: pd.DataFrame) -> pd.DataFrame:
-    """``shares`` (``sync_steps.stopped_shares``) with each worker's ``share`` of its stepping
-    it could not run and the ``count`` it is a share of: the larger of its own estimate (late
-    wake-ups, or cgroup throttling) and the share of the other workers' probes of its state
-    that found it stopped (``Measurements.held``), where they probed it at least as often as
-    it woke (logs from before the probes at each wake-up have a probe a sample). A probe at a random
-    time finds a process stopped for the share of the time it was; a wake-up is late only when
-    a stop outlasts its deadline by ``LATE_WAKE_S``, so late wake-ups miss short stops (a
-    gen_fit worker stopped 39 % of the time by 16 ms stops woke late 25 % of the time). A quota
-    throttles without stopping: only the process's own cgroup figures see it."""
-    probed = held.dropna(subset=["stopped_share"])
-    probed = probed[probed["probes"] > 0].set_index(probed["task"].astype(str))
-    tasks = shares["task"].astype(str)
-    probes = tasks.map(probed["probes"]).astype(float)
-    by_probes = (tasks.map(probed["stopped_share"]).astype(float) > shares["stopped_share"]) & (probes >= shares["wakes"])
-    return shares.assign(share=shares["stopped_share"].where(~by_probes, tasks.map(probed["stopped_share"])),
-                         count=shares["wakes"].where(~by_probes, probes), by_probes=by_probes)
-
-
 def _by_stopped_share(measured: Measurements, judged: pd.DataFrame) -> list[Finding]:
     """Synchronous workers whose process could not run for a much larger share of their steps
     than the others' (a CPU quota, ``SIGSTOP``), from their samplers' late wake-ups, cgroup
-    throttling and the other workers' probes (``_with_probed_shares``); predicted as if they
-    had been stopped only as much as the typical other worker."""
+    throttling and the other workers' probes (``sync_steps.with_probed_shares``); predicted
+    as if they had been stopped only as much as the typical other worker."""
     shares = _sampled_long_enough(measured.stopped, judged)
     if len(shares) < 2:
         return []
-    shares = _with_probed_shares(shares, measured.held)
-    share, typical = shares["share"], typical_of_others(shares["share"])
+    share, typical = shares["stopped_share"], typical_of_others(shares["stopped_share"])
     is_stopped = ((share - typical >= STOPPED_EXTRA_SHARE) & (share >= STOPPED_RATIO * typical)
                   & past_noise(share, shares["count"], typical, typical_of_others(shares["count"])))
     if not is_stopped.any():
@@ -507,14 +487,14 @@ def _by_stopped_share(measured: Measurements, judged: pd.DataFrame) -> list[Find
                  f"{pct(share[is_stopped].max())} of the time it stepped: {seen}. The other workers "
                  f"wait for it in every all-reduce, so every worker's step takes {step_ns / 1e6:.1f} ms."),
         evidence={
-            "stopped_share": {row.task: round(float(row.share), 3) for row in shares.itertuples()},
+            "stopped_share": {row.task: round(float(row.stopped_share), 3) for row in shares.itertuples()},
             "stopped_share_from": {row.task: "probes" if row.by_probes else "own sampler" for row in shares.itertuples()},
             "typical_stopped_share": round(float(typical[is_stopped].min()), 3),
             "late_wakes": {row.task: f"{int(row.late_wakes)}/{int(row.wakes)}" for row in shares.itertuples()},
             "late_s": {row.task: round(float(row.late_ms) / 1e3, 2) for row in shares.itertuples()},
             "throttled_s": {row.task: None if math.isnan(row.throttled_ms) else round(float(row.throttled_ms) / 1e3, 2)
                             for row in shares.itertuples()},
-            "stopped_s": {row.task: round(float(row.share * row.span_ns) / 1e9, 2) for row in slow.itertuples()},
+            "stopped_s": {row.task: round(float(row.stopped_share * row.span_ns) / 1e9, 2) for row in slow.itertuples()},
             "compute_ms_p50": {row.task: _ms(row.compute_p50_ns) for row in judged.itertuples()},
             "step_ms_mean": round(step_ns / 1e6, 2),
             "predicted_step_ms": round(new_step_ns / 1e6, 2),
