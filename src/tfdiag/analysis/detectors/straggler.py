@@ -475,7 +475,7 @@ def _by_stopped_share(measured: Measurements, judged: pd.DataFrame) -> list[Find
     def pct(value) -> str:
         return f"{float(value):.0%}"
 
-    seen = (f"the other workers' probes of its state found it stopped {int(share[worst] * slow['count'][worst])} "
+    seen = (f"the other workers' probes of its state found it stopped {round(share[worst] * slow['count'][worst])} "
             f"times of {int(slow['count'][worst])}" if slow["by_probes"][worst] else
             f"its sampler woke {LATE_WAKE_S * 1e3:.0f} ms or more late {int(slow['late_wakes'].max())} times of "
             f"{int(slow['wakes'].max())}")
