@@ -142,9 +142,10 @@ def measure_sample(modules: dict, args) -> None:
             child.wait()
 
 
-def wake_up_cpu_us(module, seconds: float) -> float:
-    """A sampler thread's CPU µs per timed wake-up over ``seconds`` with no sample due."""
-    sampler = module.SystemSampler(NullWriter(), "worker:0", interval_s=3600, gpus=False, cluster={},
+def wake_up_cpu_us(module, seconds: float, cluster: dict) -> float:
+    """A sampler thread's CPU µs per timed wake-up over ``seconds`` with no sample due, as
+    ``worker:0`` of ``cluster``: each wake-up probes the cluster's other workers' states."""
+    sampler = module.SystemSampler(NullWriter(), "worker:0", interval_s=3600, gpus=False, cluster=cluster,
                                    wake_s=system.WAKE_S).start()
     time.sleep(0.5)  # past the first sample
     clock = time.pthread_getcpuclockid(sampler._thread.ident)  # noqa: SLF001
@@ -157,8 +158,17 @@ def wake_up_cpu_us(module, seconds: float) -> float:
 
 
 def measure_wake(modules: dict, args) -> None:
-    show("one timed wake-up of the sampler's thread (CPU)",
-         interleaved(modules, args.blocks, lambda module: wake_up_cpu_us(module, args.seconds)), "µs")
+    children, ports = listeners(args.tasks)
+    own = socket.create_server(("127.0.0.1", 0))
+    try:
+        cluster = {"worker": [f"127.0.0.1:{port}" for port in [own.getsockname()[1], *ports]]}
+        show(f"one timed wake-up of the sampler's thread, probing {len(ports)} workers (CPU)",
+             interleaved(modules, args.blocks, lambda module: wake_up_cpu_us(module, args.seconds, cluster)), "µs")
+    finally:
+        own.close()
+        for child in children:
+            child.kill()
+            child.wait()
 
 
 def measure_liveness(args) -> None:
@@ -223,8 +233,8 @@ def collector_cost(args) -> int:
     """The CPU of the background collectors' fixed work: a system sample, a timed wake-up, a flush.
 
     Each figure is measured for the code of this checkout and, side by side in the same run,
-    for the same module at ``--baseline`` (a git revision; its ``src/tfdiag/collectors/system.py`` and
-    ``src/tfdiag/store/writer.py`` are loaded from git), in alternating blocks (A, B, A, B, ...)
+    for the same module at ``--baseline`` (a git revision; its ``src/tfdiag/collectors/system.py``,
+    ``job_processes.py`` and ``src/tfdiag/store/writer.py`` are loaded from git), in alternating blocks (A, B, A, B, ...)
     so that both see the same load. CPU is the measuring thread's own
     (``time.thread_time_ns``), or the sampler thread's (its CPU clock).
 
@@ -239,7 +249,8 @@ def collector_cost(args) -> int:
       search for the cluster's processes (``psutil.net_connections``) once, and a profile of
       the current sample's CPU by function.
     * ``wake``: a running sampler thread's CPU per timed wake-up (10 a second), over
-      ``--seconds`` a block in which no sample is due.
+      ``--seconds`` a block in which no sample is due, as a worker of a synchronous job
+      whose ``--tasks`` other workers (children of this script) each wake-up probes.
     * ``liveness``: one status check of a TensorFlow server (``--tasks`` of them, children
       of this script), ``--samples`` rounds a block: the checking thread's CPU and the
       process's (gRPC's threads); this checkout's code only.
@@ -250,7 +261,9 @@ def collector_cost(args) -> int:
     print(f"load average {os.getloadavg()[0]:.1f} at the start", flush=True)
     samplers, writers = {"current": system}, {"current": writer}
     if args.baseline:
-        samplers = {"baseline": baseline_module(args.baseline, "src/tfdiag/collectors/system.py")} | samplers
+        baseline_system = baseline_module(args.baseline, "src/tfdiag/collectors/system.py")
+        baseline_system.JobProcesses = baseline_module(args.baseline, "src/tfdiag/collectors/job_processes.py").JobProcesses
+        samplers = {"baseline": baseline_system} | samplers
         writers = {"baseline": baseline_module(args.baseline, "src/tfdiag/store/writer.py")} | writers
     chosen = args.only or ["sample", "wake", "flush", "liveness"]
     if "sample" in chosen:

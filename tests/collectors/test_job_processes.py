@@ -161,6 +161,29 @@ def test_a_stopped_task_is_seen_stopped_with_its_cpu_times():
         task.close()
 
 
+def test_a_probe_reads_a_counted_process_state_until_it_ends():
+    import psutil
+    import signal
+
+    task = _Task()
+    job = JobProcesses({"worker": [f"127.0.0.1:{task.port}"]}, psutil)
+    try:
+        job.cpu_pct()
+        pid = task.process.pid
+        assert job.probe_states([pid, os.getpid()]) == {pid: False}, "only counted processes are probed"
+        task.process.send_signal(signal.SIGSTOP)
+        deadline = time.monotonic() + 5
+        while not job.probe_states([pid])[pid] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert job.probe_states([pid]) == {pid: True}
+        task.process.send_signal(signal.SIGCONT)
+    finally:
+        task.close()
+    assert job.probe_states([pid]) == {}, "an ended process is left out"
+    assert job.probe_states([pid]) == {}
+    job.close()
+
+
 def test_a_sampler_that_wakes_probes_its_workers_states_between_samples():
     # A worker stopped for half of every 200 ms from outside: one probe a sample would see a
     # few; the sampler's timed wake-ups (every 20 ms here) probe it between samples too and

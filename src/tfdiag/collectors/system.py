@@ -218,6 +218,7 @@ class SystemSampler:
         self._wakes = WakeTimer(wake_s) if wake_s else None
         self._throttled = ThrottledTime()
         self._reads: JobProcessReads | None = None
+        self._probed: list[int] = []  # the pids each timed wake-up probes
         self._probes_failed = False
         self._started: tuple[int, int | None] | None = None  # (pid, its start, ns; None: unreadable), once a process
 
@@ -262,6 +263,8 @@ class SystemSampler:
             charged_ns = now_ns
         if self.samples and not self._failed and not self.paused():
             self._sample(last=True)
+        if self._job is not None:
+            self._job.close()  # the probes' files: opened by this thread, closed by it
         LEDGER.charge("system", time.thread_time_ns() - charged_ns)
 
     def _probe_workers(self) -> None:
@@ -271,7 +274,7 @@ class SystemSampler:
         if self._reads is None or self._job is None or self._probes_failed:
             return
         try:
-            self._reads.probed(self._job.probe_states(self._reads.watched(self._job.others())))
+            self._reads.probed(self._job.probe_states(self._probed))
         except Exception as error:  # noqa: BLE001 - a collector never breaks training
             self._probes_failed = True
             self._note(f"tfdiag: probes of the job's workers' states stopped after an error: {error!r}")
@@ -327,6 +330,7 @@ class SystemSampler:
         now_ns, own_pid, others = time.time_ns(), os.getpid(), self._job.others()
         if self._reads is None:
             self._reads = JobProcessReads(self._job.cores)
+        self._probed = self._reads.watched(others)  # the wake-ups' probes until the next sample
         (own_run_ms, own_wait_ms), (hog_pid, hog_name, hog_pct), job_rows = self._reads.take(
             own_pid, others, self._job.stopped(), cpu - job, time.monotonic(), reading=last)
         wakes, late_wakes, late_ms = self._wakes.take() if self._wakes else (None, None, None)
