@@ -234,8 +234,8 @@ def collector_cost(args) -> int:
 
     Each figure is measured for the code of this checkout and, side by side in the same run,
     for the same module at ``--baseline`` (a git revision; its ``src/tfdiag/collectors/system.py``,
-    ``job_processes.py`` and ``src/tfdiag/store/writer.py`` are loaded from git), in alternating blocks (A, B, A, B, ...)
-    so that both see the same load. CPU is the measuring thread's own
+    ``job_processes.py`` and ``src/tfdiag/store/writer.py`` are loaded from git), in alternating
+    blocks (A, B, A, B, ...) so that both see the same load. CPU is the measuring thread's own
     (``time.thread_time_ns``), or the sampler thread's (its CPU clock).
 
     * ``sample``: ``SystemSampler.sample()`` in a loop, as a ParameterServerStrategy
@@ -262,7 +262,8 @@ def collector_cost(args) -> int:
     samplers, writers = {"current": system}, {"current": writer}
     if args.baseline:
         baseline_system = baseline_module(args.baseline, "src/tfdiag/collectors/system.py")
-        baseline_system.JobProcesses = baseline_module(args.baseline, "src/tfdiag/collectors/job_processes.py").JobProcesses
+        baseline_jobs = baseline_module(args.baseline, "src/tfdiag/collectors/job_processes.py")
+        baseline_system.JobProcesses = baseline_jobs.JobProcesses  # its probes, not today's
         samplers = {"baseline": baseline_system} | samplers
         writers = {"baseline": baseline_module(args.baseline, "src/tfdiag/store/writer.py")} | writers
     chosen = args.only or ["sample", "wake", "flush", "liveness"]

@@ -2,6 +2,8 @@
 
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import psutil
@@ -60,3 +62,25 @@ def test_the_next_cluster_forks_from_the_same_zygote_which_ends_when_closed(tmp_
     assert other != first and {first, other} <= shared_pids()
     close_shared()
     assert not psutil.pid_exists(first) or psutil.Process(first).status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_child_that_catches_sigterm_dies_with_its_parent():
+    # A MultiWorkerMirroredStrategy worker catches SIGTERM (TensorFlow's preemption
+    # notice) and trains on: the parent's death must kill it, not ask it to stop.
+    parent = subprocess.Popen([sys.executable, "-c", (
+        "import subprocess, sys, time\n"
+        "from tfdiag.sample_jobs.zygote import die_with\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import signal, time; "
+        "signal.signal(signal.SIGTERM, lambda *_: None); print(flush=True); time.sleep(120)'], "
+        "preexec_fn=die_with(__import__('os').getpid()), stdout=subprocess.PIPE)\n"
+        "child.stdout.readline()\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(120)\n")], stdout=subprocess.PIPE, text=True)
+    try:
+        child = psutil.Process(int(parent.stdout.readline()))
+        assert child.is_running()
+        parent.kill()
+        parent.wait()
+        _wait_for(lambda: not child.is_running() or child.status() == psutil.STATUS_ZOMBIE, 10)
+    finally:
+        parent.kill()

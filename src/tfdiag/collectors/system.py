@@ -181,8 +181,9 @@ class SystemSampler:
             ran when it wanted to, and whether the job's other workers on this host are
             stopped (``WAKE_S``); ``None``: none (the wake-up fields are null, the other
             workers probed once a sample). Each wake-up costs 90-150 µs of CPU on the
-            2-core test host, up to 300 µs loaded, so only the tasks whose stops or whose
-            workers' stops show nowhere else take them: a worker of a synchronous
+            2-core test host, up to 300 µs loaded, and about 50 µs more a worker it
+            probes (``benchmarks/micro.py collector_cost --only wake``), so only the tasks
+            whose stops or whose workers' stops show nowhere else take them: a worker of a synchronous
             multi-worker job ten a second (``DiagnosticsCallback``); a ParameterServerStrategy
             coordinator (its workers run no collector) and a TF1 worker (``DiagnosticsHook``)
             two a second (``PROBE_WAKE_S``).

@@ -5,8 +5,8 @@ Every task is its own process running ``tfdiag.sample_jobs.task`` with its own
 stdout and stderr go to ``LOGDIR/tasks/<job>-<index>.log``. The
 launcher waits for the tasks that run the job, then terminates the servers. Children
 run in their own process groups (a terminal's Ctrl-C reaches only the launcher, which
-then stops them) and get ``SIGTERM`` from the kernel if the launcher dies
-(``PR_SET_PDEATHSIG``); ``stop()`` sends ``SIGTERM`` to each group, then ``SIGKILL``
+then stops them) and get ``SIGKILL`` from the kernel if the launcher dies
+(``PR_SET_PDEATHSIG``, ``zygote.die_with``); ``stop()`` sends ``SIGTERM`` to each group, then ``SIGKILL``
 after ``STOP_GRACE_S``.
 
 Interruption: while ``launch`` runs, ``SIGINT`` and ``SIGTERM`` only record that the

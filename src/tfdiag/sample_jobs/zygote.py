@@ -5,7 +5,7 @@ five tasks on a 2-core host spent most of its start-up doing it five times at on
 launcher instead starts one zygote per cluster (``python -m tfdiag.sample_jobs.zygote
 MODULE``), which imports TensorFlow and the job's module once and then forks each task
 process on request. A child starts a session of its own (its own process group, as a
-task the launcher starts directly), gets ``SIGTERM`` when the zygote dies, writes to its
+task the launcher starts directly), gets ``SIGKILL`` when the zygote dies, writes to its
 task log, takes the task's environment and runs ``tfdiag.sample_jobs.task.main`` as a
 fresh process would. Forking is safe here because importing TensorFlow starts no
 runtime (no eager context, no gRPC server or channel) and the zygote runs one thread
@@ -67,8 +67,8 @@ class ForkedProcess:
 
     def poll(self) -> int | None:
         if self.returncode is None and not self._zygote.alive and not _exists(self.pid):
-            # The zygote ended without reporting this child, which its death signalled.
-            self.returncode = -signal.SIGTERM
+            # The zygote ended without reporting this child, which its death killed.
+            self.returncode = -signal.SIGKILL
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
@@ -140,7 +140,7 @@ class Zygote:
             return any(child.returncode is None for child in self._children.values())
 
     def close(self, timeout_s: float = 5.0) -> None:
-        """Closes the zygote's stdin (it then ends; children still running get SIGTERM)."""
+        """Closes the zygote's stdin (it then ends; children still running get SIGKILL)."""
         try:
             self.process.stdin.close()
         except OSError:
@@ -197,7 +197,7 @@ def shared(command: list[str], log, **popen) -> Zygote:
 
 
 def close_shared() -> None:
-    """Closes this process's shared zygotes (their running children get ``SIGTERM``) and
+    """Closes this process's shared zygotes (their running children get ``SIGKILL``) and
     waits for them to end."""
     while _SHARED:
         _SHARED.popitem()[1].close()
@@ -210,13 +210,15 @@ def shared_pids() -> set[int]:
 
 
 def die_with(parent_pid: int):
-    """A ``preexec_fn`` (or a call in a forked child): the process gets ``SIGTERM`` when
-    ``parent_pid`` dies, even if that happened before the request was made (then it exits
-    at once)."""
+    """A ``preexec_fn`` (or a call in a forked child): the process is killed (``SIGKILL``)
+    when ``parent_pid`` dies, even if that happened before the request was made (then it
+    exits at once). Not ``SIGTERM``: a MultiWorkerMirroredStrategy worker catches it
+    (TensorFlow's preemption notifier, for its coordination service) and trains on, so
+    the workers of a benchmark that was killed kept stepping beside the next one."""
 
     def preexec() -> None:  # runs in the child between fork and exec
         try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
         except OSError:
             pass
         if os.getppid() != parent_pid:
