@@ -4,6 +4,8 @@ import pytest
 
 from tests.runs import MS, START_NS
 from tfdiag.analysis import analyze
+from tfdiag.analysis.detectors import straggler
+from tfdiag.analysis.findings import Severity
 from tfdiag.analysis.load import RunLoader
 from tfdiag.analysis.step_stats import StepAccumulator
 from tfdiag.analysis.step_windows import window_counters
@@ -87,6 +89,21 @@ def test_a_worker_slow_from_mid_run_is_named_over_the_run_s_last_part(builder):
     finding = next(f for f in analyze(run.write()).findings if f.kind == "straggler")
     assert finding.tasks == ("worker:1",) and finding.title.endswith("(over the run's last 50%)")
     assert 1.0 < finding.recommendation.predicted_speedup < finding.evidence["predicted_speedup_over_it"]
+
+
+def test_a_straggler_over_the_run_s_last_part_whose_fix_gains_little_there_is_info(builder):
+    # Asynchronous, four workers: worker:3 steps as the others for 3 s of 4.2, then takes
+    # 40-ms steps, 2x less often over the last half, but the job's other three workers carry
+    # the throughput: fixing it gains under 1.1x there (trial 1351: 34 steps against 47).
+    run = builder(strategy=None)
+    for worker in ("worker:0", "worker:1", "worker:2"):
+        run.steps(worker, count=200, step_ms=20)
+    run.steps("worker:3", count=143, step_ms=20)
+    run.steps("worker:3", count=30, step_ms=40, first_step=143, start_ns=START_NS + 143 * 21 * MS)
+    finding = next(f for f in analyze(run.write()).findings if f.kind == "straggler")
+    assert finding.title.endswith("(over the run's last 50%)")
+    assert finding.evidence["predicted_speedup_over_it"] < straggler.MIN_PART_WARNING_SPEEDUP
+    assert finding.severity == Severity.INFO
 
 
 def test_a_worker_that_ended_early_in_the_run_s_last_part_is_not_judged_over_it(builder):
