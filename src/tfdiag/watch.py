@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from tfdiag.analysis import RunLoader, analyze
+from tfdiag.analysis import Report, RunLoader, analyze
 from tfdiag.analysis.job_status import CLOSED, FAILED, HUNG, RUNNING, SILENT, JobStatus, job_status
 from tfdiag.report.safe_text import printable, printable_lines
 
@@ -61,7 +61,7 @@ def watch(path: str, show: Callable[[str], None], *, interval_s: float = 5.0, ti
         time.sleep(interval_s)
 
 
-def _look(loader: RunLoader) -> tuple:
+def _look(loader: RunLoader) -> tuple[Report, JobStatus]:
     """The run's report and status now, from what its files gained since the last look."""
     run = loader.refresh()
     report = analyze(run)
