@@ -231,6 +231,10 @@ def summary(rows: list[dict]) -> dict:
     bins = {}
     for r in faulty:
         bins.setdefault(bin_of(r), []).append(r)
+    held = {}  # the stop duty cycles by what held the worker (``trial_space.HOLDERS``)
+    for r in faulty:
+        if r["trial"]["fault"] == "stop-duty":
+            held.setdefault(r["trial"].get("holder", "signals"), []).append(r)
     clean_alarms = {hogs: [r for r in clean if bool(r["trial"]["hogs"]) == hogs] for hogs in (False, True)}
     precise = [r for r in rows if not r["verdict"]["false_alarms"]]
     own = JOB_OWN.get
@@ -242,6 +246,7 @@ def summary(rows: list[dict]) -> dict:
         "trials": len(rows), "faulty": len(faulty), "clean": len(clean),
         "never_ran": {"n": len(never_ran), "seeds": sorted(r["trial"]["seed"] for r in never_ran)},
         "recall_by_effect": {name: recall_of(group) for name, group in sorted(bins.items())},
+        "recall_by_holder": {name: recall_of(group) for name, group in sorted(held.items())},
         "trial_precision": {"n": len(rows), "hits": len(precise), "ci": wilson(len(precise), len(rows))},
         "precise_but_own": {"n": len(rows), "hits": len(precise_but_own),
                             "ci": wilson(len(precise_but_own), len(rows))},

@@ -2,8 +2,8 @@
 
 Every fault comes from outside the job or from the job's own code path: the launcher's
 injections (``--inject`` of the sample jobs; its delaying proxy for user jobs too), a stop
-duty cycle or a stop sent to a task's process (``benchmarks/harness/faults.py``), the user
-jobs' own options (a slow reader, a raised exception). Background hogs are busy-loop
+duty cycle, a cgroup CPU quota or a stop put on a task's process
+(``benchmarks/harness/faults.py``), the user jobs' own options (a slow reader, a raised exception). Background hogs are busy-loop
 processes started before the job and killed after it. An outside fault of a ``mid`` onset
 starts once the job has done ``trial_space.ONSET_SHARE`` of its steps, read from its records
 as they are written (``_after_onset``); the fault run records when it started against the
@@ -41,6 +41,12 @@ FAILING_TIMEOUT_S = 120  # a job whose task raised may hang in a collective: end
 HUNG_STEPS_FACTOR = 50  # a job to be hung runs far more steps than the stop lets it
 HANG_GIVE_UP_S = 100.0
 PROGRESS_POLL_S = 0.25  # how often a mid-run onset reads the job's progress
+# A stop-duty trial held by a cgroup (``trial_space.HOLDERS``): the worker's CPU over the
+# DEMAND_S before its onset, divided by the strength, is its quota, renewed every
+# QUOTA_PERIOD_MS (a container runtime's default CFS period).
+DEMAND_S = 1.0
+QUOTA_PERIOD_MS = 100.0
+MIN_DEMAND_CORES = 0.01
 USER_COMMANDS = {"ps_embed": ps_embed.TASK_COMMAND, "gen_fit": gen_fit.TASK_COMMAND,
                  "tf1_feed": tf1_feed.TASK_COMMAND, "ps_tutorial": ps_tutorial.TASK_COMMAND}
 # The finding each fault must produce (docs/benchmarks.md, "Randomized trials").
@@ -185,6 +191,10 @@ def describe_onset(onset: dict, logdir: Path, task: str, fault: str) -> dict:
 def while_running(trial: Trial, logdir: Path, hung: dict, onset: dict):
     """The outside fault of the fault run, as ``run_cluster``'s ``while_running``; ``onset``
     gets when it started (``_after_onset``)."""
+    if trial.fault == "stop-duty" and trial.holder == "cgroup":
+        return lambda cluster: _after_onset(
+            trial, logdir, onset, lambda: _cgroup_hold(cluster.tasks[trial.task].process.pid, trial.strength, onset),
+            lambda quota: (onset.update(throttled_s=round(quota.throttled_s(), 2)), quota.stop()))
     if trial.fault == "stop-duty":
         off_ms = DUTY_ON_MS * (trial.strength - 1)
         return lambda cluster: _after_onset(
@@ -198,6 +208,17 @@ def while_running(trial: Trial, logdir: Path, hung: dict, onset: dict):
     if trial.fault == "stop":
         return lambda cluster: _hang(cluster, trial, logdir, hung, onset)
     return None
+
+
+def _cgroup_hold(pid: int, strength: float, onset: dict) -> faults.cgroup_quota:
+    """A cgroup CPU quota on ``pid`` of 1/``strength`` of the CPU it used over the
+    ``DEMAND_S`` before; ``onset`` gets that demand, the quota, and when it began."""
+    before = faults.cpu_seconds(pid)
+    time.sleep(DEMAND_S)
+    demand = (faults.cpu_seconds(pid) - before) / DEMAND_S
+    quota = faults.cgroup_quota.of_cores(pid, max(demand, MIN_DEMAND_CORES) / strength, QUOTA_PERIOD_MS)
+    onset.update(onset_time_ns=time.time_ns(), demand_cores=round(demand, 3), quota_cores=round(demand / strength, 3))
+    return quota
 
 
 @contextlib.contextmanager

@@ -10,8 +10,11 @@ Space, in the order it is drawn:
   benchmark (``ps_embed``, ``gen_fit``, ``tf1_feed``: HOLDOUT, but at ``TUNED_SEEDS``)
   drawn half of the time, and ``ps_tutorial``, on which thresholds were fitted.
 * **fault** — among those the job takes (``JobSpec``/``UserJob.faults``):
-  ``none``; ``stop-duty`` (SIGSTOP/SIGCONT from outside on a random worker: it runs
-  ``DUTY_ON_MS`` in every ``DUTY_ON_MS * strength``, strength uniform in 1.2-5); ``proxy``
+  ``none``; ``stop-duty`` (a random worker held from outside at a strength uniform in 1.2-5:
+  SIGSTOP/SIGCONT letting it run ``DUTY_ON_MS`` in every ``DUTY_ON_MS * strength``, or, for
+  half the seeds from ``QUOTA_SEEDS``, a cgroup CPU quota of 1/strength of the CPU it used
+  in the second before a mid-run onset: ``holder``, drawn apart so earlier seeds name the
+  trials they always named); ``proxy``
   (a delaying proxy of 2-40 ms round trip in front of a random ps); ``input`` (slow input
   of 5-60 ms a batch: every worker, or one worker where the job can slow one);
   ``shard-skew`` (a worker gets 1.5-4x the data); ``hot-ps`` (a large unpartitioned
@@ -35,8 +38,8 @@ Space, in the order it is drawn:
   fix run interleaved with the fault run (order drawn), measuring the real speed-up.
 
 Not in the space yet: a delaying proxy in front of a worker (the launcher's proxy sits in
-front of ps only), a cgroup CPU quota (the stop duty cycle stands for it), faults on a ps
-process (stop, kill), slow compute planted inside a user job, GPU faults.
+front of ps only), faults on a ps process (stop, kill), slow compute planted inside a user
+job, GPU faults.
 
 HOLDOUT: every trial of a fresh job, and every trial of seed ``HOLDOUT_SEEDS`` or above,
 but never a seed of ``TUNED_SEEDS``: the trials rules were fitted on.
@@ -69,6 +72,10 @@ TUNED_SEEDS = frozenset(range(1000, 1022)) | {1064, 1089, 1110, 1138, 1145, 1148
 FRESH_JOBS = ("ps_embed", "gen_fit", "tf1_feed")
 FIX_SHARE = 0.4
 DUTY_ON_MS = 25.0
+# From this seed on, half the stop-duty trials hold their worker by a cgroup CPU quota (the
+# way a container's CPU limit throttles it) instead of signals; no rule was fitted on them.
+QUOTA_SEEDS = 1521
+HOLDERS = ("signals", "cgroup")
 STRENGTH = (1.2, 5.0)
 PROXY_MS = (2.0, 40.0)
 INPUT_MS = (5.0, 60.0)
@@ -147,6 +154,7 @@ class Trial:
     hogs: int
     fix: bool
     fix_first: bool
+    holder: str = "signals"  # stop-duty: "signals" (SIGSTOP/SIGCONT) or "cgroup" (a CPU quota)
 
     @property
     def holdout(self) -> bool:
@@ -161,6 +169,7 @@ class Trial:
 
     def label(self) -> str:
         detail = (f" x{self.strength:.2f}" if self.strength else "") + (f" {self.ms:.0f}ms" if self.ms else "")
+        detail += " by cgroup" if self.holder == "cgroup" else ""
         return (f"seed {self.seed}: {self.job} {self.fault}{' ' + self.task if self.task else ''}{detail}"
                 f" onset={self.onset} hogs={self.hogs}{' +fix' if self.fix else ''}")
 
@@ -202,7 +211,12 @@ def draw(seed: int) -> Trial:
     hogs = rng.choice((0, 0, 1, 2))
     fixable = fault not in ("none", "stop", "exception")
     fix = fixable and rng.random() < FIX_SHARE
-    return Trial(seed, job.name, fault, task, strength, ms, onset, hogs, fix, rng.random() < 0.5)
+    fix_first = rng.random() < 0.5
+    holder = "signals"
+    if fault == "stop-duty" and seed >= QUOTA_SEEDS:
+        holder = random.Random(f"{seed}/holder").choice(HOLDERS)
+        onset = "mid" if holder == "cgroup" else onset  # its quota is a share of the CPU used before
+    return Trial(seed, job.name, fault, task, strength, ms, onset, hogs, fix, fix_first, holder)
 
 
 def parse_seeds(text: str) -> list[int]:

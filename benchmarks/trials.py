@@ -36,6 +36,7 @@ from benchmarks.trial_space import FRESH_JOBS, HOLDOUT_SEEDS, TUNED_SEEDS, draw,
 
 # The targets of issue 32 beside the figures they bound (recall by the fault's effect).
 TARGETS = {">=1.5x": "≥ 0.95 (and precision ≥ 0.95)", "1.2-1.5x": "≥ 0.8"}
+HELD_BY = {"signals": "signals (SIGSTOP/SIGCONT)", "cgroup": "a cgroup CPU quota"}
 
 
 def load_results(path: Path, reanalyse: bool = False) -> list[dict]:
@@ -133,6 +134,9 @@ def report(rows: list[dict], title: str) -> str:
     for name, group in s["recall_by_effect"].items():
         lines.append(f"| recall, faults of effect {name} | {group['hits']} of {group['n']} | {_ci(group['ci'])} "
                      f"| {TARGETS.get(name, '–')} |")
+    for name, group in s["recall_by_holder"].items():
+        lines.append(f"| recall, stop duty cycles held by {HELD_BY[name]} | {group['hits']} of {group['n']} "
+                     f"| {_ci(group['ci'])} | – |")
     tp = s["trial_precision"]
     lines.append(f"| trials without a false alarm | {tp['hits']} of {tp['n']} | {_ci(tp['ci'])} | precision ≥ 0.95 |")
     own = s["precise_but_own"]
@@ -195,7 +199,8 @@ def trial_table(rows: list[dict]) -> str:
         load = "–".join(f"{x:.1f}" for x in row["result"]["load1"][:: max(1, len(row["result"]["load1"]) - 1)])
         recalled = ("never ran" if v.get("never_ran") else "–" if v["recalled"] is None
                     else "yes" if v["recalled"] else "NO")
-        lines.append(f"| {t['seed']} | {t['job']} | {t['fault']} | {t['task'] or '–'} | {size} | {t['onset']} | {t['hogs']} "
+        fault = t["fault"] + (" (cgroup)" if t.get("holder") == "cgroup" else "")
+        lines.append(f"| {t['seed']} | {t['job']} | {fault} | {t['task'] or '–'} | {size} | {t['onset']} | {t['hogs']} "
                      f"| {found} | {recalled} "
                      f"| {', '.join(v['false_alarms']) or '–'} | {_p(v['predicted'])} | {_p(v['measured'])} | {load} |")
     return "\n".join(lines)

@@ -78,6 +78,16 @@ def _family(pid: int) -> list[int]:
         return []
 
 
+def cpu_seconds(pid: int) -> float:
+    """The CPU time ``pid`` and its descendants have used so far (gone processes left out)."""
+    total = 0.0
+    for member in _family(pid):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            times = psutil.Process(member).cpu_times()
+            total += times.user + times.system
+    return total
+
+
 def _signal_all(pids: list[int], sig: int) -> None:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
@@ -176,11 +186,23 @@ class cgroup_quota:  # noqa: N801 — used like a function, as cpu_quota
     def __init__(self, pid: int, on_ms: float, off_ms: float):
         if on_ms <= 0 or off_ms <= 0:
             raise ValueError(f"cgroup_quota needs on_ms and off_ms > 0. Received: on_ms={on_ms!r}, off_ms={off_ms!r}")
+        self._hold(pid, round(on_ms * 1e3), round((on_ms + off_ms) * 1e3))
+
+    @classmethod
+    def of_cores(cls, pid: int, cores: float, period_ms: float = 100.0) -> "cgroup_quota":
+        """Holds ``pid`` to ``cores`` of CPU (more than one where its threads use several),
+        its quota renewed every ``period_ms`` as a container's CPU limit is."""
+        if cores <= 0 or period_ms <= 0:
+            raise ValueError(f"cgroup_quota needs cores and period_ms > 0. Received: {cores!r}, {period_ms!r}")
+        quota = cls.__new__(cls)
+        quota._hold(pid, max(1000, round(cores * period_ms * 1e3)), round(period_ms * 1e3))  # the kernel's 1-ms floor
+        return quota
+
+    def _hold(self, pid: int, quota_us: int, period_us: int) -> None:
         parent, version = _cpu_cgroup()
         self._parent = parent
         self.cgroup = parent / f"tfdiag-quota-{pid}"
         self.cgroup.mkdir(exist_ok=True)
-        quota_us, period_us = round(on_ms * 1e3), round((on_ms + off_ms) * 1e3)
         try:
             if version == "v2":
                 (self.cgroup / "cpu.max").write_text(f"{quota_us} {period_us}")

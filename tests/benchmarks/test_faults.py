@@ -83,9 +83,26 @@ def test_a_cgroup_quota_holds_the_family_to_its_cpu_share_and_leaves_no_cgroup(f
     assert all("tfdiag-quota" not in open(f"/proc/{process.pid}/cgroup").read() for process in family)
 
 
+def test_a_quota_of_cores_holds_the_family_to_them_and_counts_its_cpu(family):
+    try:
+        quota = faults.cgroup_quota.of_cores(family[0].pid, 0.3, period_ms=100)
+    except OSError as error:
+        pytest.skip(f"no writable cgroup with the cpu controller here: {error}")
+    with quota:
+        before, start = faults.cpu_seconds(family[0].pid), time.monotonic()
+        time.sleep(1.0)
+        share = (faults.cpu_seconds(family[0].pid) - before) / (time.monotonic() - start)
+        # two spinning processes (up to 2 cores unheld) share 0.3 of a core
+        assert 0.3 * 0.5 < share < 0.3 * 1.3
+        assert faults.cpu_seconds(family[0].pid) == pytest.approx(cpu_seconds(family), abs=0.05)
+    assert not quota.cgroup.exists()
+
+
 def test_a_quota_needs_positive_times():
     with pytest.raises(ValueError, match="on_ms=0"):
         faults.cpu_quota(1, on_ms=0, off_ms=30)
+    with pytest.raises(ValueError, match="cores and period_ms > 0"):
+        faults.cgroup_quota.of_cores(1, 0.0)
 
 
 def test_a_quota_spec_is_worker_on_and_off():

@@ -8,7 +8,7 @@ import json
 
 from benchmarks.trial_corpus import CORPUS
 from benchmarks.trial_judge import judge, per_kind, summary, wilson
-from benchmarks.trial_space import FRESH_JOBS, HOLDOUT_SEEDS, JOB_DEFS, TUNED_SEEDS, draw, parse_seeds
+from benchmarks.trial_space import FRESH_JOBS, HOLDOUT_SEEDS, JOB_DEFS, QUOTA_SEEDS, TUNED_SEEDS, draw, parse_seeds
 from benchmarks.trials import load_results, report, trial_table
 
 
@@ -41,6 +41,17 @@ def test_a_seed_always_draws_the_same_trial_inside_the_declared_space():
     assert not any(t.fix for t in trials if t.fault in ("none", "stop", "exception"))
 
 
+def test_from_quota_seeds_half_the_duty_cycles_are_cgroup_quotas_and_earlier_seeds_draw_as_before():
+    held = [t for t in map(draw, parse_seeds(f"{QUOTA_SEEDS}..{QUOTA_SEEDS + 199}")) if t.fault == "stop-duty"]
+    by_cgroup = [t for t in held if t.holder == "cgroup"]
+    assert 0.3 < len(by_cgroup) / len(held) < 0.7 and all(t.onset == "mid" for t in by_cgroup)
+    assert all(t.holder == "signals" for t in map(draw, parse_seeds(f"1000..{QUOTA_SEEDS - 1}")))
+    # a seed drawn before holders existed names the same trial (seed 1227 as recorded in the results)
+    assert draw(1227).to_dict() == {"seed": 1227, "job": "ps_ctl", "fault": "stop-duty", "task": "worker:0",
+                                    "strength": 2.41, "ms": None, "onset": "mid", "hogs": 1, "fix": False,
+                                    "fix_first": True, "holder": "signals", "holdout": True}
+
+
 def test_recall_needs_the_planted_kind_on_the_planted_task_at_warning_level():
     assert judge(trial(), result([finding("straggler", ["worker:1"])]))["recalled"]
     wrong_task = judge(trial(), result([finding("straggler", ["worker:0"])]))
@@ -70,7 +81,7 @@ def test_prediction_error_and_effect_come_from_the_fix_run():
 
 def test_per_kind_and_summary_count_true_and_false_positives():
     rows = [{"trial": trial(), "result": result([finding("straggler", ["worker:1"])])},
-            {"trial": trial(), "result": result([])},
+            {"trial": trial(holder="cgroup"), "result": result([])},
             {"trial": trial("none", "", hogs=1), "result": result([finding("straggler", ["worker:0"])])},
             {"trial": trial("none", ""), "result": result([])}]
     for row in rows:
@@ -82,6 +93,8 @@ def test_per_kind_and_summary_count_true_and_false_positives():
     assert figures["clean_false_alarms"]["with hogs"]["alarms"] == 1
     assert figures["clean_false_alarms"]["without hogs"]["alarms"] == 0
     assert figures["recall_by_effect"][">=1.5x"]["hits"] == 1
+    held = figures["recall_by_holder"]  # a row recorded before holders existed was held by signals
+    assert (held["signals"]["hits"], held["signals"]["n"], held["cgroup"]["hits"], held["cgroup"]["n"]) == (1, 1, 0, 1)
 
 
 def test_wilson_interval_stays_inside_0_and_1():

@@ -227,13 +227,20 @@ def test_findings_during_run_escapes_names(tmp_path):
     assert "<b>" not in data["data"][0]["hovertemplate"]
 
 
-def test_many_workers_stay_within_the_point_budget(tmp_path):
+def test_many_workers_are_drawn_as_their_spread_and_the_workers_findings_name(tmp_path):
     run = RunBuilder(tmp_path / "run", workers=64)
     for index in range(64):
-        run.steps(f"worker:{index}", count=600, step_ms=20 + index % 3)
+        run.steps(f"worker:{index}", count=600, step_ms=60 if index == 17 else 20 + index % 3)
     report = analyze(run.write())
+    assert report.primary.kind == "straggler" and report.primary.tasks == ("worker:17",)
     data = as_json(figures.step_time_over_run(report))
-    assert len(data["data"]) == 64
+    names = [trace["name"] for trace in data["data"]]
+    assert names == ["all workers: median", "all workers: p95", "all workers: slowest", "worker:17"]
+    median, p95, slowest = (np.array(trace["y"]) for trace in data["data"][:3])
+    together = slice(0, len(median) // 4)  # worker:17's 600 steps take 3x the others': it steps alone after them
+    assert np.all((median[together] >= 20) & (median[together] <= 23)) and np.all(p95 <= slowest)
+    slowest_by = np.array(data["data"][2]["customdata"])  # the slowest step of each moment, by worker
+    assert (slowest >= 59).sum() > len(slowest) / 4 and set(slowest_by[slowest >= 59]) == {"worker:17"}
     assert sum(len(trace["x"]) for trace in data["data"]) <= MAX_POINTS_PER_FIGURE
 
 

@@ -25,6 +25,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from tfdiag.analysis.findings import Severity
 from tfdiag.analysis.rates import network_rate
 from tfdiag.analysis.result import Report
 from tfdiag.report.charts import (
@@ -62,6 +63,11 @@ FAULT_STYLES = {  # fault kind -> (marker symbol, colour)
 SEVERITY_COLOURS = {"warning": "#f57c00", "critical": "#d32f2f"}
 # Above this many links the latency-over-time chart shows one series per destination.
 MAX_LINK_SERIES = 16
+# Above this many workers the step-time chart shows the spread over every worker (median,
+# p95 and slowest step of each moment) and a line only for the workers a finding names:
+# a thousand lines are neither readable nor quick to draw.
+MAX_STEP_SERIES = 16
+SPREAD_QUANTILES = (("median", 0.5), ("p95", 0.95), ("slowest", 1.0))
 
 
 def step_breakdown(report: Report) -> go.Figure:
@@ -82,22 +88,60 @@ def step_breakdown(report: Report) -> go.Figure:
 
 
 def step_time_over_run(report: Report) -> go.Figure:
-    """Step time (ms) of every worker against seconds since the run's first step."""
+    """Step time (ms) of every worker against seconds since the run's first step; over
+    ``MAX_STEP_SERIES`` workers, their spread and the workers a finding names."""
     title = "Step time per worker"
     figure = go.Figure()
     steps = report.steps
     if steps.empty:
         return empty_chart(figure, title, "no step records")
     origin, x_title = time_origin(report)
-    groups = list(steps.groupby("task", sort=True, observed=True))
-    budget = points_per_series(len(groups))
-    traces = []
+    workers = pd.unique(steps["task"])
+    if len(workers) > MAX_STEP_SERIES:
+        warned = [finding for finding in report.findings if finding.severity.rank >= Severity.WARNING.rank]
+        named = {task for finding in warned for task in finding.tasks}
+        shown = sorted(named & {str(worker) for worker in workers})[:MAX_STEP_SERIES]
+        traces = _step_time_spread(steps, origin, points_per_series(len(SPREAD_QUANTILES) + len(shown)))
+        steps = steps[steps["task"].isin(shown)]
+        title = f"Step time over {len(workers):,} workers"
+    else:
+        traces = []
+    groups = list(steps.groupby("task", sort=True, observed=True)) if len(steps) else []
+    budget = points_per_series(len(groups) + len(traces))
     for task, rows in groups:
         rows = rows.sort_values("begin_ns")
         x, y = downsample(seconds_since(rows["begin_ns"], origin), rows["duration_ns"].to_numpy(dtype="float64") / 1e6, budget)
         traces.append(line_trace(x, y, label(task), mode="lines", hovertemplate="%{x:.1f} s: %{y:.2f} ms"))
     figure.add_traces(traces)
     return styled(figure, title, x_title, "step time (ms)", yaxis_rangemode="tozero")
+
+
+def _step_time_spread(steps: pd.DataFrame, origin_ns: int, bins: int) -> list[dict]:
+    """The median, p95 and slowest step (ms) over every worker in each of at most ``bins``
+    spans of the run, the slowest naming its worker."""
+    seconds = seconds_since(steps["begin_ns"], origin_ns)
+    duration_ms = steps["duration_ns"].to_numpy(dtype="float64") / 1e6
+    worker, names = pd.factorize(steps["task"])
+    known = ~np.isnan(duration_ms)
+    seconds, duration_ms, worker = seconds[known], duration_ms[known], worker[known]
+    if not len(seconds):
+        return []
+    bins = max(1, min(bins, len(seconds) // (2 * len(names))))  # about two steps of each worker a span
+    edges = np.linspace(seconds.min(), seconds.max(), bins + 1)
+    span = np.clip(np.searchsorted(edges, seconds, side="right") - 1, 0, bins - 1)
+    order = np.lexsort((duration_ms, span))
+    counts = np.bincount(span, minlength=bins)
+    filled = counts > 0
+    first = np.concatenate(([0], np.cumsum(counts)[:-1]))[filled]
+    middle = ((edges[:-1] + edges[1:]) / 2)[filled]
+    traces = []
+    for name, q in SPREAD_QUANTILES:
+        at = order[first + np.floor(q * (counts[filled] - 1)).astype(int)]
+        extra = ({"customdata": task_labels(np.asarray(names)[worker[at]]),
+                  "hovertemplate": "%{x:.1f} s: %{y:.2f} ms (%{customdata})"}
+                 if q == 1.0 else {"hovertemplate": "%{x:.1f} s: %{y:.2f} ms"})
+        traces.append(line_trace(middle, duration_ms[at], f"all workers: {name}", mode="lines", **extra))
+    return traces
 
 
 def rpc_latency_heatmap(report: Report) -> go.Figure:

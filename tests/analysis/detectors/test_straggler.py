@@ -1,5 +1,7 @@
 """``straggler``: workers compared per example, over the time they all ran, with enough steps."""
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from tests.runs import MS, START_NS
@@ -13,6 +15,18 @@ from tfdiag.analysis.step_windows import window_counters
 
 def _kinds(report):
     return [finding.kind for finding in report.findings]
+
+
+@pytest.mark.parametrize("values", [
+    [3.0, 1.0, 2.0], [5.0, 5.0, 1.0, 9.0], [2.0, 7.0, 7.0, 1.0, 4.0, 4.0], [1.0, np.nan, 3.0], [np.nan, 1.0, 2.0, 8.0],
+    [np.nan, np.nan, 1.0], list(np.random.default_rng(7).integers(0, 20, 101).astype(float)),
+])
+def test_typical_of_others_is_the_median_of_the_values_less_each_one(values):
+    # every worker's median of the others from one sort (1,024 workers: 1,024 medians otherwise)
+    array = np.array(values)
+    expected = [np.median(np.delete(array, i)) if not np.isnan(np.delete(array, i)).any() else np.nan
+                for i in range(len(array))]
+    np.testing.assert_array_equal(straggler.typical_of_others(pd.Series(array)).to_numpy(), expected)
 
 
 def test_larger_batches_from_a_skewed_shard_are_shard_imbalance_not_a_straggler(builder):

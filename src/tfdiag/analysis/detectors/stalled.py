@@ -83,7 +83,7 @@ def detect(measured: Measurements) -> list[Finding]:
     stopped = sorted(task for task, at in last_beat.items()
                      if task not in closed and (now_ns - at > HEARTBEAT_LOST_S * 1e9 or task in frozen))
     alive = set(last_beat.index) - closed - set(stopped)
-    reporting = np.isin(tasks, list(alive)) & beats["progress"].notna().to_numpy()
+    reporting = beats["task"].isin(alive).to_numpy() & beats["progress"].notna().to_numpy()
     subjects = sorted(set(beats["subject"].to_numpy()[reporting]))
     # Each subject's rows found once, not by a scan of every row per subject (1,024 workers:
     # a million step rows scanned a thousand times).

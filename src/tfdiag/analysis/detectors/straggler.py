@@ -127,9 +127,20 @@ def typical_of_others(values: pd.Series) -> pd.Series:
     [nan]
     """
     array = values.to_numpy(dtype=float)
-    if len(array) < 2:
+    count = len(array)
+    if count < 2:
         return pd.Series(np.nan, index=values.index, dtype=float)
-    return pd.Series([float(np.median(np.delete(array, i))) for i in range(len(array))], index=values.index)
+    # One sort for every worker (a 1,024-worker run has 1,024 of them): the others of the
+    # worker at rank r are the sorted values less the r-th, whose j-th is sorted[j + (j >= r)].
+    order = np.argsort(array, kind="stable")  # NaN sorts last
+    rank = np.empty(count, dtype=np.intp)
+    rank[order] = np.arange(count)
+    ordered = array[order]
+    low, high = (count - 2) // 2, (count - 1) // 2  # the others' middle one or two
+    median = (ordered[low + (low >= rank)] + ordered[high + (high >= rank)]) / 2.0
+    missing = np.isnan(array)
+    median[(missing.sum() - missing) > 0] = np.nan  # a NaN among the others: unknown, as np.median says
+    return pd.Series(median, index=values.index)
 
 
 def starved(measured: Measurements, judged: pd.DataFrame, slowdown: pd.Series, is_slow: pd.Series) -> pd.Series:
