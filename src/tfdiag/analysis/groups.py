@@ -64,6 +64,22 @@ def value_of_group(column: pd.Series, values: dict[str, int], default: int = 0) 
     return np.array([values.get(str(name), default) for name in names] + [default], "int64")[codes]
 
 
+def stepping_spans(steps: pd.DataFrame) -> tuple[dict[str, int], dict[str, int]]:
+    """Each task's first step begin and last step end (``begin_ns``, ``end_ns``), by name:
+    grouped by the task column's codes, not by a string per row (a million step rows).
+
+    >>> stepping_spans(pd.DataFrame({"task": ["w:1", "w:0", "w:1"], "begin_ns": [5, 1, 2], "end_ns": [6, 3, 4]}))
+    ({'w:0': 1, 'w:1': 2}, {'w:0': 3, 'w:1': 6})
+    """
+    codes, names = codes_of(steps["task"])
+    known = codes >= 0
+    by_code = codes[known]
+    first = pd.Series(steps["begin_ns"].to_numpy()[known]).groupby(by_code).min()
+    last = pd.Series(steps["end_ns"].to_numpy()[known]).groupby(by_code).max()
+    return ({str(names[code]): value for code, value in first.items()},
+            {str(names[code]): value for code, value in last.items()})
+
+
 def grouped_rows(codes: np.ndarray, groups: int) -> tuple[np.ndarray, list[np.ndarray]]:
     """For group codes in ``[0, groups)`` (-1: no group): the codes that occur, in order,
     and the positions of each one's rows, in table order.

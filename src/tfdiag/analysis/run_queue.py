@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from tfdiag.analysis.groups import stepping_spans
+
 RUN_QUEUE_COLUMNS = ["task", "run_ms", "runq_wait_ms", "samples", "runq_wait_share"]
 HELD_COLUMNS = ["task", "throttled_share", "stopped_share", "held_share", "probes"]
 
@@ -124,9 +126,7 @@ class _Readings:
     def while_stepping(self, steps: pd.DataFrame, since_ns: np.ndarray) -> np.ndarray:
         """Readings whose span (``since_ns`` to its time) overlaps its task's stepping: ending
         after its first step's start, beginning before its last step's end."""
-        task = steps["task"].astype(str)
-        first = steps["begin_ns"].groupby(task).min().to_dict()
-        last = steps["end_ns"].groupby(task).max().to_dict()
+        first, last = stepping_spans(steps)
         begins = np.array([first.get(t, math.nan) for t in self.task], dtype=np.float64)
         ends = np.array([last.get(t, math.nan) for t in self.task], dtype=np.float64)
         return (self.time_ns > begins) & (since_ns < ends)

@@ -59,7 +59,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from tfdiag.analysis.groups import TaskGroups, mean_of, median_of
+from tfdiag.analysis.groups import TaskGroups, mean_of, median_of, stepping_spans
 
 STOPPED_COLUMNS = ["task", "wakes", "late_wakes", "late_ms", "throttled_ms", "span_ns", "stopped_share"]
 # An excess stopped share this many standard errors past zero is a stall, not sampling noise
@@ -149,8 +149,7 @@ def stopped_shares(system: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     """
     if system.empty or "late_wakes" not in system or steps.empty:
         return pd.DataFrame(columns=STOPPED_COLUMNS)
-    task = steps["task"].astype(str)
-    first, last = steps["begin_ns"].groupby(task).min(), steps["end_ns"].groupby(task).max()
+    first, last = stepping_spans(steps)
     samples = system.assign(task=system["task"].astype(str)).sort_values(["task", "time_ns"])
     # The time each sample covers: since the task's previous sample.
     samples["covered_ns"] = samples.groupby("task")["time_ns"].diff().astype("float64")
