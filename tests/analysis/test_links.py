@@ -1,9 +1,10 @@
 """Per-link round trips and clock offsets from RPC probe records, and latency from traced transfers."""
 
+import numpy as np
 import pandas as pd
 import pytest
 
-from tfdiag.analysis.links import MIN_LINK_SAMPLES, link_latency_table, link_table
+from tfdiag.analysis.links import FASTEST_FRACTION, MIN_LINK_SAMPLES, link_latency_table, link_table
 
 
 def test_the_offset_lies_within_its_reported_uncertainty():
@@ -18,6 +19,34 @@ def test_the_offset_lies_within_its_reported_uncertainty():
     assert link["samples"] == 8 and link["rtt_min_ns"] == 100_000
     assert link["offset_ns"] > link["rtt_min_ns"] / 2  # what a bound of half the fastest would miss
     assert abs(link["offset_ns"]) <= link["offset_uncertainty_ns"] == 55_000
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_every_link_of_one_sort_reads_as_its_own_probes_alone(seed):
+    # Many links at once (a 1,024-worker run has 4,096): each link's figures are those of
+    # its probes alone, quantiles as pandas takes them, with tied and missing round trips.
+    rng = np.random.default_rng(seed)
+    count = 400
+    send = rng.integers(0, 10**9, count)
+    rtt = rng.choice([100_000, 120_000, 150_000, 400_000], count) + rng.integers(0, 3, count) * 1_000
+    rpc = pd.DataFrame({"src": rng.choice(["chief:0", "worker:0", "worker:1"], count),
+                        "dst": rng.choice(["ps:0", "ps:1", "worker:2"], count), "send_ns": send,
+                        "remote_ns": send + rng.integers(-50_000, 50_000, count) + rtt // 2, "recv_ns": send + rtt,
+                        "payload_bytes": np.where(rng.random(count) < 0.1, 4096, 0)})
+    if seed % 2:  # records whose receive time is missing
+        rpc["recv_ns"] = rpc["recv_ns"].astype("float64").where(rng.random(count) > 0.1)
+    table = link_table(rpc).set_index(["src", "dst"])
+    pings = rpc[rpc["payload_bytes"] == 0]
+    assert len(table) == pings.groupby(["src", "dst"]).ngroups
+    for (src, dst), own in pings.groupby(["src", "dst"]):
+        link, own_rtt = table.loc[(src, dst)], own["recv_ns"] - own["send_ns"]
+        offset = own["remote_ns"] - (own["send_ns"] + own["recv_ns"]) // 2
+        fastest = own_rtt <= own_rtt.quantile(FASTEST_FRACTION)
+        assert link["samples"] == len(own) and link["rtt_min_ns"] == own_rtt.min()
+        assert [link["rtt_p50_ns"], link["rtt_p95_ns"], link["rtt_p99_ns"]] == \
+            [own_rtt.quantile(q) for q in (0.5, 0.95, 0.99)]
+        assert link["offset_ns"] == offset[fastest].median()
+        assert link["offset_uncertainty_ns"] == own_rtt[fastest].max() / 2
 
 
 def _transfers(src, dst, durations_ms):

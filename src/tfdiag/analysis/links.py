@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from tfdiag.analysis.groups import grouped_rows, median_of, quantile
+from tfdiag.analysis.groups import grouped_rows, median_of, quantile, sorted_quantile
 from tfdiag.analysis.step_stats import histogram_quantile
 
 # Fraction of a link's probes (the fastest ones) used for its clock-offset estimate: the
@@ -67,46 +67,88 @@ def link_table(rpc: pd.DataFrame, histograms: pd.DataFrame | None = None) -> pd.
     src_codes, src_names = pd.factorize(rpc["src"].astype(str), sort=True)
     dst_codes, dst_names = pd.factorize(rpc["dst"].astype(str), sort=True)
     pair = src_codes * len(dst_names) + dst_codes  # (src, dst) pairs in sorted order
-    pairs, ping_rows = grouped_rows(np.where(payload == 0, pair, -1), len(src_names) * len(dst_names))
+    ping_pair = np.where(payload == 0, pair, -1)
+    samples = np.bincount(ping_pair[ping_pair >= 0], minlength=len(src_names) * len(dst_names))
+    pairs = np.flatnonzero(samples)
     if not len(pairs):
         return pd.DataFrame(columns=COLUMNS)
     bulk_pairs, bulk_rows = grouped_rows(np.where(payload > 0, pair, -1), len(src_names) * len(dst_names))
     bulk = dict(zip(bulk_pairs.tolist(), bulk_rows))
     counted = _histograms(histograms)
+    # Each link's timed probes sorted by round trip, once for every link (a 1,024-worker run
+    # has 4,096 links): its percentiles are ranks, its fastest quarter a prefix.
+    timed = (ping_pair >= 0) & (~np.isnan(rtt) if rtt.dtype.kind == "f" else True)
+    order = np.flatnonzero(timed)
+    order = order[np.lexsort((rtt[order], ping_pair[order]))]
+    ordered_rtt, link_of = rtt[order], ping_pair[order]
+    bounds = np.searchsorted(link_of, np.arange(len(samples) + 1))
+    fastest = ordered_rtt <= _sorted_quantiles(ordered_rtt, bounds, FASTEST_FRACTION)[link_of]  # a prefix of each link
+    fastest_end = bounds[:-1] + np.bincount(link_of[fastest], minlength=len(samples))
+    fastest_offset = _median_offsets(offset, order[fastest], link_of[fastest])
     rows = []
-    for code, own in zip(pairs.tolist(), ping_rows):
+    for code in pairs.tolist():
         src, dst = str(src_names[code // len(dst_names)]), str(dst_names[code % len(dst_names)])
-        own_rtt = rtt[own]
+        own_rtt = ordered_rtt[bounds[code]:bounds[code + 1]]
         plain = counted.get((src, dst, False))
         if plain is not None:  # a long run's: every round trip, from the histogram
-            samples, rtt_min = plain[0], plain[1]
-            p50, p95, p99 = (histogram_quantile(plain[2], q) for q in (0.5, 0.95, 0.99))
+            link_samples, rtt_min = plain[0], plain[1]
+            p50, p95, p99 = (histogram_quantile(plain[2], q, plain[3]) for q in (0.5, 0.95, 0.99))
         else:
-            valid = own_rtt[~np.isnan(own_rtt)] if own_rtt.dtype.kind == "f" else own_rtt
-            samples, rtt_min = len(own), valid.min() if len(valid) else math.nan
-            p50, p95, p99 = (quantile(own_rtt, q) for q in (0.5, 0.95, 0.99))
-        fastest = own[own_rtt <= quantile(own_rtt, FASTEST_FRACTION)]
+            link_samples, rtt_min = int(samples[code]), own_rtt[0] if len(own_rtt) else math.nan
+            p50, p95, p99 = (sorted_quantile(own_rtt, q) for q in (0.5, 0.95, 0.99))
+        quickest = ordered_rtt[bounds[code]:fastest_end[code]]
         bandwidth = math.nan
         if code in bulk:  # the extra time a probe carrying N bytes takes over a plain one
             loaded = counted.get((src, dst, True))
-            bulk_p50 = (histogram_quantile(loaded[2], 0.5) if loaded is not None
+            bulk_p50 = (histogram_quantile(loaded[2], 0.5, loaded[3]) if loaded is not None
                         else median_of(rtt[bulk[code]].astype("float64")))
             extra_s = (bulk_p50 - p50) / 1e9
             bandwidth = median_of(payload[bulk[code]].astype("float64")) / extra_s if extra_s > 0 else math.nan
-        rows.append((src, dst, samples, rtt_min, p50, p95, p99, median_of(offset[fastest]),
-                     rtt[fastest].max() / 2 if len(fastest) else math.nan, bandwidth))
+        rows.append((src, dst, link_samples, rtt_min, p50, p95, p99, fastest_offset.get(code, math.nan),
+                     quickest[-1] / 2 if len(quickest) else math.nan, bandwidth))
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def _histograms(histograms: pd.DataFrame | None) -> dict[tuple[str, str, bool], tuple[int, int, np.ndarray]]:
-    """(src, dst, payload) -> (probes, fastest round trip, dense bucket counts) of ``probe_fold``'s histograms."""
+def _sorted_quantiles(ordered: np.ndarray, bounds: np.ndarray, q: float) -> np.ndarray:
+    """Per group of ``ordered`` (values sorted within each group, group i between ``bounds[i]``
+    and ``bounds[i + 1]``): ``groups.sorted_quantile`` of it, NaN for an empty group."""
+    counts = np.diff(bounds)
+    if not len(ordered):
+        return np.full(len(counts), np.nan)
+    position = q * np.maximum(counts - 1, 0)
+    low = np.minimum(bounds[:-1] + position.astype("int64"), len(ordered) - 1)  # an empty group's: NaN below
+    high = np.minimum(low + 1, np.maximum(bounds[1:] - 1, low))
+    quantiles = ordered[low] + (ordered[high] - ordered[low]) * (position % 1)
+    return np.where(counts > 0, quantiles, np.nan)
+
+
+def _median_offsets(offset: np.ndarray, rows: np.ndarray, links: np.ndarray) -> dict[int, float]:
+    """Link -> the median of the ``offset`` of its ``rows`` (NaN left out), as np.median takes it."""
+    if offset.dtype.kind == "f":
+        known = ~np.isnan(offset[rows])
+        rows, links = rows[known], links[known]
+    by_link = np.lexsort((offset[rows], links))
+    rows, links = rows[by_link], links[by_link]
+    linked, first, counts = np.unique(links, return_index=True, return_counts=True)
+    low, high = rows[first + (counts - 1) // 2], rows[first + counts // 2]
+    medians = (offset[low].astype("float64") + offset[high].astype("float64")) / 2
+    return dict(zip(linked.tolist(), medians.tolist()))
+
+
+def _histograms(histograms: pd.DataFrame | None) -> dict[tuple[str, str, bool], tuple[int, int, np.ndarray, int]]:
+    """(src, dst, payload) -> (probes, fastest round trip, bucket counts from its first
+    bucket on, that first bucket) of ``probe_fold``'s histograms: dense from the link's
+    fastest bucket, not from bucket 0 (4,096 links of 4,400 buckets each cost most of a wide
+    run's analysis)."""
     if histograms is None:
         return {}
     counted = {}
     for link in histograms.itertuples(index=False):
-        counts = np.zeros(int(link.buckets.max()) + 1, "int64")
-        counts[link.buckets] = link.counts
-        counted[(str(link.src), str(link.dst), bool(link.payload))] = (int(link.probes), int(link.rtt_min_ns), counts)
+        first = int(link.buckets.min())
+        counts = np.zeros(int(link.buckets.max()) - first + 1, "int64")
+        counts[link.buckets - first] = link.counts
+        counted[(str(link.src), str(link.dst), bool(link.payload))] = (int(link.probes), int(link.rtt_min_ns), counts,
+                                                                       first)
     return counted
 
 

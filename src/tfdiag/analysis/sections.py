@@ -44,7 +44,10 @@ def summary_section(measured: Measurements, findings: list[Finding]) -> dict:
 
 
 def workers_section(measured: Measurements) -> list[dict]:
-    components = step_components(measured).set_index("task")
+    components = step_components(measured)
+    values = components[[f"{name}_ns" for name in COMPONENTS]].to_numpy(dtype="float64")
+    breakdown = {task: {name: rounded(value / 1e6) for name, value in zip(COMPONENTS, row)}
+                 for task, row in zip(components["task"], values)}  # one lookup a worker, not one a component
     chief = (measured.run.manifest or {}).get("task")  # the manifest's writer
     return [
         {
@@ -54,7 +57,7 @@ def workers_section(measured: Measurements) -> list[dict]:
                              "mean": rounded(row.mean_ns / 1e6)},
             "input_wait_frac": rounded(row.input_wait_frac, 4),
             "examples": int(row.examples),
-            "breakdown_ms": {name: rounded(components.at[row.task, f"{name}_ns"] / 1e6) for name in COMPONENTS},
+            "breakdown_ms": breakdown[row.task],
             # TF1, a non-chief: from the hook's begin() to its session being ready, the wait for the chief.
             "chief_wait_s": None if row.task == chief else rounded((measured.session_waits or {}).get(row.task)),
         }
