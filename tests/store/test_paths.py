@@ -46,6 +46,18 @@ def test_only_regular_files_inside_the_run_are_listed(run, tmp_path):
     assert all(item.sentence().startswith(f"{item.path}: not read: ") for item in rejected)
 
 
+def test_the_files_of_a_log_directory_linked_out_of_the_run_are_not_read(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "worker-0.tfdiag").write_bytes(b"")
+    run = tmp_path / "run"
+    log_dir(run).parent.mkdir(parents=True)
+    log_dir(run).symlink_to(elsewhere)
+    readable, rejected = task_files(run)
+    assert readable == [] and [item.path.name for item in rejected] == ["worker-0.tfdiag"]
+    assert rejected[0].reason == f"a symbolic link out of the run directory (to {elsewhere / 'worker-0.tfdiag'})"
+
+
 def _open_fifo(path):
     try:
         open_regular(path)

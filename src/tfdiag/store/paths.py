@@ -87,12 +87,19 @@ def task_files(run_dir: str | os.PathLike) -> tuple[list[Path], list[RejectedPat
     directory = log_dir(run_dir)
     readable, rejected = [], []
     try:
-        names = sorted(entry.name for entry in os.scandir(directory) if entry.name.endswith(LOG_SUFFIX))
+        entries = sorted((entry for entry in os.scandir(directory) if entry.name.endswith(LOG_SUFFIX)),
+                         key=lambda entry: entry.name)
     except OSError as error:
         return [], [RejectedPath(directory, f"cannot list the directory ({error.strerror or error})")]
-    for name in names:
-        path = directory / name
-        problem = _path_problem(path, run_dir)
+    root = Path(run_dir).resolve()
+    try:
+        real_directory = directory.resolve(strict=True)
+    except (OSError, RuntimeError):
+        real_directory = None  # each name is resolved on its own, and says why it cannot be read
+    for entry in entries:
+        path = directory / entry.name
+        problem = (_file_problem(entry, real_directory, root) if real_directory is not None and not entry.is_symlink()
+                   else _path_problem(path, run_dir))
         if problem is None:
             readable.append(path)
         else:
@@ -138,6 +145,24 @@ def _path_problem(path: Path, run_dir: str | os.PathLike) -> str | None:
         return f"a symbolic link out of the run directory (to {resolved})"
     try:
         mode = resolved.stat().st_mode
+    except OSError as error:
+        return f"cannot stat ({error.strerror or error})"
+    if not stat.S_ISREG(mode):
+        return f"{_kind_of(mode)}, not a regular file"
+    return None
+
+
+def _file_problem(entry: os.DirEntry, real_directory: Path, root: Path) -> str | None:
+    """``_path_problem`` of a directory entry that is no symbolic link, in a directory whose
+    real path is known: the entry's real path is that directory's and its name (a thousand
+    task files are not each resolved component by component at every refresh)."""
+    resolved = real_directory / entry.name
+    if not resolved.is_relative_to(root):
+        return f"a symbolic link out of the run directory (to {resolved})"
+    try:
+        mode = entry.stat(follow_symlinks=False).st_mode
+    except FileNotFoundError:
+        return "no such file"
     except OSError as error:
         return f"cannot stat ({error.strerror or error})"
     if not stat.S_ISREG(mode):
