@@ -14,6 +14,7 @@ same job with the trial's fix: the sample job's ``--tune`` for the planted kind
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import os
@@ -42,9 +43,10 @@ HUNG_STEPS_FACTOR = 50  # a job to be hung runs far more steps than the stop let
 HANG_GIVE_UP_S = 100.0
 PROGRESS_POLL_S = 0.25  # how often a mid-run onset reads the job's progress
 # A stop-duty trial held by a cgroup (``trial_space.HOLDERS``): the worker's CPU over the
-# DEMAND_S before its onset, divided by the strength, is its quota, renewed every
-# QUOTA_PERIOD_MS (a container runtime's default CFS period).
+# DEMAND_S before its onset (read every METER_S), divided by the strength, is its quota,
+# renewed every QUOTA_PERIOD_MS (a container runtime's default CFS period).
 DEMAND_S = 1.0
+METER_S = 0.1
 QUOTA_PERIOD_MS = 100.0
 MIN_DEMAND_CORES = 0.01
 USER_COMMANDS = {"ps_embed": ps_embed.TASK_COMMAND, "gen_fit": gen_fit.TASK_COMMAND,
@@ -192,9 +194,7 @@ def while_running(trial: Trial, logdir: Path, hung: dict, onset: dict):
     """The outside fault of the fault run, as ``run_cluster``'s ``while_running``; ``onset``
     gets when it started (``_after_onset``)."""
     if trial.fault == "stop-duty" and trial.holder == "cgroup":
-        return lambda cluster: _after_onset(
-            trial, logdir, onset, lambda: _cgroup_hold(cluster.tasks[trial.task].process.pid, trial.strength, onset),
-            lambda quota: (onset.update(throttled_s=round(quota.throttled_s(), 2)), quota.stop()))
+        return lambda cluster: _cgroup_held(trial, logdir, onset, cluster.tasks[trial.task].process.pid)
     if trial.fault == "stop-duty":
         off_ms = DUTY_ON_MS * (trial.strength - 1)
         return lambda cluster: _after_onset(
@@ -210,15 +210,53 @@ def while_running(trial: Trial, logdir: Path, hung: dict, onset: dict):
     return None
 
 
-def _cgroup_hold(pid: int, strength: float, onset: dict) -> faults.cgroup_quota:
-    """A cgroup CPU quota on ``pid`` of 1/``strength`` of the CPU it used over the
-    ``DEMAND_S`` before; ``onset`` gets that demand, the quota, and when it began."""
-    before = faults.cpu_seconds(pid)
-    time.sleep(DEMAND_S)
-    demand = (faults.cpu_seconds(pid) - before) / DEMAND_S
-    quota = faults.cgroup_quota.of_cores(pid, max(demand, MIN_DEMAND_CORES) / strength, QUOTA_PERIOD_MS)
-    onset.update(onset_time_ns=time.time_ns(), demand_cores=round(demand, 3), quota_cores=round(demand / strength, 3))
-    return quota
+@contextlib.contextmanager
+def _cgroup_held(trial: Trial, logdir: Path, onset: dict, pid: int):
+    """From the onset, a cgroup CPU quota on ``pid`` of 1/strength of the CPU it used over the
+    ``DEMAND_S`` before (read by a meter running since the job started, so the quota starts
+    at the onset); ``onset`` gets that demand, the quota, and the time the kernel held it."""
+    meter = _CpuMeter(pid)
+
+    def hold() -> faults.cgroup_quota:
+        demand = meter.cores()
+        onset.update(demand_cores=round(demand, 3), quota_cores=round(demand / trial.strength, 3))
+        return faults.cgroup_quota.of_cores(pid, max(demand, MIN_DEMAND_CORES) / trial.strength, QUOTA_PERIOD_MS)
+
+    try:
+        with _after_onset(trial, logdir, onset, hold,
+                          lambda quota: (onset.update(throttled_s=round(quota.throttled_s(), 2)), quota.stop())):
+            yield
+    finally:
+        meter.stop()
+
+
+class _CpuMeter:
+    """The CPU time of a process and its children, read every ``METER_S`` on a thread of its own."""
+
+    def __init__(self, pid: int):
+        self._pid = pid
+        self._readings: collections.deque[tuple[float, float]] = collections.deque(maxlen=64)
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"cpu-meter-{pid}", daemon=True)
+        self._thread.start()
+
+    def cores(self) -> float:
+        """The cores it used over the ``DEMAND_S`` up to its last reading (the span it has, if shorter)."""
+        readings = list(self._readings)
+        if len(readings) < 2:
+            return 0.0
+        end_time, end_cpu = readings[-1]
+        start_time, start_cpu = next(((t, c) for t, c in reversed(readings) if end_time - t >= DEMAND_S), readings[0])
+        return (end_cpu - start_cpu) / (end_time - start_time)
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._done.is_set():
+            self._readings.append((time.monotonic(), faults.cpu_seconds(self._pid)))
+            self._done.wait(METER_S)
 
 
 @contextlib.contextmanager

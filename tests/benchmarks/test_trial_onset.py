@@ -4,12 +4,18 @@ steps, read from the run's own records while they are written (``benchmarks/tria
 
 from __future__ import annotations
 
+import dataclasses
+import subprocess
+import sys
 import threading
 import time
 
+import pytest
+
+from benchmarks.harness import faults
 from benchmarks.harness.progress import Progress, training_span
 from benchmarks.trial_judge import judge
-from benchmarks.trial_run import _after_onset, describe_onset
+from benchmarks.trial_run import _after_onset, _cgroup_held, describe_onset
 from benchmarks.trial_space import JOB_DEFS, Trial
 from tests.runs import RunBuilder
 
@@ -70,6 +76,27 @@ def test_a_mid_run_onset_starts_the_fault_once_a_third_of_the_steps_are_recorded
     result = {"runs": {"fault": {"findings": [], "examples_per_s": 1.0, "onset": described}}, "load1": [1.0], "cores": 2}
     verdict = judge(trial.to_dict(), result)
     assert not verdict["never_ran"] and verdict["recalled"] is False  # it ran: not found is a miss
+
+
+def test_a_cgroup_hold_starts_at_the_onset_with_a_quota_of_the_cpu_used_before_it(tmp_path):
+    trial = dataclasses.replace(_trial(), holder="cgroup", strength=2.0)
+    run = RunBuilder(tmp_path / "run", strategy="MultiWorkerMirroredStrategy", workers=2, ps=0, chief=False)
+    worker = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # one core while it may
+    onset = {}
+    try:
+        try:
+            faults.cgroup_quota.of_cores(worker.pid, 1.0).stop()
+        except OSError as error:
+            pytest.skip(f"no writable cgroup with the cpu controller here: {error}")
+        with _cgroup_held(trial, run.path, onset, worker.pid):
+            _grow(run, ("worker:0", "worker:1"), 15, 10, 0.25)
+    finally:
+        worker.kill()
+        worker.wait()
+    # The meter ran from the job's start: the quota came at the onset, half the core used before it.
+    assert onset["by"] == "progress" and 50 <= onset["onset_step"] < 150
+    assert 0.5 <= onset["demand_cores"] <= 1.1 and onset["quota_cores"] == pytest.approx(onset["demand_cores"] / 2, abs=1e-3)
+    assert onset["throttled_s"] > 0
 
 
 def test_a_job_that_ends_before_its_onset_never_starts_the_fault_and_the_judge_says_so(tmp_path):
