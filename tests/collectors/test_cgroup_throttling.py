@@ -13,7 +13,7 @@ from tfdiag.collectors import cgroup_throttling
 def test_a_sampler_held_to_a_cgroups_cpu_quota_counts_the_kernels_throttled_time():
     # A real CFS quota (benchmarks/harness/faults.py: 5 ms of CPU in every 50 ms) on a child that
     # spins while its sampler runs: the kernel throttles it most of each period, and the
-    # samples after the move count that time (the first one after it cannot: NaN).
+    # samples after the move count that time.
     import json
     import subprocess
 
@@ -35,6 +35,37 @@ def test_a_sampler_held_to_a_cgroups_cpu_quota_counts_the_kernels_throttled_time
     counted = [value for value in throttled_ms if not math.isnan(value)]
     assert len(counted) >= 2
     assert sum(counted) >= 0.5 * 500 * (len(counted) - 1)
+
+
+def test_a_move_into_a_cgroup_made_since_the_last_reading_counts_its_throttling_at_once():
+    # A quota made for a running process (as cgclassify or the trials' harness do) throttles it
+    # from the move: the first reading after it counts that, where one reading every 4 s (a
+    # coordinator's of its workers) would otherwise miss a quota of a few seconds. A move into a
+    # cgroup made before the last reading counts what that reading cannot tell apart: NaN.
+    import subprocess
+    import time
+
+    from benchmarks.harness import faults
+
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        try:
+            older = faults.cgroup_quota(sleeper.pid, on_ms=5, off_ms=45)
+        except OSError as error:
+            pytest.skip(f"no writable cgroup with the cpu controller here: {error}")
+        with older:
+            reading = cgroup_throttling.ThrottledTime(spinner.pid)
+            (older.cgroup / "cgroup.procs").write_text(str(spinner.pid))  # a cgroup older than the reading
+            time.sleep(0.5)
+            assert math.isnan(reading.take())
+        with faults.cgroup_quota(spinner.pid, on_ms=5, off_ms=45):  # made after that reading
+            time.sleep(1.0)
+            assert reading.take() >= 0.5 * 900  # held about 90 % of the second
+    finally:
+        for process in (spinner, sleeper):
+            process.kill()
+            process.wait()
 
 
 def test_a_malformed_proc_cgroup_line_is_skipped(monkeypatch, tmp_path):

@@ -2,13 +2,15 @@
 
 Where the process's cgroup has the ``cpu`` controller, each sample carries the delta of its
 throttled time (v2 ``throttled_usec``, v1 ``throttled_time``). The cgroup is looked up at
-every sample (20-40 µs): a process can be moved into a quota's cgroup while it runs.
+every sample (20-40 µs): a process can be moved into a quota's cgroup while it runs, and
+a cgroup made since the previous sample counted only since.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import time
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 
@@ -51,14 +53,29 @@ class ThrottledTime:
 
     def __init__(self, pid: int | str = "self"):
         self._pid = pid
+        self._taken_ns = time.time_ns()
         self._stat = cgroup_cpu_stat(pid)
         self._last = throttled_usec(self._stat) if self._stat else math.nan
 
     def take(self) -> float:
         """Milliseconds throttled since the previous call; NaN without a ``cpu`` cgroup, or
-        when the process moved to another cgroup since (the counts are not comparable)."""
+        when the process moved since to a cgroup older than that call (its counts are not
+        comparable). A cgroup made since (a quota a running process is moved into) counted
+        all it holds since the previous call: its whole throttled time."""
         stat = cgroup_cpu_stat(self._pid)
         throttled = throttled_usec(stat) if stat else math.nan
-        throttled_ms = (throttled - self._last) / 1e3 if stat == self._stat else math.nan
-        self._stat, self._last = stat, throttled
+        if stat == self._stat:
+            throttled_ms = (throttled - self._last) / 1e3
+        else:
+            throttled_ms = throttled / 1e3 if stat and _made_after(stat, self._taken_ns) else math.nan
+        self._stat, self._last, self._taken_ns = stat, throttled, time.time_ns()
         return throttled_ms
+
+
+def _made_after(stat_path: str, time_ns: int) -> bool:
+    """Whether the cgroup of ``stat_path`` was made after ``time_ns`` (its directory's ctime:
+    set when it is made, and not by writes to its files)."""
+    try:
+        return os.stat(os.path.dirname(stat_path)).st_ctime_ns > time_ns
+    except OSError:
+        return False
