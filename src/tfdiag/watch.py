@@ -42,12 +42,9 @@ def watch(path: str, show: Callable[[str], None], *, interval_s: float = 5.0, ti
         if loader is None and (Path(path) / "plugins" / "tfdiag").is_dir():
             loader = RunLoader(path)
         if loader is not None:
-            report, status = _look(loader)
-            if status.state != RUNNING:
-                # Once more before ending: a task that closed and went between the read and
-                # the analysis's look at the process table reads as gone without last words
-                # (a clean ps_ctl close, under load); what it wrote before going is there now.
-                report, status = _look(loader)
+            run = loader.refresh()
+            report = analyze(run)
+            status = job_status(report, run, time.time_ns())
             view = render_view(path, status, report.findings)
             # Redrawn in place every time; in a log, only when the status or the findings change.
             key = view if redraw else (status.state, status.reason, [f.title for f in report.findings])
@@ -59,13 +56,6 @@ def watch(path: str, show: Callable[[str], None], *, interval_s: float = 5.0, ti
         if deadline is not None and clock() >= deadline:
             return status
         time.sleep(interval_s)
-
-
-def _look(loader: RunLoader) -> tuple[Report, JobStatus]:
-    """The run's report and status now, from what its files gained since the last look."""
-    run = loader.refresh()
-    report = analyze(run)
-    return report, job_status(report, run, time.time_ns())
 
 
 def render_view(path: str, status: JobStatus, findings) -> str:

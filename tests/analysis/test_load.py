@@ -2,14 +2,17 @@
 
 import os
 import shutil
+import socket
 
+import psutil
 import pytest
 
 from tests.conftest import in_child_process
 from tests.store.frames import bad_offsets_payload, frame
 from tfdiag.analysis import RunLoader, analyze, load_run
+from tfdiag.analysis.processes import GONE, ended_processes
 from tfdiag.errors import RunNotFoundError
-from tests.runs import RunBuilder
+from tests.runs import START_NS, RunBuilder
 from tfdiag.store import log_dir
 from tfdiag.store.framing import HEADER
 
@@ -41,6 +44,25 @@ def test_refresh_reads_only_appended_frames(tmp_path):
     run = loader.refresh(progress=lambda done, total: read.append(total))
     assert len(run.frame("step")) == 2
     assert read and read[-1] < _task_file(tmp_path).stat().st_size  # only the new frame was read
+
+
+def test_a_run_whose_process_ended_is_new_though_no_file_changed(tmp_path, sleeper):
+    """Each refresh takes this host's process table before it reads (``processes``): a task
+    killed since the last one (no file changed: nothing is left to write) reads as ended."""
+    started_ns = int(psutil.Process(sleeper.pid).create_time() * 1e9)
+    RunBuilder(tmp_path).steps("worker:0", count=3).record(
+        "system", task="worker:0", host=socket.gethostname(), pid=sleeper.pid, pid_start_ns=started_ns,
+        time_ns=START_NS).write()
+    loader = RunLoader(tmp_path)
+    first = loader.refresh()
+    assert loader.refresh() is first  # its process runs: nothing changed
+    assert ended_processes(first.frame("system"), set(), set(), first.processes) == {}
+    sleeper.kill()
+    sleeper.wait()
+    second = loader.refresh()
+    assert second is not first and second.processes.taken_ns > first.processes.taken_ns
+    assert ended_processes(second.frame("system"), set(), set(), second.processes)["worker:0"].state == GONE
+    assert loader.refresh() is second
 
 
 def test_truncated_file_is_counted_as_skipped(tmp_path):

@@ -17,7 +17,7 @@ import pytest
 from tfdiag.analysis import analyze
 from tfdiag.analysis.job_status import FAILED, HUNG, job_status
 from tfdiag.analysis.load import load_run
-from tfdiag.analysis.processes import GONE, STOPPED, ended_processes
+from tfdiag.analysis.processes import GONE, SAME_START_NS, STOPPED, ProcessTable, ended_processes
 from tfdiag.sample_jobs.jobs import JobConfig
 from tfdiag.sample_jobs.launcher import LocalCluster
 
@@ -34,11 +34,11 @@ def _samples(process: subprocess.Popen | None = None, pid: int | None = None, st
 
 def test_a_running_process_is_not_listed_a_stopped_one_is(sleeper):
     samples = _samples(sleeper)
-    assert ended_processes(samples, set(), set()) == {}
+    assert ended_processes(samples, set(), set(), ProcessTable.take()) == {}
     os.kill(sleeper.pid, signal.SIGSTOP)
     try:
         _until(lambda: psutil.Process(sleeper.pid).status() == psutil.STATUS_STOPPED)
-        [end] = ended_processes(samples, set(), set()).values()
+        [end] = ended_processes(samples, set(), set(), ProcessTable.take()).values()
     finally:
         os.kill(sleeper.pid, signal.SIGCONT)
     assert (end.task, end.pid, end.state) == ("worker:0", sleeper.pid, STOPPED)
@@ -49,15 +49,15 @@ def test_a_killed_process_is_gone_reaped_or_not(sleeper):
     samples = _samples(sleeper)
     sleeper.kill()
     _until(lambda: psutil.Process(sleeper.pid).status() == psutil.STATUS_ZOMBIE)  # not reaped yet
-    assert ended_processes(samples, set(), set())["worker:0"].state == GONE
+    assert ended_processes(samples, set(), set(), ProcessTable.take())["worker:0"].state == GONE
     sleeper.wait()
-    assert ended_processes(samples, set(), set())["worker:0"].state == GONE
+    assert ended_processes(samples, set(), set(), ProcessTable.take())["worker:0"].state == GONE
 
 
 def test_a_pid_held_by_a_later_process_is_gone():
     mine = psutil.Process()
     earlier = int(mine.create_time() * 1e9) - 10**10  # the task's process started 10 s before this one
-    [end] = ended_processes(_samples(pid=mine.pid, started_ns=earlier), set(), set()).values()
+    [end] = ended_processes(_samples(pid=mine.pid, started_ns=earlier), set(), set(), ProcessTable.take()).values()
     assert end.state == GONE
 
 
@@ -65,17 +65,40 @@ def test_only_tasks_without_last_words_on_this_host_with_a_start_time_are_asked(
     samples = _samples(sleeper)
     sleeper.kill()
     sleeper.wait()
-    assert ended_processes(samples, exited={"worker:0"}, closed=set()) == {}
-    assert ended_processes(samples, exited=set(), closed={"worker:0"}) == {}
-    assert ended_processes(samples.assign(host="another-host"), set(), set()) == {}
-    assert ended_processes(samples.assign(pid_start_ns=None), set(), set()) == {}  # logs from before the column
+    assert ended_processes(samples, exited={"worker:0"}, closed=set(), table=ProcessTable.take()) == {}
+    assert ended_processes(samples, exited=set(), closed={"worker:0"}, table=ProcessTable.take()) == {}
+    assert ended_processes(samples.assign(host="another-host"), set(), set(), ProcessTable.take()) == {}
+    before_the_column = samples.assign(pid_start_ns=None)  # logs written before the start time was
+    assert ended_processes(before_the_column, set(), set(), ProcessTable.take()) == {}
+
+
+def test_the_table_is_the_one_taken_before_the_read(sleeper):
+    """A process that ends after the table was taken (a task that closes and exits while its
+    file is read) is judged by the table: running, not killed; a later table finds it gone."""
+    samples = _samples(sleeper)
+    before = ProcessTable.take()
+    sleeper.kill()
+    sleeper.wait()
+    assert ended_processes(samples, set(), set(), before) == {}
+    assert ended_processes(samples, set(), set(), ProcessTable.take())["worker:0"].state == GONE
+    asked = ProcessTable.take([sleeper.pid])  # a table of a few pids says nothing of the others
+    assert ended_processes(samples, set(), set(), asked)["worker:0"].state == GONE
+    assert ended_processes(_samples(pid=os.getpid()), set(), set(), asked) == {}
+
+
+def test_a_process_started_after_the_table_is_not_asked_about():
+    table = ProcessTable.take()
+    later = _samples(pid=2**62, started_ns=table.taken_ns)  # no table taken before it started can hold it
+    assert ended_processes(later, set(), set(), table) == {}
+    earlier = later.assign(pid_start_ns=table.taken_ns - 2 * SAME_START_NS)
+    assert ended_processes(earlier, set(), set(), table)["worker:0"].state == GONE
 
 
 def test_a_damaged_pid_is_not_asked_about():
     samples = _samples(pid=os.getpid())
     for pid in (-5, 0):  # psutil raises on a negative pid, and pid 0 is never a task's
-        assert ended_processes(samples.assign(pid=pid), set(), set()) == {}
-    [end] = ended_processes(samples.assign(pid=2**62), set(), set()).values()  # past any pid: no such process
+        assert ended_processes(samples.assign(pid=pid), set(), set(), ProcessTable.take()) == {}
+    [end] = ended_processes(samples.assign(pid=2**62), set(), set(), ProcessTable.take()).values()  # past any pid: no such process
     assert end.state == GONE
 
 

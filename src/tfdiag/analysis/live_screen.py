@@ -216,6 +216,7 @@ class LiveScreen:
         directory = log_dir(self.path)
         if not directory.is_dir():
             return
+        self.stops.before_read(now_ns)
         mtime_ns = directory.stat().st_mtime_ns
         if mtime_ns != self._listed[0]:  # a file was added, removed or renamed: list the run again
             self._listed = (mtime_ns, task_files(self.path)[0])

@@ -27,7 +27,7 @@ import socket
 import numpy as np
 import pyarrow as pa
 
-from tfdiag.analysis.processes import GONE, ProcessEnd, process_state
+from tfdiag.analysis.processes import GONE, ProcessEnd, ProcessTable
 from tfdiag.events import HEARTBEAT_EVERY_S
 
 # A task that wrote no heartbeat for four beats stopped writing (job_status.SILENT_AFTER_S
@@ -63,6 +63,13 @@ class Stops:
         self.answers: dict[str, int] = {}  # task -> when the RPC probe last reached it
         self.processes: dict[str, tuple[str, int, int]] = {}  # task -> (host, pid, start) of its newest sample
         self._host = socket.gethostname()
+        self._table = ProcessTable(self._host, 0, {}, frozenset())  # ``before_read``'s: asked of no process yet
+
+    def before_read(self, now_ns: int) -> None:
+        """Asks this host's process table about the tasks that missed a beat at ``now_ns``,
+        before the records are read: a process gone now wrote all it would (``processes``).
+        Only these can be judged at ``now_ns``: a read adds beats and closes, never takes any."""
+        self._table = ProcessTable.take(self.processes[writer][1] for writer in self._missed(now_ns))
 
     def fold(self, kind: str, batch: pa.RecordBatch) -> None:
         """Folds a batch of any kind (kinds other than heartbeat, liveness, exit and system are ignored)."""
@@ -120,19 +127,24 @@ class Stops:
 
     def _ended_processes(self, now_ns: int) -> dict[tuple[str, str], str]:
         """The tasks that missed a beat, left no last words, and whose process on this host
-        the process table finds gone (``task_failure``) or stopped (``stalled``)."""
+        the process table ``before_read`` took finds gone (``task_failure``) or stopped (``stalled``)."""
         found = {}
-        for writer, beat in self.beats.items():
-            process = self.processes.get(writer)
-            if (process is None or process[0] != self._host or now_ns - beat < MISSED_BEAT_S * 1e9
-                    or writer in self.closed or writer in self.exits or writer == self.own_task):
-                continue
-            state = process_state(process[1], process[2])
+        for writer in self._missed(now_ns):
+            process = self.processes[writer]
+            state = self._table.state(process[1], process[2])
             if state is not None:
-                said = ProcessEnd(writer, *process[:2], state, beat).describe()
+                said = ProcessEnd(writer, *process[:2], state, self.beats[writer]).describe()
                 found[("task_failure" if state == GONE else "stalled", writer)] = (
                     f"{writer} {'died without last words' if state == GONE else 'stopped'}: {said}")
         return found
+
+    def _missed(self, now_ns: int) -> list[str]:
+        """The writers with a process on this host that missed a beat at ``now_ns`` and left
+        no last words or clean close."""
+        return [writer for writer, beat in self.beats.items()
+                if (process := self.processes.get(writer)) is not None and process[0] == self._host
+                and now_ns - beat >= MISSED_BEAT_S * 1e9 and writer not in self.closed and writer not in self.exits
+                and writer != self.own_task]
 
     def _no_progress(self, alive: set[str], periods_ns: dict[str, float]) -> dict[str, str]:
         idle = {}  # subject -> seconds its count has not moved, on its writer's clock

@@ -33,6 +33,7 @@ from tfdiag.analysis.fold_cache import FoldCache, fold_key
 from tfdiag.analysis.frames import conform, empty_frame, source_column, to_pandas
 from tfdiag.analysis.parallel_fold import parallel_folds
 from tfdiag.analysis.probe_fold import ProbeSample, probe_histograms
+from tfdiag.analysis.processes import ProcessTable
 from tfdiag.analysis.step_stats import StepAccumulator
 from tfdiag.analysis.heartbeat_fold import HeartbeatTail
 from tfdiag.analysis.system_fold import JobProcessBuckets, SystemBuckets
@@ -75,6 +76,7 @@ class LoadedRun:
     sources: list[str] = field(default_factory=list)
     step_counters: pd.DataFrame | None = None  # step_stats.StepAccumulator.counters(): exact, whatever was kept
     probe_histograms: pd.DataFrame | None = None  # probe_fold's, of every round trip; None: the rows are all
+    processes: ProcessTable | None = None  # this host's, taken before the files were read; None: not asked
 
     def frame(self, kind: str) -> pd.DataFrame:
         """The records of ``kind``; an empty frame with the right columns if there are none."""
@@ -152,6 +154,9 @@ class RunLoader:
         self._frames: dict[str, pd.DataFrame] = {}
         self._step_counters: pd.DataFrame | None = None
         self._run: LoadedRun | None = None
+        self._processes: ProcessTable | None = None  # taken before the last read (``processes``)
+        self._named: tuple[pd.DataFrame | None, list[int]] = (None, [])  # the system frame -> the pids it names here
+        self._named_states: dict = {}  # what the last run's process table said of them
 
     @property
     def _offsets(self) -> dict[Path, int]:
@@ -170,6 +175,7 @@ class RunLoader:
 
     def _read(self, progress: ProgressCallback | None) -> tuple[list[Path], list[str], bool]:
         """Reads what every task file gained: (the files, the rejected paths' sentences, whether anything changed)."""
+        self._processes = ProcessTable.take()  # before the files: a process gone now wrote all it would
         files, rejected = task_files(self.path)
         stats = {path: stat for path in files if (stat := _stat(path)) is not None}
         self._caps = {kind: self.caps.get(kind) or fold.cap_for(len(stats)) for kind, fold in FOLDS.items()}
@@ -277,9 +283,22 @@ class RunLoader:
         if rebuilt:
             self._rebuild_frames()
         run = self._build(files, rejected)
-        if self._run is None or changed or rebuilt or manifest_changed or run.warnings != self._run.warnings:
+        named_states = self._processes.states(self._named_pids())
+        if (self._run is None or changed or rebuilt or manifest_changed or run.warnings != self._run.warnings
+                or named_states != self._named_states):
             self._run = run
+            self._named_states = named_states
         return self._run
+
+    def _named_pids(self) -> list[int]:
+        """The pids this host's processes have in the system samples: where one ended or
+        stopped since the last read, the run reads differently though no file changed."""
+        system = self._frames.get("system")
+        if system is not self._named[0]:
+            here = system is not None and {"host", "pid"} <= set(system.columns)
+            pids = system.loc[system["host"] == self._processes.host, "pid"].dropna().unique() if here else []
+            self._named = (system, sorted(int(pid) for pid in pids))
+        return self._named[1]
 
     def _rebuild_frames(self) -> None:
         """Rebuilds the frames of the kinds that got records (or lost a file's) since the last refresh."""
@@ -368,7 +387,7 @@ class RunLoader:
                           if path in self._files})
         probes = probe_histograms([state.folds["rpc"] for state in self._files.values() if "rpc" in state.folds])
         return LoadedRun(self.path, self._manifest.manifest, dict(self._frames), skipped, warnings, sources,
-                         self._step_counters, probes)
+                         self._step_counters, probes, self._processes)
 
     def _shared_writer_warnings(self) -> list[str]:
         files_of_task = defaultdict(list)

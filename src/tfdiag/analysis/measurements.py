@@ -39,8 +39,8 @@ class Measurements:
     the tables after its test. Every table is a pure function of ``run``, so the order
     they are built in changes nothing.
 
-    One table reads the present as well as the run: ``process_ends`` asks this host's
-    process table about the tasks that left no last words.
+    One table reads the present as well as the logs: ``process_ends``, from this host's
+    process table as the loader found it just before it read the files (``run.processes``).
 
     ``previous``: the measurements of the same run's previous live window. A table of
     ``REUSABLE`` whose frames are the very frames that window's was built from
@@ -179,10 +179,13 @@ class Measurements:
     @cached_property
     def process_ends(self) -> dict[str, ProcessEnd]:
         """``processes.ended_processes``: the tasks without last words or a clean close whose
-        process on this host is gone or stopped."""
+        process on this host the process table taken before the read found gone or stopped
+        (none where the run was not read with one)."""
+        if self.run.processes is None:
+            return {}
         exits = self.run.frame("exit")
         return ended_processes(self.run.frame("system"), set(exits["task"]) if not exits.empty else set(),
-                               self.closed_tasks)
+                               self.closed_tasks, self.run.processes)
 
     @cached_property
     def closed_tasks(self) -> set[str]:

@@ -100,4 +100,4 @@ def window_of(run: LoadedRun, end_ns: int, window_s: float) -> LoadedRun:
             frames[name] = frame
         else:
             frames[name] = frame[frame[column].between(end_ns - window_ns, end_ns)].reset_index(drop=True)
-    return LoadedRun(run.path, run.manifest, frames, sources=run.sources)
+    return LoadedRun(run.path, run.manifest, frames, sources=run.sources, processes=run.processes)
