@@ -32,8 +32,12 @@ Per trial (``judge``):
   run's (each job's own summary line); error = |predicted − measured| / measured, with the
   planted finding's prediction.
 
-The effect of a fault, for the targets' bins: a stop duty cycle's strength (the slowdown of
-the task's wall time), else the measured speed-up of a fix that removed the fault; unmeasured otherwise.
+The effect of a fault, for the targets' bins: a stop duty cycle's slowdown of its task's
+training (``duty_cycle_effect``: its strength over the part of the training after its onset),
+else the measured speed-up of a fix that removed the fault; unmeasured otherwise. A mid-run
+duty cycle of strength 3 over the last third of the training slows it 1.29x, not 3x: binned
+by strength alone (``summary``'s ``recall_by_strength``, the rule before 7 December 2026),
+such trials counted as misses of 1.5x faults whose fix measured 0.9-1.2x.
 """
 
 from __future__ import annotations
@@ -120,6 +124,22 @@ def _idle_worker(trial: dict, result: dict) -> bool:
         and steps < MIN_STEPS_AFTER
 
 
+def duty_cycle_effect(strength: float, onset: dict | None) -> float:
+    """The slowdown a stop duty cycle of ``strength`` made of its task's training: the
+    strength after its onset, none before, so ``1 / (1 - g + g / strength)`` with ``g`` the
+    share of the fault run's training (first step to last) after the onset; ``strength``
+    itself where the run recorded no onset or the onset came before the first step.
+
+    >>> round(duty_cycle_effect(3.0, {"after_start_s": 2.0, "before_end_s": 2.0}), 2)
+    1.5
+    """
+    before, after = (onset or {}).get("after_start_s"), (onset or {}).get("before_end_s")
+    if before is None or after is None or before <= 0:
+        return strength
+    share = min(max(after / (before + after), 0.0), 1.0) if before + after > 0 else 0.0
+    return 1 / (1 - share + share / strength)
+
+
 def judge(trial: dict, result: dict) -> dict:
     """The verdict of one trial: whether its fault ran, recall, false alarms, rank, prediction
     error, effect."""
@@ -134,7 +154,9 @@ def judge(trial: dict, result: dict) -> dict:
                "named_tasks": sorted({t for f in planted for t in f["tasks"]}),
                "primary": bool(findings) and hit is not None and findings[0] is hit,
                "false_alarms": false_alarms, "predicted": hit and hit["predicted"],
-               "measured": None, "error": None, "effect": trial.get("strength") if fault == "stop-duty" else None}
+               "measured": None, "error": None,
+               "effect": duty_cycle_effect(trial["strength"], result["runs"]["fault"].get("onset"))
+               if fault == "stop-duty" else None}
     fix = result["runs"].get("fix")
     base = result["runs"]["fault"]["examples_per_s"]
     if fix and fix["examples_per_s"] and base:
@@ -224,13 +246,14 @@ def summary(rows: list[dict]) -> dict:
         hits = sum(bool(r["verdict"]["recalled"]) for r in selected)
         return {"n": len(selected), "hits": hits, "ci": wilson(hits, len(selected))}
 
-    def bin_of(r):
-        effect = r["verdict"]["effect"]
+    def bin_of(effect):
         return "unmeasured" if effect is None else ">=1.5x" if effect >= 1.5 else "1.2-1.5x" if effect >= 1.2 else "<1.2x"
 
-    bins = {}
+    bins, by_strength = {}, {}
     for r in faulty:
-        bins.setdefault(bin_of(r), []).append(r)
+        bins.setdefault(bin_of(r["verdict"]["effect"]), []).append(r)
+        strength = r["trial"]["strength"] if r["trial"]["fault"] == "stop-duty" else r["verdict"]["effect"]
+        by_strength.setdefault(bin_of(strength), []).append(r)
     held = {}  # the stop duty cycles by what held the worker (``trial_space.HOLDERS``)
     for r in faulty:
         if r["trial"]["fault"] == "stop-duty":
@@ -246,6 +269,7 @@ def summary(rows: list[dict]) -> dict:
         "trials": len(rows), "faulty": len(faulty), "clean": len(clean),
         "never_ran": {"n": len(never_ran), "seeds": sorted(r["trial"]["seed"] for r in never_ran)},
         "recall_by_effect": {name: recall_of(group) for name, group in sorted(bins.items())},
+        "recall_by_strength": {name: recall_of(group) for name, group in sorted(by_strength.items())},
         "recall_by_holder": {name: recall_of(group) for name, group in sorted(held.items())},
         "trial_precision": {"n": len(rows), "hits": len(precise), "ci": wilson(len(precise), len(rows))},
         "precise_but_own": {"n": len(rows), "hits": len(precise_but_own),

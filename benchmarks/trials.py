@@ -134,6 +134,10 @@ def report(rows: list[dict], title: str) -> str:
     for name, group in s["recall_by_effect"].items():
         lines.append(f"| recall, faults of effect {name} | {group['hits']} of {group['n']} | {_ci(group['ci'])} "
                      f"| {TARGETS.get(name, '–')} |")
+    strength = s["recall_by_strength"].get(">=1.5x")
+    if strength:
+        lines.append(f"| ... duty cycles binned by strength, not by their effect (the rule before 7 December 2026) "
+                     f"| {strength['hits']} of {strength['n']} | {_ci(strength['ci'])} | – |")
     for name, group in s["recall_by_holder"].items():
         lines.append(f"| recall, stop duty cycles held by {HELD_BY[name]} | {group['hits']} of {group['n']} "
                      f"| {_ci(group['ci'])} | – |")
@@ -189,8 +193,9 @@ def _pct(value) -> str:
 
 def trial_table(rows: list[dict]) -> str:
     """One line per trial: what was planted and what was found."""
-    lines = ["| seed | job | fault | task | strength / ms | onset | hogs | found (warning+) | recalled | false alarms "
-             "| predicted | measured | load |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| seed | job | fault | task | strength / ms | effect | onset | hogs | found (warning+) | recalled "
+             "| false alarms | predicted | measured | load |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in rows:
         t, v = row["trial"], row["verdict"]
         found = "; ".join(f"{f['kind']} {','.join(f['tasks'])}" for f in row["result"]["runs"]["fault"]["findings"]
@@ -200,7 +205,8 @@ def trial_table(rows: list[dict]) -> str:
         recalled = ("never ran" if v.get("never_ran") else "–" if v["recalled"] is None
                     else "yes" if v["recalled"] else "NO")
         fault = t["fault"] + (" (cgroup)" if t.get("holder") == "cgroup" else "")
-        lines.append(f"| {t['seed']} | {t['job']} | {fault} | {t['task'] or '–'} | {size} | {t['onset']} | {t['hogs']} "
+        lines.append(f"| {t['seed']} | {t['job']} | {fault} | {t['task'] or '–'} | {size} | {_p(v['effect'])} "
+                     f"| {t['onset']} | {t['hogs']} "
                      f"| {found} | {recalled} "
                      f"| {', '.join(v['false_alarms']) or '–'} | {_p(v['predicted'])} | {_p(v['measured'])} | {load} |")
     return "\n".join(lines)

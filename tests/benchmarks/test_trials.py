@@ -75,8 +75,11 @@ def test_prediction_error_and_effect_come_from_the_fix_run():
     verdict = judge(trial("proxy", "ps:1"), result([finding("slow_link", ["ps:1"], predicted=1.5)], fix_rate=200.0,
                                                    fix_description="fault removed"))
     assert verdict["measured"] == 2.0 and verdict["error"] == pytest.approx(0.25) and verdict["effect"] == 2.0
-    # A duty cycle's effect is its declared strength, whatever the fix measured.
+    # A duty cycle's effect is its declared strength over the training after its onset, whatever the fix measured.
     assert judge(trial(), result([], fix_rate=120.0, fix_description="fault removed"))["effect"] == 2.0
+    late = result([], fix_rate=120.0, fix_description="fault removed")
+    late["runs"]["fault"]["onset"] = onset(7.5) | {"after_start_s": 7.5, "before_end_s": 2.5}  # the last quarter
+    assert judge(trial(onset="mid"), late)["effect"] == pytest.approx(1 / (0.75 + 0.25 / 2.0))
 
 
 def test_per_kind_and_summary_count_true_and_false_positives():
@@ -147,6 +150,11 @@ def test_a_fault_that_began_after_the_last_step_never_ran_and_stays_out_of_recal
     figures = summary(rows)
     assert figures["never_ran"] == {"n": 2, "seeds": [2, 3]} and figures["faulty"] == 3
     assert figures["recall_by_effect"][">=1.5x"]["n"] == 3
+    inside["runs"]["fault"]["onset"] |= {"after_start_s": 8.0, "before_end_s": 2.0}  # 2x over the last fifth: 1.11x
+    rows[3]["verdict"] = judge(rows[3]["trial"], inside)
+    figures = summary(rows)
+    assert figures["recall_by_effect"][">=1.5x"]["n"] == 2 and figures["recall_by_effect"]["<1.2x"]["n"] == 1
+    assert figures["recall_by_strength"][">=1.5x"]["n"] == 3  # by its strength alone, as before
     assert ("| faults that never ran (onset after the last step, exception never raised, worker idle after the onset; out of recall) | 2 of 5 |"
             in report(rows, ""))
     assert "| never ran |" in trial_table([r | {"result": r["result"] | {"load1": [1.0]}} for r in rows])
