@@ -30,7 +30,9 @@ Per trial (``judge``):
 * **ranking** — the planted finding is the primary (first) one;
 * **prediction** — where the fix ran: measured = the fix run's examples/s over the fault
   run's (each job's own summary line); error = |predicted − measured| / measured, with the
-  planted finding's prediction.
+  planted finding's prediction. Where the pair ran twice (``trial_run.REPEAT_SEEDS``):
+  measured = the geometric mean of the two pairs' speed-ups, and ``repeat_spread`` = their
+  difference over it: how well one pair measures a speed-up on this host.
 
 The effect of a fault, for the targets' bins: a stop duty cycle's slowdown of its task's
 training (``duty_cycle_effect``: its strength over the part of the training after its onset),
@@ -154,13 +156,18 @@ def judge(trial: dict, result: dict) -> dict:
                "named_tasks": sorted({t for f in planted for t in f["tasks"]}),
                "primary": bool(findings) and hit is not None and findings[0] is hit,
                "false_alarms": false_alarms, "predicted": hit and hit["predicted"],
-               "measured": None, "error": None,
+               "measured": None, "error": None, "repeat_spread": None,
                "effect": duty_cycle_effect(trial["strength"], result["runs"]["fault"].get("onset"))
                if fault == "stop-duty" else None}
     fix = result["runs"].get("fix")
     base = result["runs"]["fault"]["examples_per_s"]
     if fix and fix["examples_per_s"] and base:
         verdict["measured"] = fix["examples_per_s"] / base
+        again = result.get("repeat") or {}
+        if (again.get("fix") or {}).get("examples_per_s") and (again.get("fault") or {}).get("examples_per_s"):
+            second = again["fix"]["examples_per_s"] / again["fault"]["examples_per_s"]
+            first, verdict["measured"] = verdict["measured"], math.sqrt(verdict["measured"] * second)
+            verdict["repeat_spread"] = abs(first - second) / verdict["measured"]
         if verdict["predicted"]:
             verdict["error"] = abs(verdict["predicted"] - verdict["measured"]) / verdict["measured"]
         if verdict["effect"] is None and result.get("fix_description") == "fault removed":
@@ -264,6 +271,7 @@ def summary(rows: list[dict]) -> dict:
     precise_but_own = [r for r in rows if all(alarm.split(" ")[0] in own(r["trial"]["job"], ())
                                               for alarm in r["verdict"]["false_alarms"])]
     errors = [r["verdict"]["error"] for r in rows if r["verdict"]["error"] is not None]
+    spreads = [r["verdict"]["repeat_spread"] for r in rows if r["verdict"].get("repeat_spread") is not None]
     recalled = [r for r in faulty if r["verdict"]["recalled"]]
     return {
         "trials": len(rows), "faulty": len(faulty), "clean": len(clean),
@@ -282,4 +290,6 @@ def summary(rows: list[dict]) -> dict:
                     "ci": wilson(sum(r["verdict"]["primary"] for r in recalled), len(recalled))},
         "prediction_error": {"n": len(errors), "median": statistics.median(errors) if errors else None,
                              "p90": quantile(errors, 0.9) if errors else None},
+        "repeat_spread": {"n": len(spreads), "median": statistics.median(spreads) if spreads else None,
+                          "p90": quantile(spreads, 0.9) if spreads else None},
     }

@@ -9,7 +9,11 @@ starts once the job has done ``trial_space.ONSET_SHARE`` of its steps, read from
 as they are written (``_after_onset``); the fault run records when it started against the
 training (``describe_onset``), which the judge reads. The fix run, when drawn, runs the
 same job with the trial's fix: the sample job's ``--tune`` for the planted kind
-(``src/tfdiag/sample_jobs/advice.py``) with the fault kept, or the fault removed.
+(``src/tfdiag/sample_jobs/advice.py``) with the fault kept, or the fault removed. From
+``REPEAT_SEEDS`` on, the pair runs twice in mirrored order (fault, fix, fix, fault, or the
+reverse: a drift of the host's load weighs on both sides alike): the second pair's rates
+(``repeat``) tell how far one pair's speed-up is from another's on this host, the floor
+under any prediction error measured with it.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from pathlib import Path
 
 from benchmarks.harness import faults
 from benchmarks.harness.progress import Progress, training_span
-from benchmarks.trial_space import DUTY_ON_MS, ONSET_SHARE, ONSET_TIMEOUT_S, Trial
+from benchmarks.trial_space import DUTY_ON_MS, ONSET_SHARE, ONSET_TIMEOUT_S, REPEAT_SEEDS, Trial
 from benchmarks.userjobs import gen_fit, ps_embed, ps_tutorial, tf1_feed
 from benchmarks.userjobs.runner import run_cluster
 from tfdiag.analysis.detectors.stalled import STALL_FLOOR_S
@@ -296,9 +300,10 @@ def hogs(count: int):
             proc.wait()
 
 
-def run_side(trial: Trial, side: str, workdir: Path) -> dict:
-    """Runs the fault or fix run of a trial; its logdir, job rate, exit code, wall time and report."""
-    logdir = workdir / f"seed-{trial.seed}-{side}"
+def run_side(trial: Trial, side: str, workdir: Path, repeat: bool = False) -> dict:
+    """Runs the fault or fix run of a trial (``repeat``: its second one, in a logdir of its
+    own); its logdir, job rate, exit code, wall time and report."""
+    logdir = workdir / f"seed-{trial.seed}-{side}{'-repeat' if repeat else ''}"
     shutil.rmtree(logdir, ignore_errors=True)
     logdir.mkdir(parents=True)
     config = config_for(trial, logdir, side)
@@ -332,17 +337,23 @@ def findings_of(report: dict) -> list[dict]:
 
 
 def run_trial(trial: Trial, workdir: Path) -> dict:
-    """Both runs of a trial (the fix only when drawn, in the drawn order), beside its hogs."""
+    """Both runs of a trial (the fix only when drawn, in the drawn order; from ``REPEAT_SEEDS``
+    the pair again in the mirrored order, ``repeat``), beside its hogs."""
     sides = ["fault", "fix"] if trial.fix else ["fault"]
     if trial.fix and trial.fix_first:
         sides.reverse()
+    repeats = list(reversed(sides)) if trial.fix and trial.seed >= REPEAT_SEEDS else []
     load = [os.getloadavg()[0]]
-    runs = {}
+    runs, repeat = {}, {}
     with hogs(trial.hogs):
-        for side in sides:
-            runs[side] = run_side(trial, side, workdir)
+        for side, again in [(side, False) for side in sides] + [(side, True) for side in repeats]:
+            run = run_side(trial, side, workdir, again)
+            if again:
+                repeat[side] = {key: run[key] for key in ("logdir", "exit", "examples_per_s", "wall_s")}
+            else:
+                runs[side] = run
             load.append(os.getloadavg()[0])
-            print(f"  {side}: exit {runs[side]['exit']}, {runs[side]['examples_per_s']} examples/s, "
-                  f"{runs[side]['wall_s']} s, load {load[-1]:.1f}", file=sys.stderr, flush=True)
+            print(f"  {side}{' again' if again else ''}: exit {run['exit']}, {run['examples_per_s']} examples/s, "
+                  f"{run['wall_s']} s, load {load[-1]:.1f}", file=sys.stderr, flush=True)
     return {"runs": runs, "load1": load, "cores": os.cpu_count(),
-            "fix_description": fix_description(trial) if trial.fix else None}
+            "fix_description": fix_description(trial) if trial.fix else None} | ({"repeat": repeat} if repeat else {})

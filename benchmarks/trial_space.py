@@ -77,6 +77,9 @@ DUTY_ON_MS = 25.0
 # From this seed on, half the stop-duty trials hold their worker by a cgroup CPU quota (the
 # way a container's CPU limit throttles it) instead of signals; no rule was fitted on them.
 QUOTA_SEEDS = 1521
+# From this seed on, a trial's fault and fix runs run twice, the second pair in mirrored order
+# (``trial_run.run_trial``): what one pair's measured speed-up is worth on this host.
+REPEAT_SEEDS = 2201
 HOLDERS = ("signals", "cgroup")
 STRENGTH = (1.2, 5.0)
 PROXY_MS = (2.0, 40.0)

@@ -158,6 +158,10 @@ def report(rows: list[dict], title: str) -> str:
     error = s["prediction_error"]
     lines.append(f"| prediction error, fix runs: median / p90 | {_pct(error['median'])} / {_pct(error['p90'])} "
                  f"over {error['n']} | – | ≤ 10 % / ≤ 25 % |")
+    spread = s["repeat_spread"]
+    if spread["n"]:
+        lines.append(f"| one fix run pair's speed-up against the mirrored pair's: median / p90 difference "
+                     f"| {_pct(spread['median'])} / {_pct(spread['p90'])} over {spread['n']} | – | – |")
     return "\n".join(lines)
 
 

@@ -82,6 +82,18 @@ def test_prediction_error_and_effect_come_from_the_fix_run():
     assert judge(trial(onset="mid"), late)["effect"] == pytest.approx(1 / (0.75 + 0.25 / 2.0))
 
 
+def test_a_pair_run_twice_measures_the_geometric_mean_and_its_spread():
+    twice = result([finding("slow_link", ["ps:1"], predicted=1.5)], fix_rate=200.0, fix_description="fault removed")
+    twice["repeat"] = {"fix": {"examples_per_s": 150.0}, "fault": {"examples_per_s": 100.0}}  # 2.0x, then 1.5x
+    verdict = judge(trial("proxy", "ps:1"), twice)
+    assert verdict["measured"] == pytest.approx(3**0.5) and verdict["effect"] == pytest.approx(1.732, abs=1e-3)
+    assert verdict["repeat_spread"] == pytest.approx(0.5 / 3**0.5)
+    assert verdict["error"] == pytest.approx(abs(1.5 - 3**0.5) / 3**0.5)
+    once = judge(trial("proxy", "ps:1"), result([], fix_rate=200.0))
+    figures = summary([{"trial": trial("proxy", "ps:1"), "verdict": v} for v in (verdict, once)])
+    assert figures["repeat_spread"]["n"] == 1 and figures["repeat_spread"]["median"] == pytest.approx(0.289, abs=1e-3)
+
+
 def test_per_kind_and_summary_count_true_and_false_positives():
     rows = [{"trial": trial(), "result": result([finding("straggler", ["worker:1"])])},
             {"trial": trial(holder="cgroup"), "result": result([])},
