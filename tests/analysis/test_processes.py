@@ -145,3 +145,13 @@ def _until(condition, timeout_s: float = 10.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, f"not within {timeout_s} s"
         time.sleep(0.05)
+
+
+def test_a_process_table_that_cannot_be_listed_asks_about_no_process(monkeypatch):
+    """A host whose process table cannot be read (no /proc, a sandbox): no task is judged by it."""
+    def denied(*args, **kwargs):
+        raise psutil.AccessDenied()
+
+    monkeypatch.setattr(psutil, "process_iter", denied)
+    table = ProcessTable.take()
+    assert table.asked == frozenset() and table.state(2**62, 0) is None

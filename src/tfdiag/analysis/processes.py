@@ -63,11 +63,15 @@ class ProcessTable:
 
     @classmethod
     def take(cls, pids: Iterable[int] | None = None) -> ProcessTable:
-        """The table now: of every process (``pids`` None), or of ``pids`` only."""
+        """The table now: of every process (``pids`` None), or of ``pids`` only; one that asks
+        about no process where the process table cannot be listed."""
         taken_ns = time.time_ns()
         if pids is None:
-            found = {process.pid: (process.info["create_time"], process.info["status"])
-                     for process in psutil.process_iter(["create_time", "status"])}
+            try:
+                found = {process.pid: (process.info["create_time"], process.info["status"])
+                         for process in psutil.process_iter(["create_time", "status"])}
+            except (psutil.Error, OSError):
+                return cls(socket.gethostname(), taken_ns, {}, frozenset())
             return cls(socket.gethostname(), taken_ns, found)
         asked = frozenset(pid for pid in pids if pid > 0)
         return cls(socket.gethostname(), taken_ns, {pid: found for pid in asked if (found := _read(pid))}, asked)
