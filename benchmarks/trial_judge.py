@@ -29,8 +29,10 @@ Per trial (``judge``):
   ran beside the job); any other is a false alarm;
 * **ranking** — the planted finding is the primary (first) one;
 * **prediction** — where the fix ran: measured = the fix run's examples/s over the fault
-  run's (each job's own summary line); error = |predicted − measured| / measured, with the
-  planted finding's prediction. Where the pair ran twice (``trial_run.REPEAT_SEEDS``):
+  run's (each job's own summary line: its steady rate, after the warm-up its own clock
+  timed, where both runs have one, ``sample_jobs.step_clock``; the whole training's
+  otherwise, and for a kill, whose cost is the restart); error = |predicted − measured| /
+  measured, with the planted finding's prediction. Where the pair ran twice (``trial_run.REPEAT_SEEDS``):
   measured = the geometric mean of the two pairs' speed-ups, and ``repeat_spread`` = their
   difference over it: how well one pair measures a speed-up on this host.
 
@@ -159,13 +161,14 @@ def judge(trial: dict, result: dict) -> dict:
                "measured": None, "error": None, "repeat_spread": None,
                "effect": duty_cycle_effect(trial["strength"], result["runs"]["fault"].get("onset"))
                if fault == "stop-duty" else None}
-    fix = result["runs"].get("fix")
-    base = result["runs"]["fault"]["examples_per_s"]
-    if fix and fix["examples_per_s"] and base:
-        verdict["measured"] = fix["examples_per_s"] / base
-        again = result.get("repeat") or {}
-        if (again.get("fix") or {}).get("examples_per_s") and (again.get("fault") or {}).get("examples_per_s"):
-            second = again["fix"]["examples_per_s"] / again["fault"]["examples_per_s"]
+    runs, again = result["runs"], result.get("repeat") or {}
+    rate = "steady_examples_per_s" if fault != "kill" and all(
+        (side or {}).get("steady_examples_per_s") for side in (runs["fault"], runs.get("fix"))) else "examples_per_s"
+    fix, base = runs.get("fix"), runs["fault"][rate]
+    if fix and fix[rate] and base:
+        verdict["measured"] = fix[rate] / base
+        if (again.get("fix") or {}).get(rate) and (again.get("fault") or {}).get(rate):
+            second = again["fix"][rate] / again["fault"][rate]
             first, verdict["measured"] = verdict["measured"], math.sqrt(verdict["measured"] * second)
             verdict["repeat_spread"] = abs(first - second) / verdict["measured"]
         if verdict["predicted"]:

@@ -325,7 +325,8 @@ def run_side(trial: Trial, side: str, workdir: Path, repeat: bool = False) -> di
     report = hung.get("report") or analyze(logdir).to_dict()
     return {"logdir": str(logdir), "config": {"inject": list(config.inject), "tune": list(config.tune),
                                               "extra": config.extra, "steps": config.steps},
-            "exit": code, "examples_per_s": summary[2] if summary else None, "wall_s": round(wall_s, 1),
+            "exit": code, "examples_per_s": summary.examples_per_s if summary else None,
+            "steady_examples_per_s": summary.steady_examples_per_s if summary else None, "wall_s": round(wall_s, 1),
             "found_after_s": hung.get("after_s"), "findings": findings_of(report),
             "onset": describe_onset(onset, logdir, trial.task, trial.fault) if onset else None}
 
@@ -349,7 +350,8 @@ def run_trial(trial: Trial, workdir: Path) -> dict:
         for side, again in [(side, False) for side in sides] + [(side, True) for side in repeats]:
             run = run_side(trial, side, workdir, again)
             if again:
-                repeat[side] = {key: run[key] for key in ("logdir", "exit", "examples_per_s", "wall_s")}
+                repeat[side] = {key: run[key] for key in ("logdir", "exit", "examples_per_s", "steady_examples_per_s",
+                                                          "wall_s")}
             else:
                 runs[side] = run
             load.append(os.getloadavg()[0])

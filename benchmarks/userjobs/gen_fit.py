@@ -21,7 +21,8 @@ import time
 
 import numpy as np
 
-from tfdiag.sample_jobs.jobs import JobConfig
+from tfdiag.sample_jobs.fit_common import step_counter
+from tfdiag.sample_jobs.jobs import JobConfig, JobSummary
 
 FEATURES, BATCH = 24, 64
 TASK_COMMAND = [sys.executable, "-u", "-m", "benchmarks.userjobs.gen_fit"]
@@ -68,13 +69,16 @@ def run_worker(config: JobConfig) -> None:
                                      "click": keras.layers.Dense(1, activation="sigmoid", name="click")(hidden)})
         model.compile(keras.optimizers.Adam(1e-3), loss={"rating": "mse", "click": "binary_crossentropy"},
                       loss_weights={"rating": 1.0, "click": 0.5})
+    counter = step_counter(keras, config.steps)  # the job's own clock of its steps (its steady rate)
     started = time.monotonic()
-    model.fit(dataset, epochs=1, steps_per_epoch=config.steps, verbose=0, callbacks=[DiagnosticsCallback(config.logdir)])
+    model.fit(dataset, epochs=1, steps_per_epoch=config.steps, verbose=0,
+              callbacks=[DiagnosticsCallback(config.logdir), counter])
     wall_s = time.monotonic() - started
+    counter.clock.tick(counter.steps)
     if worker == 0:
         workers = len(json.loads(os.environ["TF_CONFIG"])["cluster"]["worker"])
-        rate = config.steps * BATCH * workers / wall_s
-        print(f"tfdiag-sample: steps={config.steps} wall_s={wall_s:.2f} examples_per_s={rate:.1f}", flush=True)
+        summary = JobSummary(config.steps, wall_s, config.steps * BATCH * workers, steady=counter.clock.steady)
+        print(summary.line(), flush=True)
 
 
 def main() -> int:

@@ -18,7 +18,8 @@ import sys
 import time
 
 from benchmarks.userjobs.runner import chief_trains
-from tfdiag.sample_jobs.jobs import JobConfig
+from tfdiag.sample_jobs.jobs import JobConfig, JobSummary
+from tfdiag.sample_jobs.step_clock import StepClock
 
 VOCABULARY, DIM, IDS, HIDDEN, BATCH = 200_000, 32, 16, 128, 256
 TASK_COMMAND = [sys.executable, "-u", "-m", "benchmarks.userjobs.ps_embed"]
@@ -73,14 +74,17 @@ def train(config: JobConfig) -> str:
 
     raise_at = int(config.extra.get("raise_at") or 0)
     started = time.monotonic()
+    clock = StepClock(config.steps)  # the job's own clock of its steps (its steady rate)
     for done in range(config.steps):
         if raise_at and done == raise_at:
             coordinator.join()
             raise RuntimeError(f"ps_embed: bad batch at step {done}")  # the planted user error
         coordinator.schedule(step, args=(iterator,))
+        clock.tick(done + 1)
     coordinator.join()
     wall_s = time.monotonic() - started
-    return f"tfdiag-sample: steps={config.steps} wall_s={wall_s:.2f} examples_per_s={config.steps * BATCH / wall_s:.1f}"
+    clock.tick(config.steps)
+    return JobSummary(config.steps, wall_s, config.steps * BATCH, steady=clock.steady).line()
 
 
 def main() -> int:

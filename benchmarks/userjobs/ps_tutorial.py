@@ -29,7 +29,8 @@ import time
 from benchmarks.harness import faults
 from benchmarks.userjobs.runner import UserRun, chief_trains, run_user_job
 from tfdiag.sample_jobs.common import sleep_us
-from tfdiag.sample_jobs.jobs import JobConfig
+from tfdiag.sample_jobs.jobs import JobConfig, JobSummary
+from tfdiag.sample_jobs.step_clock import StepClock
 
 FEATURES, HIDDEN, BATCH, EXAMPLES = 32, 128, 128, 4096
 # What every task runs (the launcher appends ``--config JSON``).
@@ -117,14 +118,17 @@ def train(config: JobConfig) -> str:
         return strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None)
 
     closures = max(1, config.steps // steps_per_closure)
+    steps = closures * steps_per_closure
     started = time.monotonic()
-    for _ in range(closures):
+    clock = StepClock(steps)  # the job's own clock of its steps (its steady rate)
+    for closure in range(closures):
         coordinator.schedule(train_step, args=(per_worker_iterator,))
+        clock.tick((closure + 1) * steps_per_closure)
     coordinator.join()
     wall_s = time.monotonic() - started
+    clock.tick(steps)
     coordinator.close()
-    steps = closures * steps_per_closure
-    return f"tfdiag-sample: steps={steps} wall_s={wall_s:.2f} examples_per_s={steps * BATCH / wall_s:.1f}"
+    return JobSummary(steps, wall_s, steps * BATCH, steady=clock.steady).line()
 
 
 def run_task(config: JobConfig) -> int:

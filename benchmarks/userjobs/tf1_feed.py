@@ -20,7 +20,8 @@ import time
 
 import numpy as np
 
-from tfdiag.sample_jobs.jobs import JobConfig
+from tfdiag.sample_jobs.jobs import JobConfig, JobSummary
+from tfdiag.sample_jobs.step_clock import StepClock
 
 BATCH, SIZE, CLASSES = 64, 16, 10
 TASK_COMMAND = [sys.executable, "-u", "-m", "benchmarks.userjobs.tf1_feed"]
@@ -68,18 +69,20 @@ def main() -> int:
                                            save_checkpoint_secs=None, save_summaries_steps=None,
                                            save_summaries_secs=None, log_step_count_steps=None) as session:
         started, done = time.perf_counter(), 0
+        clock = StepClock(config.steps)  # the job's own clock of its updates, as the global step counts them
+        global_step = v1.train.get_global_step()
         while not session.should_stop():
             time.sleep(parse_s)
             if raise_at is not None and done == raise_at:
                 raise ValueError(f"tf1_feed: undecodable image in step {done} of worker {index}")
             feed_images = rng.normal(size=(BATCH, SIZE, SIZE, 3)).astype(np.float32)
             feed_labels = rng.integers(0, CLASSES, size=BATCH)
-            session.run(train_op, feed_dict={images: feed_images, labels: feed_labels})
+            _, step = session.run([train_op, global_step], feed_dict={images: feed_images, labels: feed_labels})
+            clock.tick(int(step))
             done += 1
         wall_s = time.perf_counter() - started
     if index == 0:  # the chief reports the whole job's updates
-        print(f"tfdiag-sample: steps={config.steps} wall_s={wall_s:.3f} "
-              f"examples_per_s={config.steps * BATCH / wall_s:.1f}", flush=True)
+        print(JobSummary(config.steps, wall_s, config.steps * BATCH, steady=clock.steady).line(), flush=True)
     return 0
 
 

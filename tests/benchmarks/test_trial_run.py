@@ -16,6 +16,7 @@ def _runs(monkeypatch, trial: Trial) -> tuple[list[tuple[str, bool]], dict]:
     def run_side(trial, side, workdir, repeat=False):
         made.append((side, repeat))
         return {"logdir": f"{workdir}/{side}{repeat}", "exit": 0, "examples_per_s": float(len(made)),
+                "steady_examples_per_s": None,
                 "wall_s": 1.0, "findings": []}
 
     monkeypatch.setattr(trial_run, "run_side", run_side)

@@ -82,6 +82,15 @@ def test_prediction_error_and_effect_come_from_the_fix_run():
     assert judge(trial(onset="mid"), late)["effect"] == pytest.approx(1 / (0.75 + 0.25 / 2.0))
 
 
+def test_the_speed_up_is_of_the_steady_rates_where_both_runs_timed_one():
+    steady = result([finding("slow_link", ["ps:1"], predicted=1.5)], fix_rate=120.0, fix_description="fault removed")
+    steady["runs"]["fault"]["steady_examples_per_s"], steady["runs"]["fix"]["steady_examples_per_s"] = 200.0, 300.0
+    assert judge(trial("proxy", "ps:1"), steady)["measured"] == 1.5  # not the whole trainings' 1.2x
+    assert judge(trial("kill", "worker:1"), steady)["measured"] == 1.2  # a kill costs its restart: the whole training
+    steady["runs"]["fix"]["steady_examples_per_s"] = None  # one side without it: both whole
+    assert judge(trial("proxy", "ps:1"), steady)["measured"] == 1.2
+
+
 def test_a_pair_run_twice_measures_the_geometric_mean_and_its_spread():
     twice = result([finding("slow_link", ["ps:1"], predicted=1.5)], fix_rate=200.0, fix_description="fault removed")
     twice["repeat"] = {"fix": {"examples_per_s": 150.0}, "fault": {"examples_per_s": 100.0}}  # 2.0x, then 1.5x

@@ -124,8 +124,12 @@ def test_job_config_round_trip_and_validation():
 def test_summary_line_round_trip():
     line = JobSummary(steps=200, wall_s=4.0, examples=12800).line()
     assert line == "tfdiag-sample: steps=200 wall_s=4.000 examples_per_s=3200.0"
-    assert parse_summary("noise\n" + line + "\n") == (200, 4.0, 3200.0)
+    assert parse_summary("noise\n" + line + "\n") == (200, 4.0, 3200.0, None)
     assert parse_summary("nothing here") is None
+    # 180 steps after the warm-up in 2.0 s: 64 examples a step
+    steady = JobSummary(steps=200, wall_s=4.0, examples=12800, steady=(180, 2.0)).line()
+    assert steady == "tfdiag-sample: steps=200 wall_s=4.000 examples_per_s=3200.0 steady_examples_per_s=5760.0"
+    assert parse_summary(steady).steady_examples_per_s == 5760.0
 
 
 def test_cli_arguments():

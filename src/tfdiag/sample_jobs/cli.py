@@ -170,13 +170,12 @@ def run_sample(
 
     launched = launch(config, timeout_s=timeout_s, stderr=stderr)
     parsed = parse_summary(launched.summary_line or "")
-    steps_done, wall_s, rate = parsed if parsed else (None, None, None)
     return SampleResult(
         returncode=launched.returncode,
         logdir=logdir,
-        steps=steps_done,
-        wall_s=wall_s,
-        examples_per_s=rate,
+        steps=parsed.steps if parsed else None,
+        wall_s=parsed.wall_s if parsed else None,
+        examples_per_s=parsed.examples_per_s if parsed else None,
         summary_line=launched.summary_line,
         task_logs=dict(launched.task_logs),
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 from tfdiag.sample_jobs.common import Progress, per_worker_value, say_once, sleep_us
+from tfdiag.sample_jobs.step_clock import StepClock
 
 
 def import_tf_keras():
@@ -73,16 +74,20 @@ def progress_callback(keras, offset: int = 0):
     return ReportProgress()
 
 
-def step_counter(keras):
-    """A callback counting the training batches run (EarlyStopping may end fit early)."""
+def step_counter(keras, planned: int):
+    """A callback counting the training batches run (EarlyStopping may end fit early) and
+    timing them (``clock``: ``step_clock.StepClock`` of ``planned`` steps; tick it once more
+    after ``fit`` returns, which waits for the last scheduled steps)."""
 
     class CountSteps(keras.callbacks.Callback):
         def __init__(self):
             super().__init__()
             self._supports_tf_logs = True  # allowed under ParameterServerStrategy
             self.steps = 0
+            self.clock = StepClock(planned)
 
         def on_train_batch_end(self, batch, logs=None):
             self.steps += 1
+            self.clock.tick(self.steps)
 
     return CountSteps()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass, field
+from typing import NamedTuple
 
 from tfdiag.errors import InvalidOptionError
 from tfdiag.sample_jobs.inject import KillWorker, Plan, SlowWorker, parse_injection, parse_tuning
@@ -22,6 +23,7 @@ MAX_COUNT = 2**31 - 1
 SUMMARY_PREFIX = "tfdiag-sample:"
 _SUMMARY_RE = re.compile(
     re.escape(SUMMARY_PREFIX) + r" steps=(\d+) wall_s=([0-9.]+) examples_per_s=([0-9.]+)"
+    r"(?: steady_examples_per_s=([0-9.]+))?"
 )
 
 
@@ -297,20 +299,39 @@ class JobSummary:
     wall_s: float
     examples: int
     keep: tuple = field(default=(), repr=False, compare=False)
+    steady: tuple[int, float] | None = None  # ``StepClock.steady``: (steps, seconds) after the warm-up
 
     @property
     def examples_per_s(self) -> float:
         return self.examples / self.wall_s if self.wall_s > 0 else 0.0
 
+    @property
+    def steady_examples_per_s(self) -> float | None:
+        """Examples a second after the warm-up (``step_clock``); None where it was not timed."""
+        if self.steady is None or self.steady[1] <= 0 or self.steps <= 0:
+            return None
+        return self.steady[0] * self.examples / self.steps / self.steady[1]
+
     def line(self) -> str:
-        """``tfdiag-sample: steps=N wall_s=S examples_per_s=E``."""
-        return f"{SUMMARY_PREFIX} steps={self.steps} wall_s={self.wall_s:.3f} examples_per_s={self.examples_per_s:.1f}"
+        """``tfdiag-sample: steps=N wall_s=S examples_per_s=E [steady_examples_per_s=F]``."""
+        steady = self.steady_examples_per_s
+        return (f"{SUMMARY_PREFIX} steps={self.steps} wall_s={self.wall_s:.3f} examples_per_s={self.examples_per_s:.1f}"
+                + (f" steady_examples_per_s={steady:.1f}" if steady is not None else ""))
 
 
-def parse_summary(text: str) -> tuple[int, float, float] | None:
-    """``(steps, wall_s, examples_per_s)`` from the last summary line in ``text``, or None."""
+class Summary(NamedTuple):
+    """A job's summary line, parsed (``JobSummary.line``)."""
+
+    steps: int
+    wall_s: float
+    examples_per_s: float
+    steady_examples_per_s: float | None = None  # after the warm-up; None in a line without it
+
+
+def parse_summary(text: str) -> Summary | None:
+    """The last summary line in ``text``, parsed; None if there is none."""
     matches = _SUMMARY_RE.findall(text)
     if not matches:
         return None
-    steps, wall_s, rate = matches[-1]
-    return int(steps), float(wall_s), float(rate)
+    steps, wall_s, rate, steady = matches[-1]
+    return Summary(int(steps), float(wall_s), float(rate), float(steady) if steady else None)

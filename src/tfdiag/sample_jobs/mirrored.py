@@ -22,6 +22,7 @@ import time
 
 from tfdiag.sample_jobs import click_model
 from tfdiag.sample_jobs.common import pipeline_options, say_once
+from tfdiag.sample_jobs.fit_common import step_counter
 from tfdiag.sample_jobs.inject import InputDelay
 from tfdiag.sample_jobs.jobs import JobConfig, JobSummary
 
@@ -82,16 +83,13 @@ def run(config: JobConfig) -> JobSummary:
 
         callbacks.append(DiagnosticsCallback(config.logdir, examples_per_step=config.batch_size))
 
-    class CountSteps(keras.callbacks.Callback):
-        steps = 0
-
-        def on_train_batch_end(self, batch, logs=None):
-            CountSteps.steps += 1
-
-    callbacks.append(CountSteps())
+    counter = step_counter(keras, config.steps)
+    callbacks.append(counter)
     epochs, steps_per_epoch = click_model.epochs_for(config.steps)
     start = time.perf_counter()
     history = model.fit(dataset, epochs=epochs, steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=0)
     wall_s = time.perf_counter() - start
+    counter.clock.tick(counter.steps)
     logger.info("mirrored: loss by epoch %s", [round(v, 4) for v in history.history.get("loss", [])])
-    return JobSummary(steps=CountSteps.steps, wall_s=wall_s, examples=CountSteps.steps * config.batch_size)
+    return JobSummary(steps=counter.steps, wall_s=wall_s, examples=counter.steps * config.batch_size,
+                      steady=counter.clock.steady)

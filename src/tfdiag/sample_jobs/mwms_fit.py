@@ -121,7 +121,7 @@ def run(config: JobConfig) -> JobSummary:
         from tfdiag.collectors import DiagnosticsCallback
 
         callbacks.append(DiagnosticsCallback(config.logdir, examples_per_step=local_examples))
-    counter = step_counter(keras)
+    counter = step_counter(keras, config.steps)
     callbacks.append(counter)
     progress = progress_callback(keras)
     if progress is not None:
@@ -132,12 +132,14 @@ def run(config: JobConfig) -> JobSummary:
     start = first_start(started) if worker == 0 else time.time()
     history = model.fit(dataset, epochs=epochs, steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=0)
     wall_s = time.time() - start
+    counter.clock.tick(counter.steps)
     if worker == 0:
         started.unlink(missing_ok=True)
     logger.info("mwms_fit: loss by epoch %s", [round(v, 4) for v in history.history.get("loss", [])])
     # Epochs before the first this process ran were restored from the backup.
     steps = counter.steps + (history.epoch[0] if history.epoch else epochs) * steps_per_epoch
-    return JobSummary(steps=steps, wall_s=wall_s, examples=steps * sum(worker_batches(config, workers)))
+    return JobSummary(steps=steps, wall_s=wall_s, examples=steps * sum(worker_batches(config, workers)),
+                      steady=counter.clock.steady)
 
 
 def first_start(path: Path) -> float:

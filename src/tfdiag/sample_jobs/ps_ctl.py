@@ -41,6 +41,7 @@ from tfdiag.events import STEPS_PER_CLOSURE  # training steps per closure (``--t
 from tfdiag.sample_jobs.common import Progress, make_partitioner, on_ps, per_worker_value, pipeline_options, sleep_us
 from tfdiag.sample_jobs.inject import HotPs, InputDelay, KillWorker, ShardSkew, SlowWorker
 from tfdiag.sample_jobs.jobs import JobConfig, JobSummary
+from tfdiag.sample_jobs.step_clock import StepClock
 
 logger = logging.getLogger("tfdiag.sample_jobs")
 
@@ -251,20 +252,24 @@ def run(config: JobConfig) -> JobSummary:
     progress.update(0)  # warmed up: training starts
     kill_steps = sorted(k.step for k in config.plan.of(KillWorker))
     start = time.perf_counter()
+    clock = StepClock(config.steps)
     loss = None
     done = 0
     while done < config.steps:
         steps = min(per_closure, config.steps - done)
         loss = coordinator.schedule(closure_fn(steps, done), args=(per_worker_iterator,))
         done += steps
+        clock.tick(done)
         if kill_steps and done >= kill_steps[0]:
             coordinator.join()  # every step up to here is done: "reached STEP" is exact
             progress.update(done)
             kill_steps.pop(0)
     coordinator.join()
     wall_s = time.perf_counter() - start
+    clock.tick(done)
     logger.info("ps_ctl: final loss %.4f", float(loss.fetch()))
     if config.collect:
         coordinator.close()
     return JobSummary(steps=config.steps, wall_s=wall_s, examples=config.steps * config.batch_size,
-                      keep=(coordinator, strategy, model, closure_fns, per_worker_dataset_fn, per_worker_iterator))
+                      keep=(coordinator, strategy, model, closure_fns, per_worker_dataset_fn, per_worker_iterator),
+                      steady=clock.steady)

@@ -106,7 +106,7 @@ def run(config: JobConfig) -> JobSummary:
         logger.info("ps_fit: variable %s %s on %s", variable.name, variable.shape.as_list(), variable.device)
 
     epochs, steps_per_epoch = click_model.epochs_for(config.steps)
-    counter = step_counter(keras)
+    counter = step_counter(keras, config.steps)
     callbacks.append(counter)
     progress = progress_callback(keras)
     if progress is not None:
@@ -115,8 +115,9 @@ def run(config: JobConfig) -> JobSummary:
     start = time.perf_counter()
     history = model.fit(dataset, epochs=epochs, steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=0)
     wall_s = time.perf_counter() - start
+    counter.clock.tick(counter.steps)
     logger.info("ps_fit: loss by epoch %s", [round(v, 4) for v in history.history.get("loss", [])])
     if config.collect:
         tf_internals.cluster_coordinator_of(model, strategy).close()  # the records of the last closures
     return JobSummary(steps=counter.steps, wall_s=wall_s, examples=counter.steps * config.batch_size,
-                      keep=(strategy, model, dataset))
+                      keep=(strategy, model, dataset), steady=counter.clock.steady)

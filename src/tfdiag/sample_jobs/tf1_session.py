@@ -36,6 +36,7 @@ from tfdiag.events import parse_task
 from tfdiag.sample_jobs.common import Progress, say_once, sleep_us
 from tfdiag.sample_jobs.inject import HotPs, InputDelay, ShardSkew, SlowWorker
 from tfdiag.sample_jobs.jobs import JobConfig, JobSummary
+from tfdiag.sample_jobs.step_clock import StepClock
 
 logger = logging.getLogger("tfdiag.sample_jobs")
 
@@ -158,6 +159,7 @@ def run(config: JobConfig) -> JobSummary:
         logger.info("tf1_session: worker %d waited %.1f s for the chief to initialise the variables", worker, waited_s)
     steps_here = 0
     wall_s = 0.0
+    clock = StepClock(config.steps)  # of the job's updates, as the global step counts them
     with v1.train.MonitoredTrainingSession(
         master=server.target,
         is_chief=is_chief,
@@ -175,9 +177,10 @@ def run(config: JobConfig) -> JobSummary:
             _, step = session.run([train_op, global_step])
             steps_here += 1
             progress.update(int(step))
+            clock.tick(int(step))
         # The training ends with the loop: closing the chief's session afterwards took 0-16 s
         # on the 2-core host (200 steps, 2 ps), which is no part of the job's throughput.
         wall_s = time.perf_counter() - start
     logger.info("tf1_session: worker %d ran %d of %d updates", worker, steps_here, config.steps)
     examples = config.steps * config.batch_size  # the chief reports the whole job's updates
-    return JobSummary(steps=config.steps, wall_s=wall_s, examples=examples)
+    return JobSummary(steps=config.steps, wall_s=wall_s, examples=examples, steady=clock.steady)
