@@ -29,7 +29,10 @@ WARMUP_SHARE = 0.1
 class StepClock:
     """``tick(done)`` after each step (``done``: the steps finished so far, or scheduled, where
     a loop only schedules them: tick once more after its join); ``steady`` is (steps,
-    seconds) from the tick that passed the first ``WARMUP_SHARE`` of ``planned`` to the last."""
+    seconds) from the tick that passed the first ``WARMUP_SHARE`` of ``planned`` to the last.
+    A ``ClusterCoordinator`` loop's early ticks time its schedules, not its steps (its queue
+    takes them at once): its clock leaves out the tracing before the first schedule returns,
+    and its steady rate stands to another run's as their whole trainings' do."""
 
     def __init__(self, planned: int, now: Callable[[], float] = time.perf_counter):
         self.mark = max(1, round(planned * WARMUP_SHARE))
