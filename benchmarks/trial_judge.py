@@ -74,6 +74,9 @@ JOB_OWN = {
     "ps_tutorial": {"coordinator_bound"},
 }
 Z95 = 1.959963984540054
+# A fix measured by two pairs whose speed-ups differ by more than this (of their mean) cannot
+# check a prediction to the target's 10 %: ``summary`` reports the error over the others too.
+REPEATABLE_SPREAD = 0.10
 # A worker that took fewer steps than this after a duty cycle's onset had no step rate to
 # slow: the fault acted on no training (``judge``; chosen as the fewest steps a rate is read from).
 MIN_STEPS_AFTER = 10
@@ -275,6 +278,8 @@ def summary(rows: list[dict]) -> dict:
                                               for alarm in r["verdict"]["false_alarms"])]
     errors = [r["verdict"]["error"] for r in rows if r["verdict"]["error"] is not None]
     spreads = [r["verdict"]["repeat_spread"] for r in rows if r["verdict"].get("repeat_spread") is not None]
+    repeatable = [r["verdict"]["error"] for r in rows if r["verdict"]["error"] is not None
+                  and (r["verdict"].get("repeat_spread") or math.inf) <= REPEATABLE_SPREAD]
     recalled = [r for r in faulty if r["verdict"]["recalled"]]
     return {
         "trials": len(rows), "faulty": len(faulty), "clean": len(clean),
@@ -295,4 +300,6 @@ def summary(rows: list[dict]) -> dict:
                              "p90": quantile(errors, 0.9) if errors else None},
         "repeat_spread": {"n": len(spreads), "median": statistics.median(spreads) if spreads else None,
                           "p90": quantile(spreads, 0.9) if spreads else None},
+        "repeatable_error": {"n": len(repeatable), "median": statistics.median(repeatable) if repeatable else None,
+                             "p90": quantile(repeatable, 0.9) if repeatable else None},
     }

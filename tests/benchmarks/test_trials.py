@@ -101,6 +101,11 @@ def test_a_pair_run_twice_measures_the_geometric_mean_and_its_spread():
     once = judge(trial("proxy", "ps:1"), result([], fix_rate=200.0))
     figures = summary([{"trial": trial("proxy", "ps:1"), "verdict": v} for v in (verdict, once)])
     assert figures["repeat_spread"]["n"] == 1 and figures["repeat_spread"]["median"] == pytest.approx(0.289, abs=1e-3)
+    assert figures["repeatable_error"]["n"] == 0  # pairs 29 % apart cannot check a prediction to 10 %
+    twice["repeat"]["fix"]["examples_per_s"] = 190.0  # 2.0x, then 1.9x: 5 % apart
+    close = judge(trial("proxy", "ps:1"), twice)
+    figures = summary([{"trial": trial("proxy", "ps:1"), "verdict": close}])
+    assert figures["repeatable_error"]["n"] == 1 and figures["repeatable_error"]["median"] == pytest.approx(close["error"])
 
 
 def test_per_kind_and_summary_count_true_and_false_positives():

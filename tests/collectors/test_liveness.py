@@ -66,9 +66,11 @@ def test_a_servers_checks_read_answered_then_frozen_then_gone(tmp_path):
 
 
 @contextlib.contextmanager
-def _servers_behind_delays(tmp_path: Path, count: int, delay_ms: float = 5.0):
+def _servers_behind_delays(tmp_path: Path, count: int, delay_ms: float = 25.0):
     """``count`` ps servers, each behind a delaying proxy (``delay_ms`` each way) that delays
-    while its switch file exists; yields ``[(proxy address, switch file)]``."""
+    while its switch file exists; yields ``[(proxy address, switch file)]``. The delay is well
+    past ``SLOW_RATIO`` times a check's usual answer on a 2-core VM (4-14 ms through the proxy,
+    idle half a second between checks): 5 ms each way read as 1.5-2x there, no onset."""
     processes, delayed = [], []
     try:
         for index in range(count):
@@ -107,7 +109,7 @@ def _handing_on(tmp_path: Path, targets: dict[str, str]):
 @pytest.mark.cluster
 def test_a_link_that_turns_slow_and_back_is_handed_on_each_time(tmp_path):
     """A server behind the delaying proxy: checks while the delay is off are no onset; once
-    it is on (10 ms a round trip), the second slow answer in a row hands the ps on (and a
+    it is on (50 ms a round trip), the second slow answer in a row hands the ps on (and a
     spell that lasts hands it on again, every ``SLOW_AGAIN_EVERY`` answers); once it is off,
     the first answer back at the usual hands it on once more (the probe's fresh round trips
     let a live finding clear). A worker's answers are not judged (its busy threads slow
