@@ -107,6 +107,7 @@ def _handing_on(tmp_path: Path, targets: dict[str, str]):
 
 
 @pytest.mark.cluster
+@pytest.mark.alone  # it judges the answers' latency: another test's load reads as a slow link
 def test_a_link_that_turns_slow_and_back_is_handed_on_each_time(tmp_path):
     """A server behind the delaying proxy: checks while the delay is off are no onset; once
     it is on (50 ms a round trip), the second slow answer in a row hands the ps on (and a
@@ -127,6 +128,7 @@ def test_a_link_that_turns_slow_and_back_is_handed_on_each_time(tmp_path):
 
 
 @pytest.mark.cluster
+@pytest.mark.alone  # it judges the answers' latency: another test's load reads as a slow link
 def test_a_ps_is_judged_beside_its_peers(tmp_path):
     """Two ps, each behind its own delaying proxy. Both slowed at once (a busy host, as the
     checks see it) is no onset of either, however long it lasts; then only ps:0's link stays
