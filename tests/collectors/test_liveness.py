@@ -133,7 +133,9 @@ def test_a_ps_is_judged_beside_its_peers(tmp_path):
     """Two ps, each behind its own delaying proxy. Both slowed at once (a busy host, as the
     checks see it) is no onset of either, however long it lasts; then only ps:0's link stays
     slow, and ps:0 alone is handed on."""
-    with _servers_behind_delays(tmp_path, 2) as delayed, \
+    # 60 ms each way: the ps checked first in a round answers 3-4x slower than the other on a
+    # 2-core VM (15-28 ms against 3-7, its idle path waking), so 25 ms read as ps:1's alone.
+    with _servers_behind_delays(tmp_path, 2, delay_ms=60.0) as delayed, \
             _handing_on(tmp_path, {f"ps:{index}": address for index, (address, _) in enumerate(delayed)}) \
             as (probe, handed):
         _wait_for(lambda: probe.checks >= 20, 30)
