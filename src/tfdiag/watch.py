@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from tfdiag.analysis import Report, RunLoader, analyze
+from tfdiag.analysis import RunLoader, analyze
 from tfdiag.analysis.job_status import CLOSED, FAILED, HUNG, RUNNING, SILENT, JobStatus, job_status
 from tfdiag.report.safe_text import printable, printable_lines
 
