@@ -279,7 +279,8 @@ def summary(rows: list[dict]) -> dict:
     errors = [r["verdict"]["error"] for r in rows if r["verdict"]["error"] is not None]
     spreads = [r["verdict"]["repeat_spread"] for r in rows if r["verdict"].get("repeat_spread") is not None]
     repeatable = [r["verdict"]["error"] for r in rows if r["verdict"]["error"] is not None
-                  and (r["verdict"].get("repeat_spread") or math.inf) <= REPEATABLE_SPREAD]
+                  and r["verdict"].get("repeat_spread") is not None
+                  and r["verdict"]["repeat_spread"] <= REPEATABLE_SPREAD]
     recalled = [r for r in faulty if r["verdict"]["recalled"]]
     return {
         "trials": len(rows), "faulty": len(faulty), "clean": len(clean),

@@ -106,6 +106,10 @@ def test_a_pair_run_twice_measures_the_geometric_mean_and_its_spread():
     close = judge(trial("proxy", "ps:1"), twice)
     figures = summary([{"trial": trial("proxy", "ps:1"), "verdict": close}])
     assert figures["repeatable_error"]["n"] == 1 and figures["repeatable_error"]["median"] == pytest.approx(close["error"])
+    twice["repeat"]["fix"]["examples_per_s"] = 200.0  # the same 2.0x twice: no spread at all, the best-measured fix
+    same = judge(trial("proxy", "ps:1"), twice)
+    assert same["repeat_spread"] == 0.0
+    assert summary([{"trial": trial("proxy", "ps:1"), "verdict": same}])["repeatable_error"]["n"] == 1
 
 
 def test_per_kind_and_summary_count_true_and_false_positives():
