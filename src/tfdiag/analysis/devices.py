@@ -56,10 +56,11 @@ def host_table(system: pd.DataFrame) -> pd.DataFrame:
     time = ordered["time_ns"].to_numpy(dtype="int64")[order]
     values = {name: ordered[name].to_numpy(dtype="float64", na_value=np.nan)[order]
               for name in ("cpu_pct", "mem_used_frac", *NETWORK_COUNTERS, *DISK_COUNTERS) if name in ordered}
-    starts = np.flatnonzero(np.r_[True, np.diff(group[order]) != 0]) if len(order) else np.array([], "int64")
+    grouped = group[order]
+    starts = np.flatnonzero(np.r_[True, np.diff(grouped) != 0]) if len(order) else np.array([], "int64")
     rows = []
     for start, stop in zip(starts, [*starts[1:], len(order)]):
-        code = int(group[order][start])
+        code = int(grouped[start])
         own = slice(start, stop)
         rows.append({
             "host": str(hosts[code // max(len(tasks), 1)]), "task": str(tasks[code % max(len(tasks), 1)]),

@@ -24,36 +24,47 @@ def window_counters(counters: pd.DataFrame, offsets: dict[str, int], start_ns: f
     record in every segment length); the period is the mean time between record starts
     over the training steps a record covers, as ``breakdown.worker_table`` has it.
     Columns: ``WINDOW_COLUMNS`` (``records``, ``steps``, ``examples`` may be fractional).
+    Every task's segments are placed in the window at once (a 1,024-worker run has as many
+    tasks); only the sums and the median are taken task by task.
 
     >>> from tfdiag.analysis.step_stats import StepAccumulator
     >>> accumulator = StepAccumulator(segments=4)
     >>> accumulator.add("w.tfdiag", "worker:0", batch)  # doctest: +SKIP
     >>> window_counters(accumulator.counters(), {}, 0, 10**9)  # doctest: +SKIP
     """
+    if counters.empty:
+        return pd.DataFrame(columns=WINDOW_COLUMNS)
+    tasks = counters["task"].to_numpy(dtype=object)
+    order = np.argsort(tasks, kind="stable")  # groupby's order: by task, each task's rows as they were
+    segments = [counters["segments"].iat[row] for row in order]
+    lengths = np.array([len(times) for times, _ in segments])
+    shift = np.repeat([offsets.get(counters["clock_task"].iat[row], 0) for row in order], lengths)
+    times = np.concatenate([times for times, _ in segments]).astype("float64")
+    sums = np.concatenate([sums for _, sums in segments])
+    first, last_begin, last_end = (times[:, column] - shift for column in range(3))
+    length = last_end - first
+    inside = np.clip(np.minimum(last_end, stop_ns) - np.maximum(first, start_ns), 0.0, None)
+    share = np.where(length > 0, inside / np.where(length > 0, length, 1.0),
+                     ((first >= start_ns) & (last_end <= stop_ns)).astype("float64"))
+    share = np.minimum(share, 1.0)
+    ordered = tasks[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    bounds = np.r_[0, np.cumsum(lengths)][np.r_[starts, len(order)]]
     rows = []
-    for task, group in counters.groupby("task", sort=True):
-        shift = np.concatenate([np.full(len(times), offsets.get(clock, 0)) for clock, (times, _)
-                                in zip(group["clock_task"], group["segments"])])
-        times = np.concatenate([times for times, _ in group["segments"]]).astype("float64")
-        sums = np.concatenate([sums for _, sums in group["segments"]])
-        first, last_begin, last_end = (times[:, column] - shift for column in range(3))
-        length = last_end - first
-        inside = np.clip(np.minimum(last_end, stop_ns) - np.maximum(first, start_ns), 0.0, None)
-        share = np.where(length > 0, inside / np.where(length > 0, length, 1.0),
-                         ((first >= start_ns) & (last_end <= stop_ns)).astype("float64"))
-        share = np.minimum(share, 1.0)
-        records, steps, examples, duration = (sums[:, column] @ share for column in range(4))
-        taken = share > 0
+    for task, low, high in zip(ordered[starts], bounds[:-1], bounds[1:]):
+        own = slice(low, high)
+        records, steps, examples, duration = (sums[own, column] @ share[own] for column in range(4))
         if records <= 0:
             rows.append([task, 0.0, 0.0, np.nan, np.nan, np.nan, 0.0, np.nan, np.nan])
             continue
-        window_first = max(float(first[taken].min()), start_ns)
-        window_last_begin = min(float(last_begin[taken].max()), stop_ns)
+        taken = share[own] > 0
+        window_first = max(float(first[own][taken].min()), start_ns)
+        window_last_begin = min(float(last_begin[own][taken].max()), stop_ns)
         per_record = steps / records
         period = (window_last_begin - window_first) / (records - 1) / per_record if records > 1 else np.nan
-        median = _weighted_median(times[taken, 3], sums[taken, 0] * share[taken])
+        median = _weighted_median(times[own][taken, 3], sums[own][taken, 0] * share[own][taken])
         rows.append([task, records, steps, median, duration / records, period, examples, window_first,
-                     min(float(last_end[taken].max()), stop_ns)])
+                     min(float(last_end[own][taken].max()), stop_ns)])
     return pd.DataFrame(rows, columns=WINDOW_COLUMNS)
 
 
