@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from tfdiag.analysis.groups import TaskGroups, mean_of, median_of, quantile, sum_of, value_of_group
-from tfdiag.analysis.step_stats import histogram_quantile
+from tfdiag.analysis.step_stats import dense_histogram_quantiles, histogram_quantile
 
 
 def step_table(steps: pd.DataFrame, offsets: dict[str, int]) -> pd.DataFrame:
@@ -132,11 +132,12 @@ def counter_worker_table(counters: pd.DataFrame, offsets: dict[str, int]) -> pd.
     per_record = (sums["steps"] - sums["warm_steps"]) / after.where(after > 0)
     period = (times["last_start"] - times["start"]) / (after - 1).where(after > 1) / per_record
     mean = duration / timed.where(timed > 0)
+    percentiles = dense_histogram_quantiles(histograms, (0.5, 0.95), lo)
     table = pd.DataFrame({
         "task": sums.index.astype(str),
         "steps": sums["steps"].to_numpy(),
-        "p50_ns": [histogram_quantile(row, 0.5, lo) for row in histograms],
-        "p95_ns": [histogram_quantile(row, 0.95, lo) for row in histograms],
+        "p50_ns": percentiles[:, 0],
+        "p95_ns": percentiles[:, 1],
         "mean_ns": mean.to_numpy(),
         "period_ns": period.fillna(mean).to_numpy(),
         "input_wait_frac": (wait / duration.clip(lower=1.0)).to_numpy(),

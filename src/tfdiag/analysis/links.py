@@ -13,8 +13,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from tfdiag.analysis.groups import grouped_rows, median_of, quantile, sorted_quantile
-from tfdiag.analysis.step_stats import histogram_quantile
+from tfdiag.analysis.groups import grouped_rows, quantile
+from tfdiag.analysis.step_stats import histogram_quantiles
 
 # Fraction of a link's probes (the fastest ones) used for its clock-offset estimate: the
 # fastest round trips bound the offset tightest (Cristian's method).
@@ -29,6 +29,9 @@ MIN_LINK_SAMPLES = 3
 # on its fastest round trip in each (a path that turns slow mid-run hides behind the
 # fastest round trip of the whole run, taken before it turned).
 LATENCY_WINDOWS = 10
+
+# The round-trip percentiles of a link's row (``rtt_p50_ns``, ``rtt_p95_ns``, ``rtt_p99_ns``).
+PERCENTILES = (0.5, 0.95, 0.99)
 
 COLUMNS = ["src", "dst", "samples", "rtt_min_ns", "rtt_p50_ns", "rtt_p95_ns", "rtt_p99_ns", "offset_ns",
            "offset_uncertainty_ns", "bandwidth_bps"]
@@ -72,8 +75,9 @@ def link_table(rpc: pd.DataFrame, histograms: pd.DataFrame | None = None) -> pd.
     pairs = np.flatnonzero(samples)
     if not len(pairs):
         return pd.DataFrame(columns=COLUMNS)
-    bulk_pairs, bulk_rows = grouped_rows(np.where(payload > 0, pair, -1), len(src_names) * len(dst_names))
-    bulk = dict(zip(bulk_pairs.tolist(), bulk_rows))
+    loaded_rows = np.flatnonzero(payload > 0)
+    bulk_bytes = _medians(payload.astype("float64"), loaded_rows, pair[loaded_rows])
+    bulk_rtt = _medians(rtt.astype("float64"), loaded_rows, pair[loaded_rows])
     counted = _histograms(histograms)
     # Each link's timed probes sorted by round trip, once for every link (a 1,024-worker run
     # has 4,096 links): its percentiles are ranks, its fastest quarter a prefix.
@@ -84,26 +88,26 @@ def link_table(rpc: pd.DataFrame, histograms: pd.DataFrame | None = None) -> pd.
     bounds = np.searchsorted(link_of, np.arange(len(samples) + 1))
     fastest = ordered_rtt <= _sorted_quantiles(ordered_rtt, bounds, FASTEST_FRACTION)[link_of]  # a prefix of each link
     fastest_end = bounds[:-1] + np.bincount(link_of[fastest], minlength=len(samples))
-    fastest_offset = _median_offsets(offset, order[fastest], link_of[fastest])
+    fastest_offset = _medians(offset, order[fastest], link_of[fastest])
+    percentiles = np.column_stack([_sorted_quantiles(ordered_rtt, bounds, q) for q in PERCENTILES]).tolist()
+    src_names, dst_names = [str(name) for name in src_names], [str(name) for name in dst_names]
     rows = []
     for code in pairs.tolist():
-        src, dst = str(src_names[code // len(dst_names)]), str(dst_names[code % len(dst_names)])
+        src, dst = src_names[code // len(dst_names)], dst_names[code % len(dst_names)]
         own_rtt = ordered_rtt[bounds[code]:bounds[code + 1]]
         plain = counted.get((src, dst, False))
         if plain is not None:  # a long run's: every round trip, from the histogram
-            link_samples, rtt_min = plain[0], plain[1]
-            p50, p95, p99 = (histogram_quantile(plain[2], q, plain[3]) for q in (0.5, 0.95, 0.99))
+            link_samples, rtt_min, (p50, p95, p99) = plain[0], plain[1], plain[2]
         else:
             link_samples, rtt_min = int(samples[code]), own_rtt[0] if len(own_rtt) else math.nan
-            p50, p95, p99 = (sorted_quantile(own_rtt, q) for q in (0.5, 0.95, 0.99))
+            p50, p95, p99 = percentiles[code]
         quickest = ordered_rtt[bounds[code]:fastest_end[code]]
         bandwidth = math.nan
-        if code in bulk:  # the extra time a probe carrying N bytes takes over a plain one
+        if code in bulk_bytes:  # the extra time a probe carrying N bytes takes over a plain one
             loaded = counted.get((src, dst, True))
-            bulk_p50 = (histogram_quantile(loaded[2], 0.5, loaded[3]) if loaded is not None
-                        else median_of(rtt[bulk[code]].astype("float64")))
+            bulk_p50 = loaded[2][0] if loaded is not None else bulk_rtt.get(code, math.nan)
             extra_s = (bulk_p50 - p50) / 1e9
-            bandwidth = median_of(payload[bulk[code]].astype("float64")) / extra_s if extra_s > 0 else math.nan
+            bandwidth = bulk_bytes[code] / extra_s if extra_s > 0 else math.nan
         rows.append((src, dst, link_samples, rtt_min, p50, p95, p99, fastest_offset.get(code, math.nan),
                      quickest[-1] / 2 if len(quickest) else math.nan, bandwidth))
     return pd.DataFrame(rows, columns=COLUMNS)
@@ -122,34 +126,32 @@ def _sorted_quantiles(ordered: np.ndarray, bounds: np.ndarray, q: float) -> np.n
     return np.where(counts > 0, quantiles, np.nan)
 
 
-def _median_offsets(offset: np.ndarray, rows: np.ndarray, links: np.ndarray) -> dict[int, float]:
-    """Link -> the median of the ``offset`` of its ``rows`` (NaN left out), as np.median takes it."""
-    if offset.dtype.kind == "f":
-        known = ~np.isnan(offset[rows])
+def _medians(values: np.ndarray, rows: np.ndarray, links: np.ndarray) -> dict[int, float]:
+    """Link -> the median of the ``values`` of its ``rows`` (NaN left out), as
+    ``groups.median_of`` takes it; a link whose values are all NaN has none."""
+    if values.dtype.kind == "f":
+        known = ~np.isnan(values[rows])
         rows, links = rows[known], links[known]
-    by_link = np.lexsort((offset[rows], links))
+    by_link = np.lexsort((values[rows], links))
     rows, links = rows[by_link], links[by_link]
     linked, first, counts = np.unique(links, return_index=True, return_counts=True)
     low, high = rows[first + (counts - 1) // 2], rows[first + counts // 2]
-    medians = (offset[low].astype("float64") + offset[high].astype("float64")) / 2
+    medians = (values[low].astype("float64") + values[high].astype("float64")) / 2
     return dict(zip(linked.tolist(), medians.tolist()))
 
 
-def _histograms(histograms: pd.DataFrame | None) -> dict[tuple[str, str, bool], tuple[int, int, np.ndarray, int]]:
-    """(src, dst, payload) -> (probes, fastest round trip, bucket counts from its first
-    bucket on, that first bucket) of ``probe_fold``'s histograms: dense from the link's
-    fastest bucket, not from bucket 0 (4,096 links of 4,400 buckets each cost most of a wide
-    run's analysis)."""
+def _histograms(histograms: pd.DataFrame | None) -> dict[tuple[str, str, bool], tuple[int, int, list[float]]]:
+    """(src, dst, payload) -> (probes, fastest round trip, its ``PERCENTILES``) of
+    ``probe_fold``'s histograms, every link's read at once (``step_stats.histogram_quantiles``)."""
     if histograms is None:
         return {}
-    counted = {}
-    for link in histograms.itertuples(index=False):
-        first = int(link.buckets.min())
-        counts = np.zeros(int(link.buckets.max()) - first + 1, "int64")
-        counts[link.buckets - first] = link.counts
-        counted[(str(link.src), str(link.dst), bool(link.payload))] = (int(link.probes), int(link.rtt_min_ns), counts,
-                                                                       first)
-    return counted
+    bounds = np.r_[0, np.cumsum([len(buckets) for buckets in histograms["buckets"]])]
+    percentiles = histogram_quantiles(np.concatenate(list(histograms["buckets"])),
+                                      np.concatenate(list(histograms["counts"])), bounds, PERCENTILES).tolist()
+    return {(str(src), str(dst), bool(payload)): (int(probes), int(fastest), quantiles)
+            for src, dst, payload, probes, fastest, quantiles in zip(
+                histograms["src"], histograms["dst"], histograms["payload"], histograms["probes"],
+                histograms["rtt_min_ns"], percentiles)}
 
 
 LATENCY_COLUMNS = ["src", "dst", "samples", "rtt_min_ns", "rtt_p50_ns", "rtt_p99_ns", "source"]

@@ -92,6 +92,61 @@ def histogram_quantile(counts: np.ndarray, q: float, first_bucket: int = 0) -> f
     return value_low + (value_high - value_low) * (position - low)
 
 
+def histogram_quantiles(buckets: np.ndarray, counts: np.ndarray, bounds: np.ndarray,
+                        qs: tuple[float, ...]) -> np.ndarray:
+    """``histogram_quantile`` of many histograms at once, the same numbers: histogram ``i``
+    counts ``counts[bounds[i]:bounds[i + 1]]`` values in ``buckets`` of those rows (increasing
+    within each histogram; buckets not listed hold none). One row per histogram, a column
+    per ``q``; NaN for an empty histogram. A 1,024-worker run's 4,096 links, each read at
+    three quantiles, in a few array operations rather than 12,288 calls.
+
+    >>> counts = np.bincount(bucket_of(np.array([100, 200, 300])), minlength=_BUCKETS)
+    >>> listed = np.flatnonzero(counts)
+    >>> both = histogram_quantiles(listed, counts[listed], np.array([0, len(listed)]), (0.5, 0.95))
+    >>> both.tolist() == [[histogram_quantile(counts, 0.5), histogram_quantile(counts, 0.95)]]
+    True
+    """
+    cumulative = np.cumsum(counts.astype("int64"))
+    counted = np.r_[0, cumulative]
+    before_each, totals = counted[bounds[:-1]], counted[bounds[1:]] - counted[bounds[:-1]]
+    nonempty = totals > 0
+    result = np.full((len(totals), len(qs)), np.nan)
+    for column, q in enumerate(qs):
+        position = q * (totals[nonempty] - 1)
+        low = np.floor(position).astype("int64")
+        value_low, value_high = (_values_at_ranks(buckets, counts, cumulative, bounds[:-1][nonempty],
+                                                  before_each[nonempty], rank)
+                                 for rank in (low, np.ceil(position).astype("int64")))
+        result[nonempty, column] = value_low + (value_high - value_low) * (position - low)
+    return result
+
+
+def dense_histogram_quantiles(histograms: np.ndarray, qs: tuple[float, ...], first_bucket: int = 0) -> np.ndarray:
+    """``histogram_quantiles`` of the rows of a 2-D array of counts (buckets ``first_bucket``
+    on): ``histogram_quantile`` of each row, at each ``q``.
+
+    >>> counts = np.array([[0, 2, 5], [0, 0, 0]])
+    >>> read = dense_histogram_quantiles(counts, (0.5,), 10)
+    >>> float(read[0, 0]) == histogram_quantile(counts[0], 0.5, 10), bool(np.isnan(read[1, 0]))
+    (True, True)
+    """
+    rows, columns = np.nonzero(histograms)  # row by row, buckets increasing
+    bounds = np.searchsorted(rows, np.arange(len(histograms) + 1))
+    return histogram_quantiles(first_bucket + columns, histograms[rows, columns], bounds, qs)
+
+
+def _values_at_ranks(buckets: np.ndarray, counts: np.ndarray, cumulative: np.ndarray, starts: np.ndarray,
+                     before_each: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+    """``_value_at_rank`` of each histogram (its rows from ``starts``, ``before_each`` values
+    counted before them) at its ``ranks``: the same operations, element by element."""
+    index = np.searchsorted(cumulative, before_each + ranks + 1)
+    bucket = buckets[index].astype("int64")
+    before = np.where(index > starts, cumulative[np.maximum(index - 1, 0)] - before_each, 0)
+    low = np.array([BUCKET_GROWTH ** (int(value) - 1) for value in bucket.tolist()], "float64")  # Python's pow, as there
+    spread = low + low * (BUCKET_GROWTH - 1) * (ranks - before + 0.5) / counts[index]
+    return np.where(bucket == 0, 0.0, spread)
+
+
 @dataclass
 class _Group:
     """What is kept of the step records of one (file, task, clock)."""
