@@ -16,7 +16,15 @@ import pytest
 
 from tfdiag.analysis import analyze
 from tfdiag.analysis.load import RunLoader
-from tfdiag.analysis.step_stats import PERCENTILE_RELATIVE_ERROR, StepAccumulator, bucket_of, histogram_quantile
+from tfdiag.analysis.step_stats import (
+    _BUCKETS,
+    PERCENTILE_RELATIVE_ERROR,
+    StepAccumulator,
+    bucket_of,
+    dense_histogram_quantiles,
+    histogram_quantile,
+    histogram_quantiles,
+)
 from tfdiag.events import KINDS
 
 SMALL_CAP = dict(sampled_rows=16, recent_rows=8)
@@ -118,6 +126,28 @@ def test_histogram_percentiles_are_within_the_stated_error(seed):
     for q in (0.5, 0.95, 0.99):
         exact = float(np.quantile(values, q))
         assert abs(histogram_quantile(counts, q) - exact) <= PERCENTILE_RELATIVE_ERROR * exact
+
+
+def test_many_histograms_read_at_once_give_each_one_s_percentiles_exactly():
+    """``histogram_quantiles`` (a wide run's links and workers at once) is ``histogram_quantile``
+    bit for bit: empty histograms, all-zero durations and one-value histograms among them."""
+    rng = np.random.default_rng(7)
+    buckets, counts, bounds, dense = [], [], [0], []
+    for size in [0, 1, 2, 5, 40, 300] * 20:
+        values = rng.lognormal(13, rng.uniform(0.1, 2.0), size).astype("int64")
+        if rng.random() < 0.1:
+            values[:] = 0
+        listed, counted = np.unique(bucket_of(values), return_counts=True)
+        buckets.append(listed), counts.append(counted), bounds.append(bounds[-1] + len(listed))
+        dense.append(np.bincount(bucket_of(values), minlength=_BUCKETS))
+    qs = (0.0, 0.25, 0.5, 0.95, 0.99, 1.0)
+    read = histogram_quantiles(np.concatenate(buckets), np.concatenate(counts), np.array(bounds), qs)
+    expected = np.array([[histogram_quantile(row, q) for q in qs] for row in dense])
+    np.testing.assert_array_equal(read, expected)  # NaN where empty, equal elsewhere
+    positive = np.stack([row for row in dense if not row[0]])  # from its first counted bucket on, as worker_table
+    first = int(np.flatnonzero(positive.any(axis=0))[0])
+    np.testing.assert_array_equal(dense_histogram_quantiles(positive[:, first:], qs, first),
+                                  expected[[not row[0] for row in dense]])
 
 
 def test_records_of_several_tasks_in_one_batch_are_kept_apart():
