@@ -50,6 +50,7 @@ def host_table(system: pd.DataFrame) -> pd.DataFrame:
     # sampler costs a millisecond, a second on a 1,024-worker run.
     host_codes, hosts = pd.factorize(ordered["host"], sort=True)
     task_codes, tasks = pd.factorize(ordered["task"], sort=True)
+    hosts, tasks = hosts.tolist(), tasks.tolist()  # read by position below, once a sampler
     keep = (host_codes >= 0) & (task_codes >= 0)  # groupby leaves a null key out
     group = np.where(keep, host_codes * max(len(tasks), 1) + task_codes, -1)
     order = np.argsort(group, kind="stable")[int((group < 0).sum()):]

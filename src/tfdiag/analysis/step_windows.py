@@ -36,9 +36,10 @@ def window_counters(counters: pd.DataFrame, offsets: dict[str, int], start_ns: f
         return pd.DataFrame(columns=WINDOW_COLUMNS)
     tasks = counters["task"].to_numpy(dtype=object)
     order = np.argsort(tasks, kind="stable")  # groupby's order: by task, each task's rows as they were
-    segments = [counters["segments"].iat[row] for row in order]
+    every_segments, clocks = counters["segments"].tolist(), counters["clock_task"].tolist()
+    segments = [every_segments[row] for row in order]
     lengths = np.array([len(times) for times, _ in segments])
-    shift = np.repeat([offsets.get(counters["clock_task"].iat[row], 0) for row in order], lengths)
+    shift = np.repeat([offsets.get(clocks[row], 0) for row in order], lengths)
     times = np.concatenate([times for times, _ in segments]).astype("float64")
     sums = np.concatenate([sums for _, sums in segments])
     first, last_begin, last_end = (times[:, column] - shift for column in range(3))
