@@ -239,6 +239,12 @@ def _marks(row: dict, kind: str) -> tuple[int, int, int]:
     return (0, int(unexplained), 0)
 
 
+def _only_own_alarms(row: dict) -> bool:
+    """Whether every false alarm of a trial (none included) is its job's own bottleneck (``JOB_OWN``)."""
+    own = JOB_OWN.get(row["trial"]["job"], ())
+    return all(alarm.split(" ")[0] in own for alarm in row["verdict"]["false_alarms"])
+
+
 def quantile(values: list[float], q: float) -> float:
     """The ``q`` quantile by linear interpolation (numpy's default)."""
     values = sorted(values)
@@ -273,9 +279,7 @@ def summary(rows: list[dict]) -> dict:
             held.setdefault(r["trial"].get("holder", "signals"), []).append(r)
     clean_alarms = {hogs: [r for r in clean if bool(r["trial"]["hogs"]) == hogs] for hogs in (False, True)}
     precise = [r for r in rows if not r["verdict"]["false_alarms"]]
-    own = JOB_OWN.get
-    precise_but_own = [r for r in rows if all(alarm.split(" ")[0] in own(r["trial"]["job"], ())
-                                              for alarm in r["verdict"]["false_alarms"])]
+    precise_but_own = [r for r in rows if _only_own_alarms(r)]
     errors = [r["verdict"]["error"] for r in rows if r["verdict"]["error"] is not None]
     spreads = [r["verdict"]["repeat_spread"] for r in rows if r["verdict"].get("repeat_spread") is not None]
     repeatable = [r["verdict"]["error"] for r in rows if r["verdict"]["error"] is not None
@@ -293,7 +297,9 @@ def summary(rows: list[dict]) -> dict:
                             "ci": wilson(len(precise_but_own), len(rows))},
         "clean_false_alarms": {("with hogs" if hogs else "without hogs"): {
             "n": len(group), "alarms": sum(bool(r["verdict"]["false_alarms"]) for r in group),
-            "ci": wilson(sum(bool(r["verdict"]["false_alarms"]) for r in group), len(group))}
+            "ci": wilson(sum(bool(r["verdict"]["false_alarms"]) for r in group), len(group)),
+            "alarms_but_own": sum(not _only_own_alarms(r) for r in group),
+            "ci_but_own": wilson(sum(not _only_own_alarms(r) for r in group), len(group))}
             for hogs, group in clean_alarms.items()},
         "primary": {"n": len(recalled), "hits": sum(r["verdict"]["primary"] for r in recalled),
                     "ci": wilson(sum(r["verdict"]["primary"] for r in recalled), len(recalled))},

@@ -150,6 +150,8 @@ def report(rows: list[dict], title: str) -> str:
         target = "≤ 2 %" if name == "with hogs" else "–"
         lines.append(f"| clean runs {name} with a false alarm | {group['alarms']} of {group['n']} | {_ci(group['ci'])} "
                      f"| {target} |")
+        lines.append(f"| ... but for the job's own bottleneck | {group['alarms_but_own']} of {group['n']} "
+                     f"| {_ci(group['ci_but_own'])} | – |")
     never = s["never_ran"]
     lines.append("| faults that never ran (onset after the last step, exception never raised, worker idle after the onset; out of recall) "
                  f"| {never['n']} of {never['n'] + s['faulty']} | – | – |")

@@ -124,7 +124,13 @@ def test_per_kind_and_summary_count_true_and_false_positives():
     assert straggler["precision"] == 0.5 and straggler["recall"] == 0.5
     figures = summary(rows)
     assert figures["clean_false_alarms"]["with hogs"]["alarms"] == 1
+    assert figures["clean_false_alarms"]["with hogs"]["alarms_but_own"] == 1  # a straggler is no job's own
     assert figures["clean_false_alarms"]["without hogs"]["alarms"] == 0
+    tutorial = {"trial": trial("none", "", hogs=1, job="ps_tutorial"),
+                "result": result([finding("coordinator_bound", ["worker:0"])])}
+    tutorial["verdict"] = judge(tutorial["trial"], tutorial["result"])
+    own = summary([tutorial])["clean_false_alarms"]["with hogs"]
+    assert (own["alarms"], own["alarms_but_own"]) == (1, 0)
     assert figures["recall_by_effect"][">=1.5x"]["hits"] == 1
     held = figures["recall_by_holder"]  # a row recorded before holders existed was held by signals
     assert (held["signals"]["hits"], held["signals"]["n"], held["cgroup"]["hits"], held["cgroup"]["n"]) == (1, 1, 0, 1)
