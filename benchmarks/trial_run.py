@@ -40,6 +40,7 @@ from tfdiag.analysis.engine import analyze
 from tfdiag.sample_jobs.advice import tune_options
 from tfdiag.sample_jobs.jobs import JOBS, JobConfig
 from tfdiag.sample_jobs.proxy import SWITCH_ENV_VAR
+from tfdiag.sample_jobs.zygote import die_with
 
 RUN_TIMEOUT_S = 240
 FAILING_TIMEOUT_S = 120  # a job whose task raised may hang in a collective: ended after this
@@ -290,8 +291,10 @@ def _hang(cluster, trial: Trial, logdir: Path, hung: dict, onset: dict):
 
 @contextlib.contextmanager
 def hogs(count: int):
-    """``count`` busy-loop processes beside the job; killed (by pid) on exit."""
-    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    """``count`` busy-loop processes beside the job; killed (by pid) on exit, and with the
+    trial's process if it is killed first (a stopped batch left one busy on 7 December)."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=die_with(os.getpid()))
+             for _ in range(count)]
     try:
         yield [p.pid for p in procs]
     finally:

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
+
+import psutil
 
 from benchmarks import trial_run
 from benchmarks.trial_space import REPEAT_SEEDS, Trial
@@ -39,3 +43,15 @@ def test_before_the_repeat_seeds_or_without_a_fix_one_pair_or_one_run(monkeypatc
     assert made == [("fault", False), ("fix", False)] and "repeat" not in result
     made, result = _runs(monkeypatch, dataclasses.replace(trial, seed=REPEAT_SEEDS, fix=False))
     assert made == [("fault", False)] and "repeat" not in result
+
+
+def test_hogs_end_with_a_trial_killed_before_it_could_end_them():
+    """A batch stopped from outside (SIGKILL, or SIGTERM, which runs no ``finally``) leaves no busy loop."""
+    trial = subprocess.Popen([sys.executable, "-c", "from benchmarks.trial_run import hogs\n"
+                              "with hogs(1) as pids:\n    print(pids[0], flush=True)\n    input()"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    hog = psutil.Process(int(trial.stdout.readline()))
+    assert hog.is_running()
+    trial.kill()
+    trial.wait()
+    hog.wait(timeout=10)  # psutil.TimeoutExpired if the busy loop outlived its trial
