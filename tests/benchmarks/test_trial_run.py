@@ -54,4 +54,8 @@ def test_hogs_end_with_a_trial_killed_before_it_could_end_them():
     assert hog.is_running()
     trial.kill()
     trial.wait()
-    hog.wait(timeout=10)  # psutil.TimeoutExpired if the busy loop outlived its trial
+    try:
+        hog.wait(timeout=10)  # psutil.TimeoutExpired if the busy loop outlived its trial
+    finally:
+        if hog.is_running():
+            hog.kill()
