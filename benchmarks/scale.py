@@ -16,7 +16,8 @@ Five modes, each printing Markdown table rows (with the load average before and 
   within ``DURATION_MEMORY_RATIO`` of the first's, with the same findings;
 - ``--grow STEPS``: in one process, the tab's way: a ``RunLoader`` and an analysis of the
   run, then ``synth.py --append`` adds STEPS steps to every worker, then the loader's
-  refresh and a new analysis (the re-analysis reads and folds only the appended bytes);
+  refresh and a new analysis, timed apart (the refresh reads and folds only the appended
+  bytes and rebuilds the frames of the kinds that got some);
 - ``--check RUN...``: the streaming path against the exact one on runs small enough for
   the exact one (the row cap forced down to a few rows): findings and numbers must agree
   (counts, sums and means exactly, percentiles within ``PERCENTILE_RELATIVE_ERROR``).
@@ -141,12 +142,15 @@ def grow(run: Path, steps: int) -> int:
     first_s, first_cpu = time.perf_counter() - started, time.process_time() - cpu
     subprocess.run([sys.executable, str(HERE / "synth.py"), str(run), "--steps", str(steps), "--append"], check=True)
     started, cpu = time.perf_counter(), time.process_time()
-    again = analyze(loader.refresh())
+    grown = loader.refresh()
+    read_s = time.perf_counter() - started
+    again = analyze(grown)
     again_s, again_cpu = time.perf_counter() - started, time.process_time() - cpu
     added = again.summary["steps"] - first.summary["steps"]
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"| {first.summary['steps']:,} step records, {len(first.workers)} workers | {first_s:.1f} s "
-          f"({first_cpu:.1f} s CPU) | +{added:,} | {again_s:.2f} s ({again_cpu:.2f} s CPU) | {peak_mb:,.0f} MB | "
+          f"({first_cpu:.1f} s CPU) | +{added:,} | {again_s:.2f} s (read {read_s:.2f} s, analysis {again_s - read_s:.2f} s; "
+          f"{again_cpu:.2f} s CPU) | {peak_mb:,.0f} MB | "
           f"{load_before} → {_load()} |")
     return 0
 
