@@ -65,18 +65,18 @@ def test_a_step_inside_a_closure_of_several_pays_half_a_round_trip_after_the_fir
     assert finding.recommendation.predicted_speedup == pytest.approx(per_step / (per_step - saved), rel=0.01)
 
 
-def _turning_slow(builder, slow_ms: float, turns_at_s: float, back_at_s: float = 1e9):
-    """A 20-s PS run probed every 0.5 s from each source; from ``turns_at_s`` to ``back_at_s``
-    the path to ps:1 adds ``slow_ms``."""
+def _turning_slow(builder, slow_ms: float, turns_at_s: float, back_at_s: float = 1e9, every_s: float = 0.5):
+    """A 20-s PS run probed every ``every_s`` from each source; from ``turns_at_s`` to
+    ``back_at_s`` the path to ps:1 adds ``slow_ms``."""
     run = builder()
     for worker in ("worker:0", "worker:1"):
         run.steps(worker, count=740, step_ms=25, idle_ms=2, closures=True)
     for src in ("chief:0", "worker:0", "worker:1"):
-        for i in range(40):
-            send = START_NS + i * 500 * MS
+        for i in range(int(20 / every_s)):
+            send = START_NS + int(i * every_s * 1000) * MS
             for dst in ("ps:0", "ps:1"):
-                rtt = int((0.5 + 0.1 * (i % 3) + (slow_ms if dst == "ps:1" and turns_at_s <= i / 2 < back_at_s else 0))
-                          * MS)
+                slow = slow_ms if dst == "ps:1" and turns_at_s <= i * every_s < back_at_s else 0
+                rtt = int((0.5 + 0.1 * (i % 3) + slow) * MS)
                 run.record("rpc", src=src, dst=dst, send_ns=send, remote_ns=send + rtt // 2, recv_ns=send + rtt,
                            payload_bytes=0)
     return run
@@ -99,4 +99,26 @@ def test_a_path_that_turns_slow_mid_run_is_slow_link_for_the_stretch_it_was_slow
 
 def test_a_path_slow_for_two_windows_of_ten_is_no_slow_link(builder):
     run = _turning_slow(builder, slow_ms=12.0, turns_at_s=8.0, back_at_s=12.0)
+    assert "slow_link" not in [f.kind for f in analyze(run.write()).findings]
+
+
+def test_a_short_runs_path_that_turns_slow_is_seen_though_each_link_has_a_probe_or_two_a_window(builder):
+    # ps_embed behind a proxy from a fifth of an 18-s run on: each link probed about 15 times,
+    # so no window holds three probes of one link, but each holds three or more to each ps.
+    report = analyze(_turning_slow(builder, slow_ms=17.0, turns_at_s=4.0, every_s=1.3).write())
+    [finding] = [f for f in report.findings if f.kind == "slow_link"]
+    assert finding.tasks == ("ps:1",)
+    assert 4.0 <= finding.evidence["slow_since_s"] <= 4.0 + 2.0  # within a window (a tenth of the run) of the turn
+
+
+def test_one_late_probe_a_window_from_a_different_source_each_time_is_no_slow_link(builder):
+    # A loaded host: in every window one source's probe to ps:1 waited for a core.
+    run = _turning_slow(builder, slow_ms=0.0, turns_at_s=0.0, every_s=1.3)
+    late = {}
+    for kind, record in run.records:
+        if kind == "rpc" and record["dst"] == "ps:1":
+            late.setdefault(record["send_ns"], []).append(record)
+    for i, (send, records) in enumerate(sorted(late.items())):
+        record = records[i % len(records)]
+        record["recv_ns"] += 15 * MS
     assert "slow_link" not in [f.kind for f in analyze(run.write()).findings]

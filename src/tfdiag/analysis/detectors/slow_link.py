@@ -73,8 +73,11 @@ def slow_stretches(windows: pd.DataFrame) -> dict[str, SlowStretch]:
     ``links.windowed_latency_table`` (the longest such stretch of each), each window judged
     as ``slow_ps`` judges the run (over every window at once): a ps's fastest round trip,
     the median over its sources, against its peers', and every source's own against the
-    other ps it measured (``_slow_from_every_source``)."""
-    to_ps = windows[windows["dst"].str.startswith("ps:") & (windows["samples"] >= MIN_LINK_SAMPLES)]
+    other ps it measured (``_slow_from_every_source``). A ps is judged in a window where
+    its sources together probed it ``MIN_LINK_SAMPLES`` times: a short run's probe reads
+    each link about once a window, and every source must still agree."""
+    to_ps = windows[windows["dst"].str.startswith("ps:")]
+    to_ps = to_ps[to_ps.groupby(["window", "dst"])["samples"].transform("sum") >= MIN_LINK_SAMPLES]
     if to_ps.empty or to_ps["rtt_min_ns"].max() < MIN_EXTRA_NS:  # no window's link is slow enough to judge
         return {}
     rtt = to_ps.groupby(["window", "dst"])["rtt_min_ns"].median().unstack()
