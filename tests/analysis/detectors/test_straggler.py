@@ -296,3 +296,45 @@ def test_a_slower_median_of_few_widely_spread_steps_is_noise_not_a_straggler(bui
     assert "straggler" not in _kinds(analyze(run(20.0).write()))
     steady = next(f for f in analyze(run(0.0).write()).findings if f.kind == "straggler")
     assert steady.tasks == ("worker:1",) and steady.evidence["slowdown"]["worker:1"] == pytest.approx(1.31, abs=0.01)
+
+
+def _held_run(builder, held: dict[str, float], *, workers=2, late_steps=0, throttled=False):
+    """An asynchronous run whose worker:0 steps 8 s (10 ms steps 10 ms apart) and, with
+    ``late_steps``, worker:1 only that many steps at its end (a TF1 worker that waited for the
+    chief); a sampler's readings of each worker find it held ``held[task]`` of the time
+    (stopped by a signal, or with ``throttled`` by its cgroup's quota)."""
+    run = builder(workers=workers)
+    run.steps("worker:0", count=400, step_ms=10, idle_ms=10)
+    if late_steps:
+        run.steps("worker:1", count=late_steps, step_ms=10, idle_ms=10, start_ns=START_NS + (400 - late_steps) * 20 * MS)
+    for pid, task in enumerate(["worker:0", "worker:1"][:workers]):
+        share = held.get(task, 0.0)
+        run.job_process("vm", task, 100 + pid, 0.02, count=81, throttled_share=share if throttled else 0.0,
+                        stopped_share=0.0 if throttled else share, probes=10)
+    return run
+
+
+def test_a_worker_held_from_outside_whose_peer_stepped_only_the_last_seconds_is_a_straggler(builder):
+    # tf1_feed (trial 2354): worker:1 waited 30 s for the chief, so its 20 steps cannot show
+    # that worker:0, stopped 40 % of the time, steps less often.
+    report = analyze(_held_run(builder, {"worker:0": 0.4}, late_steps=20).write())
+    [finding] = [f for f in report.findings if f.kind == "straggler"]
+    assert finding.tasks == ("worker:0",) and finding.evidence["held_share"] == {"worker:0": 0.4, "worker:1": 0.0}
+    assert finding.evidence["slowdown"] == {"worker:0": pytest.approx(1 / 0.6, abs=0.01)}
+    # its 400 steps 1/0.6 as fast, worker:1's 20 as they were
+    assert finding.recommendation.predicted_speedup == pytest.approx((400 / 0.6 + 20) / 420, rel=0.01)
+
+
+def test_a_lone_worker_throttled_by_its_cgroup_is_a_straggler_by_its_hold(builder):
+    report = analyze(_held_run(builder, {"worker:0": 0.3}, workers=1, throttled=True).write())
+    [finding] = [f for f in report.findings if f.kind == "straggler"]
+    assert finding.tasks == ("worker:0",) and finding.evidence["throttled_share"] == {"worker:0": 0.3}
+    assert finding.severity == Severity.WARNING
+    assert finding.recommendation.predicted_speedup == pytest.approx(1 / 0.7, rel=0.01)
+
+
+@pytest.mark.parametrize("held", [{"worker:0": 0.1}, {"worker:0": 0.4, "worker:1": 0.4}])
+def test_a_hold_that_explains_under_a_quarter_or_that_holds_every_worker_alike_names_no_one(builder, held):
+    # 0.1 explains 1.11x, under WARNING_SLOWDOWN; a quota on the whole job is no straggler's.
+    report = analyze(_held_run(builder, held, late_steps=20).write())
+    assert "straggler" not in _kinds(report)

@@ -83,6 +83,13 @@ BUSY_NEIGHBOURS_CORES = 0.5
 # excess is a hold; 0.05 leaves out a stray probe or a brief throttle, and a hold of under
 # 5 % of the time explains no more than 1.05x, under WARNING_SLOWDOWN.
 HELD_EXTRA_SHARE = 0.05
+# A worker held from outside for a share h of its stepping, against h0 for the typical other
+# worker (0 for a lone one), could run for (1 - h) / (1 - h0) of the time its peers could:
+# its hold alone makes it (1 - h0) / (1 - h) times slower, as a run-queue wait does
+# (``starved``). Where the steps compared name no straggler (a lone worker; a TF1 peer that
+# waited for the chief and stepped only the run's last seconds; too few steps beside it to
+# judge), a hold that makes it WARNING_SLOWDOWN slower and is HELD_EXTRA_SHARE above its
+# peers' names it all the same: nothing in a job stops or throttles its own process.
 # Examples per step differing by more than this ratio between workers: compare per example.
 EXAMPLES_PER_STEP_SPREAD = 1.1
 # A synchronous worker whose process could not run (``sync_steps.stopped_shares``) for
@@ -207,9 +214,9 @@ def _slower(values: pd.Series, typical: pd.Series, scale: pd.Series, bar: float,
 
 
 def detect(measured: Measurements) -> list[Finding]:
-    if len(measured.workers) < 2:
-        return []
-    return _judged(measured) or _since_mid_run(measured)
+    findings = (_judged(measured) or _since_mid_run(measured)) if len(measured.workers) >= 2 else []
+    named = {task for finding in findings for task in finding.tasks}
+    return findings + _by_hold(measured, named)
 
 
 def _judged(measured: Measurements) -> list[Finding]:
@@ -527,6 +534,63 @@ def _by_stopped_share(measured: Measurements, judged: pd.DataFrame) -> list[Find
         action=f"Give {names} the CPU its peers have.",
         change=(f"Lift the CPU quota or throttling of {names} (its container's cpu.max / CPU limit) or move it "
                 "off the host that starves it; every synchronous step waits for it."),
+    )]
+
+
+def _by_hold(measured: Measurements, named: set[str]) -> list[Finding]:
+    """Workers not in ``named`` whose hold from outside (``Measurements.held``) alone makes them
+    ``WARNING_SLOWDOWN`` slower than the typical other worker and is ``HELD_EXTRA_SHARE`` above
+    its; predicted as if nothing held them: asynchronously, each worker's steps at its
+    period over the time it stepped (a worker that stepped the run's last seconds adds
+    those), synchronously every step at the slowest one's pace."""
+    workers = measured.workers.assign(task=measured.workers["task"].astype(str))
+    held = measured.held.dropna(subset=["held_share"])
+    held = held[held["task"].isin(set(workers["task"]))].reset_index(drop=True)
+    if held.empty:
+        return []
+    share = held["held_share"].astype(float)
+    typical = typical_of_others(share).fillna(0.0)
+    slowdown = (1.0 - typical) / (1.0 - share).clip(lower=1e-6)
+    is_held = (share - typical >= HELD_EXTRA_SHARE) & (slowdown >= WARNING_SLOWDOWN) & ~held["task"].isin(named)
+    if not is_held.any():
+        return []
+    slow = held[is_held]
+    tasks, names, worst = tuple(slow["task"]), ", ".join(slow["task"]), float(slowdown[is_held].max())
+    ratio = workers["task"].map(dict(zip(slow["task"], slowdown[is_held]))).fillna(1.0)
+    steps = workers["steps"].astype(float)
+    if measured.synchronous:
+        speedup = worst
+    else:
+        speedup = (paced_speedup(measured, workers["task"], 1.0 / ratio)
+                   or float((steps * ratio).sum() / max(steps.sum(), 1.0)))
+
+    def pct(value) -> str:
+        return f"{float(value):.0%}"
+
+    rows = list(held.itertuples())
+    return [_finding(
+        tasks, worst,
+        title=f"{names} {'was' if len(tasks) == 1 else 'were'} held from outside for {pct(share[is_held].max())} of "
+              f"{'its' if len(tasks) == 1 else 'their'} stepping against {pct(typical[is_held].min())} for the "
+              "other workers",
+        summary=(f"The process of {names} was throttled by its cgroup's CPU quota or stopped by a signal for "
+                 f"{pct(share[is_held].max())} of the time it stepped (its samplers' readings of its cgroup and of its "
+                 f"state): that alone makes it {worst:.2f}x slower, whatever its steps compared with the other "
+                 "workers' show. Nothing in a job stops or throttles its own process."),
+        evidence={
+            "held_share": {row.task: round(float(row.held_share), 3) for row in rows},
+            "throttled_share": {row.task: None if math.isnan(row.throttled_share) else round(float(row.throttled_share), 3)
+                                for row in rows},
+            "stopped_share": {row.task: None if math.isnan(row.stopped_share) else round(float(row.stopped_share), 3)
+                              for row in rows},
+            "typical_held_share": round(float(typical[is_held].min()), 3),
+            "slowdown": {row.task: round(float(slowdown[row.Index]), 2) for row in slow.itertuples()},
+            "steps": dict(zip(workers["task"], workers["steps"].astype(int))),
+        },
+        speedup=speedup,
+        action=f"Lift what holds {names} from outside.",
+        change=(f"Raise or remove the CPU quota of {names} (its container's cpu.max / CPU limit), or find what "
+                "stops its process (a debugger, a job scheduler's SIGSTOP)."),
     )]
 
 
