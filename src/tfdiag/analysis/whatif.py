@@ -37,18 +37,24 @@ def predicted_speedup(workers: pd.DataFrame, new_duration_ns: pd.Series, synchro
     return float((1.0 / new_period).sum() / (1.0 / old_period).sum())
 
 
-def speedup_at_periods(workers: pd.DataFrame, new_period_ns: pd.Series) -> float:
-    """Throughput ratio of asynchronous training when each worker's step period becomes ``new_period_ns``.
+def speedup_over_run(workers: pd.DataFrame, tasks: pd.Series, period_ratio: pd.Series) -> float:
+    """Throughput ratio of asynchronous training when each worker of ``tasks`` steps at
+    ``period_ratio`` times its step period over the time it stepped: the run's steps
+    (``workers``, a ``worker_table``), each worker's taken ``1 / period_ratio`` times as often.
 
-    For a worker that loses time *between* its steps (a CPU quota that stops its process,
-    a busy host), where shortening its step duration alone would miss the loss.
+    Where every worker stepped throughout, its steps follow its rate and this is the workers'
+    rates added at the new periods; a worker that stepped only the run's last seconds (a TF1
+    worker that waited for the chief) adds only those. For a worker that loses time *between*
+    its steps (a CPU quota that stops its process, a busy host) as for one whose steps are slow.
 
-    >>> workers = pd.DataFrame({"period_ns": [10.0, 40.0]})
-    >>> round(speedup_at_periods(workers, pd.Series([10.0, 10.0])), 3)
-    1.6
+    >>> workers = pd.DataFrame({"task": ["worker:0", "worker:1"], "steps": [900, 100]})
+    >>> round(speedup_over_run(workers, pd.Series(["worker:0"]), pd.Series([0.5])), 3)
+    1.9
     """
-    old_period = workers["period_ns"].astype(float).clip(lower=1.0)
-    return float((1.0 / new_period_ns.astype(float).clip(lower=1.0)).sum() / (1.0 / old_period).sum())
+    ratio = pd.Series(period_ratio.to_numpy("float64"), index=tasks.astype(str).to_numpy())
+    steps = workers["steps"].to_numpy("float64")
+    faster = 1.0 / ratio.reindex(workers["task"].astype(str).to_numpy()).fillna(1.0).clip(lower=1e-9).to_numpy()
+    return float((steps * faster).sum() / max(steps.sum(), 1.0))
 
 
 # Round trips per step that a worker waits for on each ps link. A TF2 step is one

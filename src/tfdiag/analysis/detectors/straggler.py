@@ -34,7 +34,7 @@ from tfdiag.analysis.sync_steps import (
     step_if_running_as_peers,
     waiting_for_slowest_ms,
 )
-from tfdiag.analysis.whatif import predicted_speedup, speedup_at_periods
+from tfdiag.analysis.whatif import predicted_speedup, speedup_over_run
 from tfdiag.events import LATE_WAKE_S
 
 KIND = "straggler"
@@ -373,16 +373,18 @@ def _by_step_or_period(measured: Measurements) -> list[Finding]:
     if by_period[slow.index].any():
         # What if the stragglers started steps as often (per example) as the other workers?
         new_period = judged["period_ns"].where(~by_period, typical_period * scale)
-        speedup = speedup_at_periods(judged, new_period)
         slowdown = period_slowdown.where(by_period, step_slowdown)
     else:
         # What if the stragglers stepped like the typical worker?
         new_mean = judged["mean_ns"].where(~by_step, typical_of_others(judged["mean_ns"] / scale) * scale)
         new_period = judged["period_ns"] - (judged["mean_ns"] - new_mean)
-        speedup = predicted_speedup(judged, new_mean, measured.synchronous)
         slowdown = step_slowdown
-    if not measured.synchronous:  # under ParameterServerStrategy: the job's pace (closure_gaps)
-        speedup = paced_speedup(measured, judged["task"], new_period / judged["period_ns"]) or speedup
+    if measured.synchronous:  # (only a step can be slower: synchronous periods are equal)
+        speedup = predicted_speedup(judged, new_mean, synchronous=True)
+    else:  # under ParameterServerStrategy the job's pace (closure_gaps), else each worker's steps in the run
+        ratio = new_period.clip(lower=1.0) / judged["period_ns"]
+        speedup = (paced_speedup(measured, judged["task"], new_period / judged["period_ns"])
+                   or speedup_over_run(measured.workers, judged["task"], ratio))
     typical, typical_period = typical * scale, typical_period * scale
     tasks, worst = tuple(slow["task"]), float(slowdown[slow.index].max())
     names, unit = ", ".join(tasks), "per example" if per_example else "per step"
@@ -543,9 +545,8 @@ def _by_hold(measured: Measurements, named: set[str]) -> list[Finding]:
     its; predicted as if nothing held them: asynchronously, each worker's steps at its
     period over the time it stepped (a worker that stepped the run's last seconds adds
     those), synchronously every step at the slowest one's pace."""
-    workers = measured.workers.assign(task=measured.workers["task"].astype(str))
     held = measured.held.dropna(subset=["held_share"])
-    held = held[held["task"].isin(set(workers["task"]))].reset_index(drop=True)
+    held = held[held["task"].isin(set(measured.workers["task"].astype(str)))].reset_index(drop=True)
     if held.empty:
         return []
     share = held["held_share"].astype(float)
@@ -556,13 +557,11 @@ def _by_hold(measured: Measurements, named: set[str]) -> list[Finding]:
         return []
     slow = held[is_held]
     tasks, names, worst = tuple(slow["task"]), ", ".join(slow["task"]), float(slowdown[is_held].max())
-    ratio = workers["task"].map(dict(zip(slow["task"], slowdown[is_held]))).fillna(1.0)
-    steps = workers["steps"].astype(float)
+    ratio = 1.0 / slowdown[is_held]  # each held worker's period, unheld
     if measured.synchronous:
         speedup = worst
     else:
-        speedup = (paced_speedup(measured, workers["task"], 1.0 / ratio)
-                   or float((steps * ratio).sum() / max(steps.sum(), 1.0)))
+        speedup = paced_speedup(measured, slow["task"], ratio) or speedup_over_run(measured.workers, slow["task"], ratio)
 
     def pct(value) -> str:
         return f"{float(value):.0%}"
@@ -585,7 +584,7 @@ def _by_hold(measured: Measurements, named: set[str]) -> list[Finding]:
                               for row in rows},
             "typical_held_share": round(float(typical[is_held].min()), 3),
             "slowdown": {row.task: round(float(slowdown[row.Index]), 2) for row in slow.itertuples()},
-            "steps": dict(zip(workers["task"], workers["steps"].astype(int))),
+            "steps": dict(zip(measured.workers["task"].astype(str), measured.workers["steps"].astype(int))),
         },
         speedup=speedup,
         action=f"Lift what holds {names} from outside.",
