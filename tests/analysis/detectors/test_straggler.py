@@ -338,3 +338,17 @@ def test_a_hold_that_explains_under_a_quarter_or_that_holds_every_worker_alike_n
     # 0.1 explains 1.11x, under WARNING_SLOWDOWN; a quota on the whole job is no straggler's.
     report = analyze(_held_run(builder, held, late_steps=20).write())
     assert "straggler" not in _kinds(report)
+
+
+def test_an_asynchronous_stragglers_prediction_counts_a_late_peer_only_for_the_steps_it_took(builder):
+    # tf1_feed: worker:1 waited for the chief and stepped only the run's last 30 steps beside
+    # worker:0's 300, whose steps take 30 ms to its 10 (10 ms apart each). Over the steps
+    # compared both step throughout; over the run worker:0 took nearly all of them.
+    run = builder()
+    run.steps("worker:0", count=300, step_ms=30, idle_ms=10)
+    run.steps("worker:1", count=30, step_ms=10, idle_ms=10, start_ns=START_NS + 270 * 40 * MS)
+    [finding] = [f for f in analyze(run.write()).findings if f.kind == "straggler"]
+    assert finding.tasks == ("worker:0",)
+    # worker:0 at worker:1's 20-ms period: 2x its 300 steps, worker:1's 30 as they were
+    # (the rates added would say (1/20 + 1/20) / (1/40 + 1/20) = 1.33x)
+    assert finding.recommendation.predicted_speedup == pytest.approx((300 * 2 + 30) / 330, rel=0.02)
