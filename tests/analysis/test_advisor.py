@@ -10,6 +10,11 @@ from tfdiag.analysis.load import load_run
 from tfdiag.analysis.measurements import measure
 
 
+# The straggler's repair in ``_straggler_run``: worker:1's 100 steps over its 6.1 s at
+# worker:0's 21-ms period, worker:0's 100 as they were (``whatif.speedup_over_run``).
+STRAGGLER_REPAIR = (100 + 100 * 61 / 21) / 200
+
+
 def _straggler_run(builder, **kwargs):
     run = builder(**kwargs)
     # 100 steps of ~21 ms and ~61 ms from START_NS: about 6 s of training.
@@ -25,7 +30,7 @@ def test_prediction_held_to_the_idle_cpu_of_a_shared_host(builder):
     assert finding.recommendation.predicted_speedup == pytest.approx(1.25)
     limit = finding.evidence["host_cpu_limit"]
     assert limit["host"] == "vm" and limit["cpu_pct"] == 80.0
-    assert limit["unlimited_speedup"] == pytest.approx((2 / 21) / (1 / 21 + 1 / 61), rel=0.01)
+    assert limit["unlimited_speedup"] == pytest.approx(STRAGGLER_REPAIR, rel=0.01)
 
 
 def test_no_limit_when_the_workers_have_hosts_of_their_own(builder):
@@ -73,7 +78,7 @@ def test_a_busy_host_does_not_limit_a_job_whose_workers_wait(builder):
     run.system("vm", "chief:0", cpu_pct=90.0, count=40)
     finding = analyze(run.write()).primary
     assert finding.kind == "straggler"
-    assert finding.recommendation.predicted_speedup == pytest.approx((2 / 60) / (1 / 60 + 1 / 100), rel=0.01)
+    assert finding.recommendation.predicted_speedup == pytest.approx((100 + 100 * 100 / 60) / 200, rel=0.01)
     assert "host_cpu_limit" not in finding.evidence
 
 
@@ -200,10 +205,10 @@ def test_one_task_per_host_has_no_shared_bound_even_with_the_jobs_cpu(builder):
 
 def test_a_foreign_cpu_hog_does_not_hold_the_job_to_the_saturated_host(builder):
     """A host at 100 % where the job uses 20 %: the whole-host reading allowed nothing;
-    the job's own share allows (20 + 80 / 2) / 20 = 3x, above the 1.92x straggler repair."""
+    the job's own share allows (20 + 80 / 2) / 20 = 3x, above the 1.95x straggler repair."""
     run = _job_cpu(_straggler_run(builder).system("vm", "chief:0", cpu_pct=100.0, count=40), "chief:0", 11, 2.0, 20.0)
     finding = analyze(run.write()).primary
-    assert finding.recommendation.predicted_speedup == pytest.approx((2 / 21) / (1 / 21 + 1 / 61), rel=0.01)
+    assert finding.recommendation.predicted_speedup == pytest.approx(STRAGGLER_REPAIR, rel=0.01)
     assert "host_cpu_limit" not in finding.evidence
 
 

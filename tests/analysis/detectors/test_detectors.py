@@ -45,8 +45,9 @@ def test_straggler_in_async_training(builder):
     finding = analyze(run.write()).primary
     assert finding.kind == "straggler" and finding.tasks == ("worker:1",)
     assert finding.severity.value == "critical"
-    # Rates 1/21 + 1/61 become 2/21.
-    assert finding.recommendation.predicted_speedup == pytest.approx((2 / 21) / (1 / 21 + 1 / 61), rel=0.01)
+    # Each worker's 100 steps: worker:1's over its 6.1 s at worker:0's 21-ms period (the rates
+    # added, 1/21 + 1/61 becoming 2/21, would have worker:0 step the whole 6.1 s, not 2.1).
+    assert finding.recommendation.predicted_speedup == pytest.approx((100 + 100 * 61 / 21) / 200, rel=0.01)
 
 
 def test_straggler_in_sync_training_uses_the_slowest_worker(builder):
