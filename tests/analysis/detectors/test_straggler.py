@@ -352,3 +352,24 @@ def test_an_asynchronous_stragglers_prediction_counts_a_late_peer_only_for_the_s
     # worker:0 at worker:1's 20-ms period: 2x its 300 steps, worker:1's 30 as they were
     # (the rates added would say (1/20 + 1/20) / (1/40 + 1/20) = 1.33x)
     assert finding.recommendation.predicted_speedup == pytest.approx((300 * 2 + 30) / 330, rel=0.02)
+
+
+@pytest.mark.parametrize("held", [0.0, 0.4])
+def test_a_worker_slower_for_its_input_is_input_bounds_unless_held_from_outside(builder, held):
+    # tf1_feed with 24 ms of input a batch on worker:0 (trial 2420): its 38 ms steps wait
+    # 25 ms for input, against 12 ms steps waiting 1 ms on worker:1. A stopped worker's stops
+    # land in its input wait too: held, it stays a straggler.
+    run = builder()
+    run.steps("worker:0", count=200, step_ms=38, input_ms=25).steps("worker:1", count=600, step_ms=12, input_ms=1)
+    run.job_process("vm", "worker:0", 100, 0.02, count=81, stopped_share=held, probes=10)
+    run.job_process("vm", "worker:1", 101, 0.02, count=81, probes=10)
+    report = analyze(run.write())
+    assert [f.tasks for f in report.findings if f.kind == "input_bound"] == [("worker:0",)]
+    assert ("straggler" in _kinds(report)) == bool(held)
+
+
+def test_a_worker_slower_to_compute_with_its_peers_share_of_input_wait_is_a_straggler(builder):
+    run = builder()
+    run.steps("worker:0", count=200, step_ms=36, input_ms=9).steps("worker:1", count=600, step_ms=12, input_ms=3)
+    [finding] = [f for f in analyze(run.write()).findings if f.kind == "straggler"]
+    assert finding.tasks == ("worker:0",)

@@ -170,6 +170,23 @@ def starved(measured: Measurements, judged: pd.DataFrame, slowdown: pd.Series, i
     return is_slow & known & (by_wait | (busy & (share >= typical))) & ~held
 
 
+def _fed_slowly(measured: Measurements, judged: pd.DataFrame, slowdown: pd.Series, is_slow: pd.Series) -> pd.Series:
+    """Of the slower workers (``is_slow``, each ``slowdown`` times its peers), those whose wait
+    for input explains it, for ``input_bound`` to name: a wait of a share w of its steps
+    (``input_bound.WARNING_INPUT_FRACTION`` or more) against the typical other worker's w0
+    explains a slowdown of (1 - w0) / (1 - w), its steps with the typical wait, and explains
+    the worker's where it accounts for ``EXPLAINED_PART`` of it. A worker held from outside
+    stays a straggler: a stop lands in its input wait as much as in its compute."""
+    from tfdiag.analysis.detectors.input_bound import WARNING_INPUT_FRACTION  # input_bound reads this module
+
+    shares = dict(zip(measured.workers["task"].astype(str), measured.workers["input_wait_frac"].astype(float)))
+    share = judged["task"].astype(str).map(shares).astype(float)
+    explained = (1.0 - typical_of_others(share)) / (1.0 - share).clip(lower=1e-6)
+    held = _stopped_more(measured, judged) | _held_more(measured, judged)
+    return (is_slow & (share >= WARNING_INPUT_FRACTION) & (explained - 1.0 >= EXPLAINED_PART * (slowdown - 1.0))
+            & ~held)
+
+
 def _held_more(measured: Measurements, judged: pd.DataFrame) -> pd.Series:
     """Workers held from outside ``HELD_EXTRA_SHARE`` more than the typical other (``Measurements.held``)."""
     held = measured.held
@@ -364,9 +381,9 @@ def _by_step_or_period(measured: Measurements) -> list[Finding]:
         return []
     per_example, scale, typical, typical_period, step_slowdown, period_slowdown, by_step, by_period, slowdown, is_slow = \
         _step_or_period(measured, judged)
-    # Starved by its neighbours: host_contention's, not a straggler.
-    is_starved = starved(measured, judged, slowdown, is_slow)
-    by_step, by_period = by_step & ~is_starved, by_period & ~is_starved
+    # Starved by its neighbours: host_contention's; slower for its input: input_bound's. Not stragglers.
+    not_its_own = starved(measured, judged, slowdown, is_slow) | _fed_slowly(measured, judged, slowdown, is_slow)
+    by_step, by_period = by_step & ~not_its_own, by_period & ~not_its_own
     slow = judged[by_step | by_period]
     if slow.empty:
         return []
