@@ -73,10 +73,12 @@ HOLDOUT_SEEDS = 1000
 # stepped 27 times, asked for the straggler's hold rule; 1341, 2382: tf1_feed stragglers
 # predicted 1.7x against 3.1-3.2x measured, asked for the run's steps in the asynchronous
 # prediction; 2397, 2420: tf1_feed workers with slow input, named stragglers too, with the
-# advice to replace their host, asked for the straggler's input rule): no longer holdout,
-# whatever their job.
+# advice to replace their host, asked for the straggler's input rule; 2389, 2396: paths that
+# turned slow mid-run under probes too sparse for slow_link's windows, asked for its stretch
+# of round trips): no longer holdout, whatever their job.
 TUNED_SEEDS = frozenset(range(1000, 1022)) | {1064, 1089, 1110, 1138, 1145, 1148, 1159, 1260, 1264, 1266, 1274,
-                                              1341, 1351, 1589, 2354, 2374, 2380, 2382, 2397, 2420}
+                                              1341, 1351, 1589, 2354, 2374, 2380, 2382, 2389, 2396, 2397,
+                                              2420}
 FRESH_JOBS = ("ps_embed", "gen_fit", "tf1_feed")
 FIX_SHARE = 0.4
 DUTY_ON_MS = 25.0

@@ -25,11 +25,6 @@ FASTEST_FRACTION = 0.25
 # machine say more about that moment than about the link.
 MIN_LINK_SAMPLES = 3
 
-# A link's latency over time: the run's span cut into this many windows, each link judged
-# on its fastest round trip in each (a path that turns slow mid-run hides behind the
-# fastest round trip of the whole run, taken before it turned).
-LATENCY_WINDOWS = 10
-
 # The round-trip percentiles of a link's row (``rtt_p50_ns``, ``rtt_p95_ns``, ``rtt_p99_ns``).
 PERCENTILES = (0.5, 0.95, 0.99)
 
@@ -198,36 +193,32 @@ def transfer_link_table(transfer: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=LATENCY_COLUMNS)
 
 
-def windowed_latency_table(rpc: pd.DataFrame, transfer: pd.DataFrame, source: str) -> pd.DataFrame:
-    """Per window (``LATENCY_WINDOWS`` equal spans from the first sample to the last) and
-    (src, dst) link, its samples and fastest round trip, from the probe's plain round trips
-    (``source`` ``rpc``, dated by their send) or traced transfers (``transfer``, on the link
-    ``receiver -> holder`` as in ``transfer_link_table``). Columns: ``window``, ``start_ns``,
-    ``end_ns``, ``src``, ``dst``, ``samples``, ``rtt_min_ns``.
+def round_trips(rpc: pd.DataFrame, transfer: pd.DataFrame, source: str) -> pd.DataFrame:
+    """Every round trip over time, from the probe's plain round trips (``source`` ``rpc``,
+    dated by their send) or traced transfers (``transfer``, on the link ``receiver ->
+    holder`` as in ``transfer_link_table``), in time order. Columns: ``src``, ``dst``,
+    ``time_ns``, ``rtt_ns``.
 
-    >>> probes = pd.DataFrame({"src": ["worker:0"] * 20, "dst": ["ps:0"] * 20, "send_ns": range(0, 20_000, 1000),
-    ...                        "recv_ns": [t + (5000 if t >= 10_000 else 100) for t in range(0, 20_000, 1000)]})
-    >>> windowed_latency_table(probes, pd.DataFrame(), "rpc")["rtt_min_ns"].tolist()
-    [100, 100, 100, 100, 100, 5000, 5000, 5000, 5000, 5000]
+    >>> probes = pd.DataFrame({"src": ["worker:0"] * 2, "dst": ["ps:0"] * 2, "send_ns": [1000, 0],
+    ...                        "recv_ns": [1500, 100]})
+    >>> round_trips(probes, pd.DataFrame(), "rpc")[["time_ns", "rtt_ns"]].values.tolist()
+    [[0, 100], [1000, 500]]
     """
+    columns = ["src", "dst", "time_ns", "rtt_ns"]
     if source == "rpc":
         rows = latency_probes(rpc)
+        if rows.empty:
+            return pd.DataFrame(columns=columns)
         frame = pd.DataFrame({"src": rows["src"], "dst": rows["dst"], "time_ns": rows["send_ns"],
-                              "rtt_ns": rows["recv_ns"] - rows["send_ns"]}) if not rows.empty else None
+                              "rtt_ns": rows["recv_ns"] - rows["send_ns"]})
+    elif transfer.empty:
+        return pd.DataFrame(columns=columns)
     else:
         frame = pd.DataFrame({"src": transfer["dst"], "dst": transfer["src"], "time_ns": transfer["time_ns"],
-                              "rtt_ns": transfer["duration_ns"]}) if not transfer.empty else None
-    columns = ["window", "start_ns", "end_ns", "src", "dst", "samples", "rtt_min_ns"]
-    if frame is None:
-        return pd.DataFrame(columns=columns)
+                              "rtt_ns": transfer["duration_ns"]})
     frame = frame.dropna()
-    first, last = float(frame["time_ns"].min()), float(frame["time_ns"].max())
-    width = max((last - first) / LATENCY_WINDOWS, 1.0)
-    window = np.minimum(((frame["time_ns"].to_numpy("float64") - first) // width).astype(int), LATENCY_WINDOWS - 1)
-    grouped = frame.assign(src=frame["src"].astype(str), dst=frame["dst"].astype(str), window=window).groupby(
-        ["window", "src", "dst"])["rtt_ns"].agg(samples="size", rtt_min_ns="min").reset_index()
-    return grouped.assign(start_ns=first + grouped["window"] * width,
-                          end_ns=first + (grouped["window"] + 1) * width)[columns]
+    return frame.assign(src=frame["src"].astype(str), dst=frame["dst"].astype(str)).sort_values(
+        "time_ns", kind="stable", ignore_index=True)[columns]
 
 
 def link_latency_table(probe_links: pd.DataFrame, transfer: pd.DataFrame) -> pd.DataFrame:

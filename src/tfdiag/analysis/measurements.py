@@ -14,7 +14,7 @@ from tfdiag.analysis.fair_comparison import judged_workers, with_wait_shares
 from tfdiag.analysis.faults import fault_table
 from tfdiag.analysis.groups import value_of_group
 from tfdiag.analysis.last_words import JobEnd, job_end
-from tfdiag.analysis.links import link_latency_table, link_table, windowed_latency_table
+from tfdiag.analysis.links import link_latency_table, link_table, round_trips
 from tfdiag.analysis.load import LoadedRun
 from tfdiag.analysis.placement import ps_load_table
 from tfdiag.analysis.processes import ProcessEnd, ended_processes
@@ -123,11 +123,11 @@ class Measurements:
         return link_latency_table(self.links, self.run.frame("transfer"))
 
     @cached_property
-    def link_windows(self) -> pd.DataFrame:
-        """``links.windowed_latency_table`` of the source ``link_latency`` reads (the probe's, else transfers)."""
+    def round_trips(self) -> pd.DataFrame:
+        """``links.round_trips`` of the source ``link_latency`` reads (the probe's, else transfers)."""
         links = self.link_latency
         source = str(links["source"].iloc[0]) if not links.empty else "rpc"
-        return windowed_latency_table(self.run.frame("rpc"), self.run.frame("transfer"), source)
+        return round_trips(self.run.frame("rpc"), self.run.frame("transfer"), source)
 
     @cached_property
     def shards(self) -> pd.DataFrame:

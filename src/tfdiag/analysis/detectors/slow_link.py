@@ -7,15 +7,14 @@ both; the predicted speed-up is the probe's ps traffic model, or for traced tran
 the time each traced step waited on the slow link (``ps_traffic.traced_link_cost``).
 
 A path that turned slow mid-run hides behind the fastest round trip of the whole run,
-taken before it turned; so each window of the run (``Measurements.link_windows``) is
-judged the same way, and a ps slow in ``MIN_SLOW_WINDOWS`` windows in a row (windows
-without its samples skipped) is reported with the stretch it was slow for; the probe's
+taken before it turned; so each round trip to a ps (``Measurements.round_trips``) is also
+judged against its peers' at the time, and a ps whose every round trip was slow for
+``MIN_SLOW_SHARE`` of the run or more is reported with that stretch; the probe's
 prediction then saves its share of the run.
 """
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,17 +41,24 @@ KIND = "slow_link"
 SLOW_RATIO = 3.0
 MIN_EXTRA_NS = 2_000_000
 CRITICAL_EXTRA_NS = 20_000_000
-# A ps slow in this many windows in a row of the run's ``links.LATENCY_WINDOWS`` (ten: a
-# third of the run) is behind a path that turned slow, whatever its fastest round trip
-# before; two windows of a loaded host's late probes are not.
-MIN_SLOW_WINDOWS = 3
+# A ps whose every round trip was slow against its peers' at the time (each against the
+# fastest to the other ps within PEER_SPAN_SHARE of the run of it, from the same source where
+# that source probed one) for MIN_SLOW_SHARE of the run or more, over MIN_SLOW_ROUND_TRIPS
+# round trips or more, is behind a path that turned slow, whatever its fastest round trip
+# before: a loaded host delays some probes, not every one for a third of the run. Counted in
+# round trips, not in windows of the run: a short run's probe reads each link every few
+# seconds (a 14-s ps_fit run, trial 2396: 5 probes of each worker's link).
+MIN_SLOW_SHARE = 0.3
+MIN_SLOW_ROUND_TRIPS = 2 * MIN_LINK_SAMPLES
+PEER_SPAN_SHARE = 0.1
 
 
 @dataclass(frozen=True)
 class SlowStretch:
-    """The windows in a row in which a ps was slow: its fastest round trip and its peers'
-    (medians over the windows, ns), from ``start_ns`` to ``end_ns`` (the windows' span,
-    the sampling task's clock), ``share`` of the run's windows' span."""
+    """The round trips in a row for which a ps was slow: its fastest round trip (the median
+    over its sources of each one's fastest) and its peers' (the median of the peers' at the
+    time, ns), from ``start_ns`` to ``end_ns`` (its first slow round trip to the next that was
+    not, or the run's last; the sources' clocks), ``share`` of the run's round trips' span."""
 
     rtt_ns: float
     peers_ns: float
@@ -63,57 +69,95 @@ class SlowStretch:
 
 def detect(measured: Measurements) -> list[Finding]:
     whole = slow_ps(measured.link_latency)
-    stretches = {dst: stretch for dst, stretch in slow_stretches(measured.link_windows).items() if dst not in whole}
+    stretches = {dst: stretch for dst, stretch in slow_stretches(measured.round_trips).items() if dst not in whole}
     return ([_finding(measured, dst, rtt, peers) for dst, (rtt, peers) in whole.items()]
             + [_finding(measured, dst, stretch.rtt_ns, stretch.peers_ns, stretch) for dst, stretch in stretches.items()])
 
 
-def slow_stretches(windows: pd.DataFrame) -> dict[str, SlowStretch]:
-    """The ps slow in at least ``MIN_SLOW_WINDOWS`` windows in a row of a
-    ``links.windowed_latency_table`` (the longest such stretch of each), each window judged
-    as ``slow_ps`` judges the run (over every window at once): a ps's fastest round trip,
-    the median over its sources, against its peers', and every source's own against the
-    other ps it measured (``_slow_from_every_source``). A ps is judged in a window where
-    its sources together probed it ``MIN_LINK_SAMPLES`` times: a short run's probe reads
-    each link about once a window, and every source must still agree."""
-    to_ps = windows[windows["dst"].str.startswith("ps:")]
-    to_ps = to_ps[to_ps.groupby(["window", "dst"])["samples"].transform("sum") >= MIN_LINK_SAMPLES]
-    if to_ps.empty or to_ps["rtt_min_ns"].max() < MIN_EXTRA_NS:  # no window's link is slow enough to judge
+def slow_stretches(round_trips: pd.DataFrame) -> dict[str, SlowStretch]:
+    """The ps whose every round trip (``links.round_trips``) was slow against its peers' at
+    the time, as ``slow_ps`` judges the run, for ``MIN_SLOW_SHARE`` of the run and
+    ``MIN_SLOW_ROUND_TRIPS`` or more: the longest such stretch of each. A round trip's peers'
+    is the fastest to the other ps within ``PEER_SPAN_SHARE`` of the run of it, from its own
+    source where that source probed one; a round trip with no peer's near it is not judged.
+    """
+    if round_trips.empty:
         return {}
-    rtt = to_ps.groupby(["window", "dst"])["rtt_min_ns"].median().unstack()
-    if rtt.shape[1] < 2:
+    times = round_trips["time_ns"].to_numpy("float64")
+    span = float(times.max() - times.min())
+    to_ps = round_trips[round_trips["dst"].str.startswith("ps:")].reset_index(drop=True)
+    if to_ps["dst"].nunique() < 2 or span <= 0:
         return {}
-    by_source = to_ps.groupby(["window", "src", "dst"])["rtt_min_ns"].min().unstack()
-    source_window = by_source.index.get_level_values("window")
-    bounds = windows.groupby("window")[["start_ns", "end_ns"]].first().reindex(rtt.index)
-    span = float(windows["end_ns"].max() - windows["start_ns"].min())
-    values, per_source = rtt.to_numpy("float64"), by_source.reindex(columns=rtt.columns).to_numpy("float64")
+    dst, source = to_ps["dst"].to_numpy(), pd.factorize(to_ps["src"])[0]
+    when, rtt = to_ps["time_ns"].to_numpy("float64"), to_ps["rtt_ns"].to_numpy("float64")
+    near = PEER_SPAN_SHARE * span
+    # Each source's round trips on a time line of its own: its times moved on by a stride
+    # longer than the run and the reach of ``near`` on each side, one per source.
+    own_line = source * (span + 4.0 * near) + when
+    peers = np.full(len(to_ps), np.nan)
+    for ps in to_ps["dst"].unique():
+        own, others = np.flatnonzero(dst == ps), np.flatnonzero(dst != ps)
+        everyone = _fastest_near(when[others], rtt[others], when[own], near)
+        same_source = _fastest_near(own_line[others], rtt[others], own_line[own], near)
+        peers[own] = np.where(np.isnan(same_source), everyone, same_source)
+    slow = _slow_array(rtt, peers)
     stretches = {}
-    for column, dst in enumerate(rtt.columns):
-        own, peers = values[:, column], _median_of_others(values, column)
-        slow = _slow_array(own, peers)
-        # Every source that measured it finds it slow against the other ps *it* measured.
-        source_own, source_peers = per_source[:, column], _median_of_others(per_source, column)
-        source_peers = np.where(np.isnan(source_peers), pd.Series(peers, index=rtt.index).reindex(source_window),
-                                source_peers)
-        agrees = pd.Series(np.isnan(source_own) | _slow_array(source_own, source_peers), index=source_window)
-        slow &= agrees.groupby(level=0).all().reindex(rtt.index, fill_value=True).to_numpy()
-        longest, run = [], []
-        for row in np.flatnonzero(~np.isnan(own) & ~np.isnan(peers)):  # windows without its samples skipped
-            run = run + [row] if slow[row] else []
-            longest = run if len(run) > len(longest) else longest
-        if len(longest) >= MIN_SLOW_WINDOWS:
-            start, end = float(bounds["start_ns"].iloc[longest[0]]), float(bounds["end_ns"].iloc[longest[-1]])
-            stretches[str(dst)] = SlowStretch(float(np.median(own[longest])), float(np.median(peers[longest])),
-                                              start, end, (end - start) / span if span > 0 else 1.0)
+    for ps in to_ps["dst"].unique():
+        rows = np.flatnonzero((dst == ps) & ~np.isnan(peers))
+        longest = _longest_run(slow[rows])
+        if longest is None:
+            continue
+        first, last = longest
+        start = when[rows[first]]
+        end = when[rows[last + 1]] if last + 1 < len(rows) else float(times.max())
+        if last + 1 - first < MIN_SLOW_ROUND_TRIPS or end - start < MIN_SLOW_SHARE * span:
+            continue
+        judged = rows[first:last + 1]
+        fastest = pd.Series(rtt[judged]).groupby(source[judged]).min().median()
+        stretches[str(ps)] = SlowStretch(float(fastest), float(np.median(peers[judged])), float(start), float(end),
+                                         float(end - start) / span)
     return stretches
 
 
-def _median_of_others(values: np.ndarray, column: int) -> np.ndarray:
-    """Per row, the median of the other columns' values (NaN where none has one)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # a row with no other value: NaN, as meant
-        return np.nanmedian(np.delete(values, column, axis=1), axis=1)
+def _fastest_near(when: np.ndarray, rtt: np.ndarray, at: np.ndarray, near: float) -> np.ndarray:
+    """For each time of ``at``, the fastest of the round trips ``rtt`` (at the times ``when``)
+    within ``near`` of it; NaN where none is."""
+    order = np.argsort(when, kind="stable")
+    when, rtt = when[order], rtt[order]
+    low, high = np.searchsorted(when, at - near, "left"), np.searchsorted(when, at + near, "right")
+    return _range_min(rtt, low, high)
+
+
+def _range_min(values: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """The minimum of ``values[low:high]`` for each pair (NaN where empty), from a sparse
+    table: level k holds the minimum of each 2**k values in a row.
+
+    >>> _range_min(np.array([5.0, 3.0, 8.0, 1.0, 7.0]), np.array([0, 1, 2, 4]), np.array([2, 3, 5, 4])).tolist()
+    [3.0, 3.0, 1.0, nan]
+    """
+    levels = [values]
+    while 1 << len(levels) <= len(values):
+        half = 1 << (len(levels) - 1)
+        levels.append(np.minimum(levels[-1][:-half], levels[-1][half:]))
+    length = high - low
+    result = np.full(len(low), np.nan)
+    level = np.zeros(len(low), dtype=int)
+    level[length > 0] = np.log2(length[length > 0]).astype(int)
+    for k in range(len(levels)):
+        rows = (length > 0) & (level == k)
+        result[rows] = np.minimum(levels[k][low[rows]], levels[k][high[rows] - (1 << k)])
+    return result
+
+
+def _longest_run(flags: np.ndarray) -> tuple[int, int] | None:
+    """The first and last index of the longest run of True in ``flags`` (the earliest of the
+    longest), or None where none is True."""
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], flags.astype(np.int8), [0]])))
+    if not len(edges):
+        return None
+    starts, ends = edges[::2], edges[1::2] - 1
+    best = int(np.argmax(ends - starts))
+    return int(starts[best]), int(ends[best])
 
 
 def _slow_array(rtt: np.ndarray, peers: np.ndarray) -> np.ndarray:
