@@ -10,6 +10,11 @@ import pandas as pd
 from tfdiag.analysis.groups import TaskGroups, mean_of, median_of, quantile, sum_of, value_of_group
 from tfdiag.analysis.step_stats import dense_histogram_quantiles, histogram_quantile
 
+# Share of step time spent waiting for the next element from which a worker is input bound
+# (``input_bound``'s warning; ``straggler`` leaves a worker it slows to ``input_bound``). The
+# TensorFlow profiler's overview page calls a step "highly input bound" above 20 %.
+WARNING_INPUT_FRACTION = 0.20
+
 
 def step_table(steps: pd.DataFrame, offsets: dict[str, int]) -> pd.DataFrame:
     """One row per step on the reference clock, with its duration.

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from tfdiag.analysis.breakdown import WARNING_INPUT_FRACTION
 from tfdiag.analysis.detectors.straggler import MIN_STOPPED_SPAN_S, TAIL_SHARES
 from tfdiag.analysis.findings import Finding, Recommendation, Severity
 from tfdiag.analysis.measurements import Measurements
@@ -37,10 +38,9 @@ from tfdiag.analysis.whatif import predicted_speedup
 
 KIND = "input_bound"
 
-# Share of step time spent in `next(iterator)` above which a worker is input bound. The
-# TensorFlow profiler's overview page calls a step "highly input bound" above 20 %;
-# above half of the step, input is the dominant cost.
-WARNING_INPUT_FRACTION = 0.20
+# A worker is input bound from WARNING_INPUT_FRACTION of its step spent in `next(iterator)`
+# (``breakdown``, where ``straggler`` reads it too); above half of the step, input is the
+# dominant cost.
 CRITICAL_INPUT_FRACTION = 0.50
 # A warning asks for a change worth making: a pipeline whose fix is predicted to gain less
 # than this is reported at info whatever its share of the step. The tutorial-style PS loop

@@ -22,6 +22,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from tfdiag.analysis import breakdown
 from tfdiag.analysis.closure_gaps import paced_speedup
 # The fair comparison's thresholds are this judgement's too (docs/findings.md quotes them as straggler's).
 from tfdiag.analysis.fair_comparison import MIN_RECORDS, MIN_SPAN_SHARE, OVERLAP_RECORDS  # noqa: F401
@@ -173,18 +174,16 @@ def starved(measured: Measurements, judged: pd.DataFrame, slowdown: pd.Series, i
 def _fed_slowly(measured: Measurements, judged: pd.DataFrame, slowdown: pd.Series, is_slow: pd.Series) -> pd.Series:
     """Of the slower workers (``is_slow``, each ``slowdown`` times its peers), those whose wait
     for input explains it, for ``input_bound`` to name: a wait of a share w of its steps
-    (``input_bound.WARNING_INPUT_FRACTION`` or more) against the typical other worker's w0
+    (``breakdown.WARNING_INPUT_FRACTION`` or more) against the typical other worker's w0
     explains a slowdown of (1 - w0) / (1 - w), its steps with the typical wait, and explains
     the worker's where it accounts for ``EXPLAINED_PART`` of it. A worker held from outside
     stays a straggler: a stop lands in its input wait as much as in its compute."""
-    from tfdiag.analysis.detectors.input_bound import WARNING_INPUT_FRACTION  # input_bound reads this module
-
     shares = dict(zip(measured.workers["task"].astype(str), measured.workers["input_wait_frac"].astype(float)))
     share = judged["task"].astype(str).map(shares).astype(float)
     explained = (1.0 - typical_of_others(share)) / (1.0 - share).clip(lower=1e-6)
     held = _stopped_more(measured, judged) | _held_more(measured, judged)
-    return (is_slow & (share >= WARNING_INPUT_FRACTION) & (explained - 1.0 >= EXPLAINED_PART * (slowdown - 1.0))
-            & ~held)
+    waits = share >= breakdown.WARNING_INPUT_FRACTION
+    return is_slow & waits & (explained - 1.0 >= EXPLAINED_PART * (slowdown - 1.0)) & ~held
 
 
 def _held_more(measured: Measurements, judged: pd.DataFrame) -> pd.Series:
