@@ -167,8 +167,7 @@ def starved(measured: Measurements, judged: pd.DataFrame, slowdown: pd.Series, i
     by_wait = (share - typical >= MIN_EXTRA_WAIT_SHARE) & (explained - 1.0 >= EXPLAINED_PART * (slowdown - 1.0))
     around = measured.neighbours
     busy = around is not None and around.others_cores >= BUSY_NEIGHBOURS_CORES
-    held = _stopped_more(measured, judged) | _held_more(measured, judged)
-    return is_slow & known & (by_wait | (busy & (share >= typical))) & ~held
+    return is_slow & known & (by_wait | (busy & (share >= typical))) & ~_held_from_outside(measured, judged)
 
 
 def _fed_slowly(measured: Measurements, judged: pd.DataFrame, slowdown: pd.Series, is_slow: pd.Series) -> pd.Series:
@@ -181,9 +180,13 @@ def _fed_slowly(measured: Measurements, judged: pd.DataFrame, slowdown: pd.Serie
     shares = dict(zip(measured.workers["task"].astype(str), measured.workers["input_wait_frac"].astype(float)))
     share = judged["task"].astype(str).map(shares).astype(float)
     explained = (1.0 - typical_of_others(share)) / (1.0 - share).clip(lower=1e-6)
-    held = _stopped_more(measured, judged) | _held_more(measured, judged)
-    waits = share >= breakdown.WARNING_INPUT_FRACTION
-    return is_slow & waits & (explained - 1.0 >= EXPLAINED_PART * (slowdown - 1.0)) & ~held
+    explains = (share >= breakdown.WARNING_INPUT_FRACTION) & (explained - 1.0 >= EXPLAINED_PART * (slowdown - 1.0))
+    return is_slow & explains & ~_held_from_outside(measured, judged)
+
+
+def _held_from_outside(measured: Measurements, judged: pd.DataFrame) -> pd.Series:
+    """Workers stopped (``_stopped_more``) or held (``_held_more``) more than their peers: a fault of their own."""
+    return _stopped_more(measured, judged) | _held_more(measured, judged)
 
 
 def _held_more(measured: Measurements, judged: pd.DataFrame) -> pd.Series:
@@ -338,6 +341,10 @@ def _per_example(judged: pd.DataFrame) -> tuple[bool, pd.Series]:
 
 def _ms(value) -> float:
     return round(float(value) / 1e6, 2)
+
+
+def _pct(value) -> str:
+    return f"{float(value):.0%}"
 
 
 def _step_or_period(measured: Measurements, judged: pd.DataFrame) -> tuple:
@@ -517,19 +524,16 @@ def _by_stopped_share(measured: Measurements, judged: pd.DataFrame) -> list[Find
     tasks, names = tuple(slow["task"]), ", ".join(slow["task"])
     slowdown = step_ns / max(new_step_ns, 1.0)
 
-    def pct(value) -> str:
-        return f"{float(value):.0%}"
-
     seen = (f"the other workers' probes of its state found it stopped {round(share[worst] * slow['count'][worst])} "
             f"times of {int(slow['count'][worst])}" if slow["by_probes"][worst] else
             f"its sampler woke {LATE_WAKE_S * 1e3:.0f} ms or more late {int(slow['late_wakes'].max())} times of "
             f"{int(slow['wakes'].max())}")
     return [_finding(
         tasks, slowdown,
-        title=f"{names} could not run for {pct(share[is_stopped].max())} of its steps against "
-              f"{pct(typical[is_stopped].min())} for the other workers; every synchronous step waits for it",
+        title=f"{names} could not run for {_pct(share[is_stopped].max())} of its steps against "
+              f"{_pct(typical[is_stopped].min())} for the other workers; every synchronous step waits for it",
         summary=(f"The process of {names} was stopped or throttled (a CPU quota, a stopped process) for about "
-                 f"{pct(share[is_stopped].max())} of the time it stepped: {seen}. The other workers "
+                 f"{_pct(share[is_stopped].max())} of the time it stepped: {seen}. The other workers "
                  f"wait for it in every all-reduce, so every worker's step takes {step_ns / 1e6:.1f} ms."),
         evidence={
             "stopped_share": {row.task: round(float(row.stopped_share), 3) for row in shares.itertuples()},
@@ -579,17 +583,14 @@ def _by_hold(measured: Measurements, named: set[str]) -> list[Finding]:
     else:
         speedup = paced_speedup(measured, slow["task"], ratio) or speedup_over_run(measured.workers, slow["task"], ratio)
 
-    def pct(value) -> str:
-        return f"{float(value):.0%}"
-
     rows = list(held.itertuples())
     return [_finding(
         tasks, worst,
-        title=f"{names} {'was' if len(tasks) == 1 else 'were'} held from outside for {pct(share[is_held].max())} of "
-              f"{'its' if len(tasks) == 1 else 'their'} stepping against {pct(typical[is_held].min())} for the "
+        title=f"{names} {'was' if len(tasks) == 1 else 'were'} held from outside for {_pct(share[is_held].max())} of "
+              f"{'its' if len(tasks) == 1 else 'their'} stepping against {_pct(typical[is_held].min())} for the "
               "other workers",
         summary=(f"The process of {names} was throttled by its cgroup's CPU quota or stopped by a signal for "
-                 f"{pct(share[is_held].max())} of the time it stepped (its samplers' readings of its cgroup and of its "
+                 f"{_pct(share[is_held].max())} of the time it stepped (its samplers' readings of its cgroup and of its "
                  f"state): that alone makes it {worst:.2f}x slower, whatever its steps compared with the other "
                  "workers' show. Nothing in a job stops or throttles its own process."),
         evidence={
